@@ -1,0 +1,76 @@
+# The course's commands. A student needs two: `make lab` and `make test`.
+# Everything installs into .venv; torch is pinned for the CPU path and can be overridden, e.g.
+#   make setup TORCH="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128"
+# A CUDA build of torch brings its own triton; a CPU build does not, and then TRITON is installed.
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+TRITON ?= triton==3.9.0
+PY     ?= $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+WHEELHOUSE ?= build/wheelhouse
+WHEEL_PYTHON ?= 3.12
+
+.PHONY: help setup lab test test-gpu release check lint wheelhouse clean
+
+help:
+	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
+	@echo "make test       set up if needed, run the CPU test suite (interpreter mode)"
+	@echo "make release    build course/ from solutions/"
+	@echo "make check      fail when course/ is stale"
+	@echo "make test-gpu   GPU tests and solution notebooks at full size (needs a CUDA GPU)"
+	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
+	@echo "make clean      remove build/ and caches (keeps .venv)"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q $(TORCH)
+	@if $(VENV)/bin/python -c "import importlib.metadata as m, sys; \
+	  sys.exit(any(r.split(';')[0].strip().startswith('triton') for r in m.requires('torch') or []))"; \
+	  then echo "torch brings no triton: installing $(TRITON)"; \
+	       $(VENV)/bin/python -m pip install -q $(TRITON); \
+	  else echo "triton comes with torch"; fi
+	$(VENV)/bin/python -m pip install -q -e ".[course,dev]"
+	@touch $(STAMP)
+
+release: setup
+	$(PY) -m grader build
+
+check: setup
+	$(PY) -m grader build --check
+
+lint: setup
+	$(PY) -m ruff check grader tests solutions
+	$(PY) -m ruff format --check grader tests
+
+lab: release
+	$(PY) -m grader lab
+
+test: setup
+	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+# On a GPU: the GPU-marked tests, the checker's tests (they take the compiled path there), and
+# every solution notebook at full size. `.ci/gpu` runs this on a machine without a venv.
+test-gpu:
+	$(PY) -m grader doctor
+	$(PY) -m pytest -m "gpu or not slow" tests/test_*.py --ignore=tests/test_lab.py \
+	  --ignore=tests/test_nbgrader.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/test_notebooks.py $(PYTEST_ARGS)
+
+wheelhouse:
+	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 --platform any --no-deps -d $(WHEELHOUSE) \
+	  -r grader/wheelhouse.txt
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation -w $(WHEELHOUSE) . 2>/dev/null || \
+	  $(PYTHON) -m pip wheel -q --no-deps -w $(WHEELHOUSE) .
+	@echo "wheels in $(WHEELHOUSE): pip install --no-index --no-deps --target DIR $(WHEELHOUSE)/*.whl"
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -not -path "./$(VENV)/*" -exec rm -rf {} +

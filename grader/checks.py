@@ -1,0 +1,260 @@
+"""Correctness checks for kernels: fresh random inputs on every call, outputs poisoned with a
+recognisable NaN before the kernel runs, float64 references, dtype-aware tolerances, and messages
+that say where the first mismatch is and what to fix."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+
+import torch
+
+from grader import device, stubs
+
+# Tolerances follow torch.testing.assert_close's defaults for each dtype; the reference is float64.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+}
+
+# Quiet NaNs with a payload no arithmetic produces, so "never written" is told from "wrote NaN".
+_POISON_BITS = {
+    torch.float64: (torch.int64, 0x7FF8_0000_DEAD_BEEF),
+    torch.float32: (torch.int32, 0x7FC0_BEEF),
+    torch.float16: (torch.int16, 0x7E5A),
+    torch.bfloat16: (torch.int16, 0x7FDA),
+}
+_INT_POISON = -0x5A5A5A5A
+MAX_LISTED = 5
+
+
+class KernelCheckError(AssertionError):
+    """A kernel's output is wrong; the message says where and by how much."""
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) for comparing an output of `dtype` with a float64 reference."""
+    if dtype in TOLERANCES:
+        return TOLERANCES[dtype]
+    if not dtype.is_floating_point:
+        return (0.0, 0.0)
+    raise ValueError(f"no tolerance known for {dtype}")
+
+
+def new_seed() -> int:
+    """A fresh seed from the operating system: every call checks different inputs."""
+    return secrets.randbits(48)
+
+
+def generator(seed: int, where: str | None = None) -> torch.Generator:
+    gen = torch.Generator(device=where or device.current().torch_device)
+    gen.manual_seed(seed)
+    return gen
+
+
+def randn(shape, *, gen: torch.Generator, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
+    """Normal random numbers of `dtype`, on the generator's device."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    values = torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32) * scale
+    return values.to(dtype)
+
+
+def poisoned(shape, dtype: torch.dtype, where: str | None = None) -> torch.Tensor:
+    """A tensor whose every element is the grader's poison value."""
+    where = where or device.current().torch_device
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if dtype in _POISON_BITS:
+        int_dtype, bits = _POISON_BITS[dtype]
+        return torch.full(shape, bits, dtype=int_dtype, device=where).view(dtype)
+    return torch.full(shape, _INT_POISON, dtype=dtype, device=where)
+
+
+def poison_mask(t: torch.Tensor) -> torch.Tensor:
+    """True where `t` still holds the poison value, compared bit for bit."""
+    if t.dtype in _POISON_BITS:
+        int_dtype, bits = _POISON_BITS[t.dtype]
+        return t.contiguous().view(int_dtype) == bits
+    return t == _INT_POISON
+
+
+def _index(flat: int, shape: Sequence[int]) -> list[int]:
+    return [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape))] if shape else []
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def compare(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    name: str = "out",
+    context: str = "",
+) -> None:
+    """Raise KernelCheckError unless `actual` matches `expected` within tolerance.
+
+    NaN must appear exactly where the reference has NaN, infinities must match exactly, and the
+    message names the first mismatches, the worst one, and whether any element was never written.
+    """
+    __tracebackhide__ = True
+    where = f" ({context})" if context else ""
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise KernelCheckError(
+            f"`{name}` has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{where}"
+        )
+    default_rtol, default_atol = tolerance(actual.dtype)
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+
+    untouched = poison_mask(actual).flatten().cpu()
+    got = actual.detach().to(torch.float64).flatten().cpu()
+    want = expected.detach().to(torch.float64).flatten().cpu()
+    if untouched.numel() and untouched.all():
+        raise KernelCheckError(stubs.untouched_output(name) + where)
+
+    # an element still holding the poison was never written, even where NaN is expected
+    both_nan = got.isnan() & want.isnan() & ~untouched
+    same_inf = got.isinf() & want.isinf() & (got == want)
+    finite = want.isfinite() & got.isfinite()
+    error = (got - want).abs()
+    within = torch.zeros_like(got, dtype=torch.bool)
+    within[finite] = error[finite] <= atol + rtol * want[finite].abs()
+    ok = both_nan | same_inf | within
+    if ok.all():
+        return
+
+    bad = (~ok).nonzero().flatten()
+    total = got.numel()
+    lines = [f"`{name}` is wrong at {len(bad)} of {total} elements{where}."]
+    if untouched.any():
+        first = int(untouched.nonzero()[0])
+        lines.append(
+            f"{int(untouched.sum())} elements were never written (they still hold the "
+            f"NaN poison), the first at {_index(first, actual.shape)}: does the grid cover every "
+            "element, and does the mask let the last block's valid elements through?"
+        )
+    finite_bad = finite & ~ok
+    if finite_bad.any():
+        worst = int(torch.where(finite_bad, error, torch.zeros_like(error)).argmax())
+        lines.append(
+            f"max abs error {_fmt(float(error[worst]))} at {_index(worst, actual.shape)} "
+            f"(expected {_fmt(float(want[worst]))}, got {_fmt(float(got[worst]))}; "
+            f"tolerance atol={atol:g} + rtol={rtol:g}*|expected|)."
+        )
+    listed = ", ".join(
+        f"{_index(int(i), actual.shape)}: expected {_fmt(float(want[i]))}, got "
+        + ("poison (never written)" if untouched[i] else _fmt(float(got[i])))
+        for i in bad[:MAX_LISTED]
+    )
+    lines.append(f"first mismatches: {listed}")
+    raise KernelCheckError("\n".join(lines))
+
+
+def _upcast(value):
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(torch.float64)
+    return value
+
+
+def _refill(old, new):
+    """`new`'s values in `old`'s memory, when the two are tensors of one shape and dtype."""
+    if (
+        isinstance(old, torch.Tensor)
+        and isinstance(new, torch.Tensor)
+        and old.shape == new.shape
+        and old.dtype == new.dtype
+    ):
+        return old.copy_(new)
+    return new
+
+
+def _describe(args) -> str:
+    parts = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            layout = "" if a.is_contiguous() else f" strides {tuple(a.stride())}"
+            parts.append(f"{str(a.dtype).removeprefix('torch.')}{list(a.shape)}{layout}")
+        else:
+            parts.append(repr(a))
+    return ", ".join(parts)
+
+
+def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
+    """Call student code, turning nbgrader's unfilled stub into one plain sentence."""
+    __tracebackhide__ = True
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        sentence = stubs.explain(exc, what or f"`{getattr(fn, '__name__', 'your code')}`")
+        if sentence is None:
+            raise
+        raise stubs.StubNotFilled(sentence) from None
+
+
+def check(
+    candidate: Callable,
+    reference: Callable,
+    make_inputs: Callable[[torch.Generator], Sequence],
+    *,
+    trials: int = 2,
+    out_dtype: torch.dtype | None = None,
+    writes_out: bool = True,
+    rtol: float | None = None,
+    atol: float | None = None,
+    name: str = "out",
+    seed: int | None = None,
+) -> None:
+    """Check `candidate` against `reference` on `trials` fresh sets of inputs.
+
+    make_inputs(gen) returns the positional arguments. The reference receives them upcast to
+    float64 and returns the expected output. With writes_out (the course's convention for kernel
+    launchers), the candidate is called as candidate(*args, out=out) with `out` poisoned; otherwise
+    its return value is checked. Inputs must come back unchanged. From the second trial on, the
+    new values are written into the first trial's tensors, so a result cached by input address
+    is caught.
+    """
+    __tracebackhide__ = True
+    first_args = None
+    for trial in range(trials):
+        trial_seed = new_seed() if seed is None else seed + trial
+        args = tuple(make_inputs(generator(trial_seed)))
+        if first_args is None:
+            first_args = args
+        else:
+            args = tuple(_refill(old, new) for old, new in zip(first_args, args, strict=True))
+        expected = reference(*(_upcast(a) for a in args))
+        dtype = out_dtype or next(
+            (a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()),
+            expected.dtype,
+        )
+        context = f"inputs {_describe(args)}, seed {trial_seed}"
+        saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        if writes_out:
+            out = poisoned(expected.shape, dtype, where=expected.device.type)
+            call_graded(candidate, *args, out=out)
+            actual = out
+        else:
+            actual = call_graded(candidate, *args)
+            if not isinstance(actual, torch.Tensor):
+                raise KernelCheckError(
+                    f"`{getattr(candidate, '__name__', 'candidate')}` returned "
+                    f"{type(actual).__name__}, expected a tensor ({context})"
+                )
+            if actual.dtype != dtype:
+                raise KernelCheckError(
+                    f"`{name}` has dtype {actual.dtype}, expected {dtype} ({context})"
+                )
+        for position, (before, after) in enumerate(zip(saved, args, strict=True)):
+            if isinstance(before, torch.Tensor) and not torch.equal(
+                before.nan_to_num(), after.nan_to_num()
+            ):
+                raise KernelCheckError(
+                    f"input {position} was modified by the call: kernels must not write to their "
+                    f"inputs ({context})"
+                )
+        compare(actual, expected, rtol=rtol, atol=atol, name=name, context=context)

@@ -1,0 +1,201 @@
+"""What this machine is, which versions it runs, what can be graded here, and which known-bad
+combinations of versions and settings are present."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import platform
+import re
+from dataclasses import dataclass
+
+from grader import device
+
+PACKAGES = (
+    "torch",
+    "triton",
+    "numpy",
+    "matplotlib",
+    "ipywidgets",
+    "jupyterlab_widgets",
+    "jupyterlab",
+    "nbgrader",
+    "papermill",
+    "jupytext",
+)
+# The Triton releases the course is tested on: the GPU image's and the newest on PyPI.
+TESTED_TRITON = ("3.6", "3.9")
+MIN_TRITON = (3, 2)
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "problem" (fix it) or "note" (know it)
+    message: str
+
+
+def version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _tuple(v: str | None) -> tuple[int, ...]:
+    if not v:
+        return ()
+    return tuple(int(p) for p in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+def torch_wants_triton() -> str | None:
+    """The exact triton version torch declares, if it declares one."""
+    for req in metadata.requires("torch") or []:
+        m = re.match(r"triton\s*==\s*([\w.]+)", req.split(";")[0].strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def findings(
+    dev: device.Device,
+    versions: dict[str, str | None],
+    *,
+    cuda_visible: bool,
+    torch_cuda: str | None,
+    triton_for_torch: str | None,
+    env: dict[str, str],
+) -> list[Finding]:
+    """Known-bad combinations, from facts passed in (so each rule is testable)."""
+    out: list[Finding] = []
+    triton_v = _tuple(versions.get("triton"))
+    if versions.get("triton") is None:
+        out.append(Finding("problem", "triton is not installed: run `make setup`."))
+    elif triton_v < MIN_TRITON:
+        out.append(
+            Finding(
+                "problem",
+                f"triton {versions['triton']} is older than the course "
+                f"supports (3.2); tested on {' and '.join(TESTED_TRITON)}.",
+            )
+        )
+    if triton_for_torch and versions.get("triton") and (_tuple(triton_for_torch) != triton_v):
+        out.append(
+            Finding(
+                "problem",
+                f"torch {versions['torch']} was built against triton "
+                f"{triton_for_torch}, but triton {versions['triton']} is installed: "
+                "torch.compile and Triton kernels may fail. Reinstall the pair.",
+            )
+        )
+    if _tuple(versions.get("numpy")) >= (2,) and () < _tuple(versions.get("torch")) < (2, 3):
+        out.append(
+            Finding(
+                "problem",
+                f"numpy {versions['numpy']} with torch "
+                f"{versions['torch']}: torch older than 2.3 was built against NumPy 1 "
+                "and fails to convert tensors. Install numpy<2 or a newer torch.",
+            )
+        )
+    widgets = _tuple(versions.get("ipywidgets"))
+    lab_widgets = _tuple(versions.get("jupyterlab_widgets"))
+    if widgets and lab_widgets and (widgets[0] - 5) != lab_widgets[0]:
+        out.append(
+            Finding(
+                "problem",
+                f"ipywidgets {versions['ipywidgets']} needs "
+                f"jupyterlab_widgets {widgets[0] - 5}.x, found "
+                f"{versions['jupyterlab_widgets']}: widgets will not render in the "
+                "lab.",
+            )
+        )
+    if env.get("TRITON_INTERPRET") == "1" and cuda_visible:
+        out.append(
+            Finding(
+                "problem",
+                "TRITON_INTERPRET=1 is set although a CUDA GPU is visible: "
+                "kernels run on the CPU and nothing can be timed. Unset it.",
+            )
+        )
+    if torch_cuda and not cuda_visible:
+        out.append(
+            Finding(
+                "note",
+                f"torch is a CUDA {torch_cuda} build but sees no GPU: check "
+                "`nvidia-smi` and the driver. Interpreter mode is used meanwhile.",
+            )
+        )
+    if dev.is_gpu and not dev.grades_speed:
+        out.append(
+            Finding(
+                "problem",
+                f"{dev.describe()} is older than sm_80: correctness runs, "
+                "but bf16, TF32 and speed grading need sm_80 or newer.",
+            )
+        )
+    if dev.is_gpu and dev.capability and dev.capability < (9, 0):
+        out.append(Finding("note", "Hopper-only (sm_90) sections will be skipped here."))
+    if not dev.is_gpu:
+        out.append(Finding("note", "interpreter mode: no bfloat16, no timing; use small sizes."))
+    if triton_v >= (3, 9) and "TRITON_DEFAULT_FP_FUSION" not in env:
+        out.append(
+            Finding(
+                "note",
+                "triton 3.9+ warns on stderr at the first compile unless "
+                "TRITON_DEFAULT_FP_FUSION is set, and nbgrader scores a test cell "
+                "with stderr output 0. grader.device.setup() sets it to 1.",
+            )
+        )
+    return out
+
+
+def collect(env: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], list[Finding]]:
+    """Rows of facts about this machine, and the findings about them. `env` is the environment
+    as the user set it (before device.setup() adjusted it); by default, the current one."""
+    import sys
+
+    env_before = dict(os.environ if env is None else env)
+    dev = device.current()
+    import torch
+
+    versions = {p: version(p) for p in PACKAGES}
+    rows = [
+        ("python", sys.version.split()[0]),
+        ("platform", platform.platform()),
+        ("mode", f"{dev.mode} ({dev.describe()})"),
+    ]
+    if dev.is_gpu:
+        major, minor = dev.capability
+        rows += [
+            ("capability", f"sm_{major}{minor}"),
+            ("GPU memory", f"{dev.memory_bytes / 2**30:.0f} GiB"),
+            ("CUDA (torch build)", str(torch.version.cuda)),
+        ]
+    rows += [(p, v or "not installed") for p, v in versions.items()]
+    rows += [
+        ("TRITON_INTERPRET", env_before.get("TRITON_INTERPRET", "unset")),
+        ("grades correctness", "yes"),
+        ("grades speed", "yes" if dev.grades_speed else "no: needs an NVIDIA GPU, sm_80+"),
+    ]
+    found = findings(
+        dev,
+        versions,
+        cuda_visible=torch.cuda.is_available(),
+        torch_cuda=torch.version.cuda,
+        triton_for_torch=torch_wants_triton(),
+        env=env_before,
+    )
+    return rows, found
+
+
+def report(env: dict[str, str] | None = None) -> tuple[str, list[Finding]]:
+    """The doctor's printable report, and its findings."""
+    rows, found = collect(env)
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    problems = [f for f in found if f.level == "problem"]
+    lines.append("")
+    lines.append(
+        "known-bad combinations: " + ("none found" if not problems else f"{len(problems)} found")
+    )
+    lines += [f"  {f.level.upper()}: {f.message}" for f in found]
+    return "\n".join(lines), found

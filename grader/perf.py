@@ -1,0 +1,130 @@
+"""Speed checks as ratios: a kernel against a baseline, or against the copy bandwidth, both timed
+in the same run on the same device. Thresholds are ratios, never absolute times."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from grader import checks, device, timing
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two timings from one run; speedup > 1 means the candidate is faster."""
+
+    candidate_name: str
+    candidate: timing.Timing
+    baseline_name: str
+    baseline: timing.Timing
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline.median_ms / self.candidate.median_ms
+
+    def __str__(self) -> str:
+        return (
+            f"{self.candidate_name}: {self.candidate}\n{self.baseline_name}: {self.baseline}\n"
+            f"speedup {self.speedup:.2f}x"
+        )
+
+
+def compare(
+    candidate: Callable[[], object],
+    baseline: Callable[[], object],
+    *,
+    names: tuple[str, str] = ("yours", "baseline"),
+    verify: Callable[[], None] | None = None,
+    passes: int = 2,
+) -> Comparison:
+    """Time candidate and baseline alternately (A B A B ...) so drift affects both alike.
+
+    `verify`, when given, runs after every timed pass of the candidate: a kernel must still be
+    right after it has been timed.
+    """
+    timing.require_gpu("Comparing speed")
+    checks.call_graded(candidate, what="the timed code")  # an unfilled stub, said plainly
+    mine = theirs = None
+    for _ in range(passes):
+        t = timing.bench(candidate)
+        mine = t if mine is None else mine.pooled(t)
+        if verify is not None:
+            verify()
+        t = timing.bench(baseline)
+        theirs = t if theirs is None else theirs.pooled(t)
+    return Comparison(names[0], mine, names[1], theirs)
+
+
+def copy_baseline(bytes_moved: int) -> Callable[[], object]:
+    """A device-to-device copy that reads and writes `bytes_moved` bytes in all."""
+    n = max(1, bytes_moved // 2)
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def not_graded_here(points: float) -> float:
+    """The score of a speed cell off the supported GPU class, said out loud."""
+    dev = device.current()
+    print(
+        f"Speed is graded on an NVIDIA GPU, sm_80 or newer; this notebook runs on "
+        f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
+        "not affected."
+    )
+    return 0.0
+
+
+def _verdict(ok: bool, points: float, measured: str, needed: str) -> float:
+    if ok:
+        print(f"PASS {measured} (needs {needed}): {points:g} of {points:g} points")
+        return float(points)
+    print(f"NOT YET {measured} (needs {needed}): 0 of {points:g} points")
+    return 0.0
+
+
+def grade_speedup(
+    candidate: Callable[[], object],
+    baseline: Callable[[], object],
+    *,
+    at_least: float,
+    points: float,
+    names: tuple[str, str] = ("yours", "baseline"),
+    verify: Callable[[], None] | None = None,
+) -> float:
+    """Full points when candidate is at least `at_least` times as fast as baseline, else 0."""
+    if not device.current().grades_speed:
+        return not_graded_here(points)
+    result = compare(candidate, baseline, names=names, verify=verify)
+    print(result)
+    return _verdict(
+        result.speedup >= at_least, points, f"{result.speedup:.2f}x {names[1]}", f"{at_least:g}x"
+    )
+
+
+def grade_bandwidth(
+    candidate: Callable[[], object],
+    *,
+    bytes_moved: int,
+    at_least: float,
+    points: float,
+    name: str = "yours",
+    verify: Callable[[], None] | None = None,
+) -> float:
+    """Full points when candidate moves its bytes at `at_least` of the copy bandwidth measured
+    now, on a copy of the same number of bytes."""
+    if not device.current().grades_speed:
+        return not_graded_here(points)
+    result = compare(
+        candidate, copy_baseline(bytes_moved), names=(name, "device copy"), verify=verify
+    )
+    fraction = result.speedup  # same bytes: time ratio is bandwidth ratio
+    print(result)
+    print(
+        f"{name}: {result.candidate.per_second(bytes_moved) / 1e9:.0f} GB/s, "
+        f"copy: {result.baseline.per_second(bytes_moved) / 1e9:.0f} GB/s"
+    )
+    return _verdict(
+        fraction >= at_least, points, f"{fraction:.0%} of copy bandwidth", f"{at_least:.0%}"
+    )

@@ -1,0 +1,64 @@
+"""Recognise nbgrader's unfinished-exercise stub wherever it fails, and say so in one sentence.
+
+nbgrader replaces each solution region with `raise NotImplementedError()`. What the student then
+sees depends on where the region was:
+- plain Python: `NotImplementedError`;
+- inside `@triton.jit`, interpreter mode: `triton.runtime.errors.InterpreterError:
+  NotImplementedError()`, raised from the kernel's own line;
+- inside `@triton.jit`, on a GPU: the compiler refuses the `raise` statement with
+  `CompilationError ... unsupported AST node type: Raise`, pointing at the stub's line.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+STUB_LINE = "raise NotImplementedError()"
+
+
+class StubNotFilled(AssertionError):
+    """The graded code still holds the exercise stub."""
+
+
+def _kernel_name_from_compile_error(message: str) -> str | None:
+    match = re.search(r"^\s*def\s+(\w+)\s*\(", message, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _innermost_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return frames[-1] if frames else None
+
+
+def explain(exc: BaseException, what: str = "your code") -> str | None:
+    """A one-sentence explanation when `exc` comes from an unfilled stub, else None."""
+    # Compiler path (GPU): the `raise` statement itself is rejected.
+    if type(exc).__name__ in {"CompilationError", "UnsupportedLanguageConstruct"}:
+        message = str(exc)
+        if "Raise" in message and "NotImplementedError" in message:
+            kernel = _kernel_name_from_compile_error(message) or "your kernel"
+            return (
+                f"`{kernel}` still holds the exercise stub (`{STUB_LINE}`): replace the "
+                "`# YOUR CODE HERE` lines inside the kernel with your solution, "
+                "then re-run its cell."
+            )
+        return None
+    # Interpreter path: Triton wraps the Python exception raised inside the kernel.
+    cause = exc.__cause__ if type(exc).__name__ == "InterpreterError" else exc
+    if isinstance(cause, NotImplementedError):
+        frame = _innermost_frame(cause)
+        where = f"`{frame.name}`" if frame is not None and frame.name != "<module>" else what
+        return (
+            f"{where} still holds the exercise stub (`{STUB_LINE}`): replace the "
+            "`# YOUR CODE HERE` lines with your solution, then re-run its cell."
+        )
+    return None
+
+
+def untouched_output(name: str) -> str:
+    """The sentence for an output that no element of which was written."""
+    return (
+        f"output untouched: your kernel never stored to `{name}` (every element still holds the "
+        "NaN poison the grader filled it with). Add a `tl.store` to the output pointer."
+    )

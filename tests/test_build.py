@@ -1,0 +1,90 @@
+"""The build: deterministic notebooks, byte-identical rebuilds, and course/ in step with
+solutions/ (the drift test)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader import build
+
+SOURCE = """# %% [markdown]
+# # 99 · Example
+
+# %% nbgrader={"grade_id": "sol", "solution": true}
+x = 1
+
+# %%
+y = 2
+
+# %% nbgrader={"grade": true, "grade_id": "test-sol", "points": 2}
+assert x == 1
+"""
+
+
+def write(tmp_path, text=SOURCE):
+    path = tmp_path / "example.py"
+    path.write_text(text)
+    return path
+
+
+def test_cell_ids_are_grade_ids_or_numbered(tmp_path):
+    nb = build.to_notebook(write(tmp_path))
+    assert [c.id for c in nb.cells] == ["example-000", "sol", "example-002", "test-sol"]
+    again = build.to_notebook(write(tmp_path))
+    assert build.nbformat.writes(nb) == build.nbformat.writes(again)
+
+
+def test_nbgrader_metadata_is_completed(tmp_path):
+    nb = build.to_notebook(write(tmp_path))
+    assert nb.cells[1].metadata["nbgrader"] == {
+        "grade": False,
+        "grade_id": "sol",
+        "locked": False,
+        "schema_version": 3,
+        "solution": True,
+        "task": False,
+    }
+    assert nb.cells[3].metadata["nbgrader"]["locked"] is True
+    assert nb.cells[3].metadata["nbgrader"]["points"] == 2
+    assert "jupytext" not in nb.metadata and nb.metadata["kernelspec"]["name"] == "python3"
+
+
+def test_metadata_mistakes_name_the_file(tmp_path):
+    with pytest.raises(build.BuildError, match="without a grade_id"):
+        build.to_notebook(write(tmp_path, SOURCE.replace('"grade_id": "sol", ', "")))
+    with pytest.raises(build.BuildError, match="'test-sol' needs points"):
+        build.to_notebook(write(tmp_path, SOURCE.replace(', "points": 2', "")))
+
+
+def test_two_builds_are_byte_identical(tmp_path):
+    build.build(tmp_path / "b1", tmp_path / "c1")
+    build.build(tmp_path / "b2", tmp_path / "c2")
+    for sub in ("c1", "b1/source"):
+        first = sorted(p for p in (tmp_path / sub).rglob("*") if p.is_file())
+        assert first, f"nothing built under {sub}"
+        for path in first:
+            twin = tmp_path / sub.replace("1", "2") / path.relative_to(tmp_path / sub)
+            assert path.read_bytes() == twin.read_bytes(), f"{path} differs between builds"
+
+
+def test_course_is_in_step_with_solutions():
+    problems = build.check()
+    assert problems == [], "course/ is stale; run `make release`:\n" + "\n".join(problems)
+
+
+def test_drift_is_detected(tmp_path):
+    stale = tmp_path / "course"
+    shutil.copytree(build.COURSE, stale)
+    notebook = next(stale.rglob("*.ipynb"))
+    notebook.write_text(notebook.read_text().replace("Setup", "Set up", 1))
+    (stale / "stray.txt").write_text("edited by hand")
+    problems = build.check(course=stale)
+    assert f"stale: course/{notebook.relative_to(stale)}" in problems
+    assert "not built from solutions/: stray.txt" in problems
+
+
+def test_every_solution_folder_has_its_notebook(tmp_path):
+    (tmp_path / "01_topic").mkdir()
+    with pytest.raises(build.BuildError, match="expected the notebook source topic.py"):
+        build.assignments(Path(tmp_path))

@@ -1,0 +1,70 @@
+import subprocess
+import sys
+
+from grader import device, doctor
+
+GOOD = {
+    "torch": "2.13.0",
+    "triton": "3.9.0",
+    "numpy": "2.4.6",
+    "ipywidgets": "8.1.9",
+    "jupyterlab_widgets": "3.0.17",
+}
+CPU = device.Device(device.INTERPRETER, "CPU")
+H100 = device.Device(device.GPU, "H100", (9, 0), 80 * 2**30)
+T4 = device.Device(device.GPU, "T4", (7, 5), 16 * 2**30)
+
+
+def problems(
+    dev=CPU, versions=GOOD, cuda_visible=False, torch_cuda=None, triton_for_torch=None, env=None
+):
+    found = doctor.findings(
+        dev,
+        versions,
+        cuda_visible=cuda_visible,
+        torch_cuda=torch_cuda,
+        triton_for_torch=triton_for_torch,
+        env=env or {"TRITON_DEFAULT_FP_FUSION": "1"},
+    )
+    return [f.message for f in found if f.level == "problem"]
+
+
+def test_good_combination_has_no_problems():
+    assert problems() == []
+    assert problems(H100, cuda_visible=True, torch_cuda="13.0", triton_for_torch="3.9.0") == []
+
+
+def test_known_bad_combinations_are_found():
+    assert any(
+        "built against triton 3.6.0" in p
+        for p in problems(H100, cuda_visible=True, triton_for_torch="3.6.0")
+    )
+    assert any(
+        "older than the course supports" in p
+        for p in problems(versions={**GOOD, "triton": "2.3.1"})
+    )
+    assert any("not installed" in p for p in problems(versions={**GOOD, "triton": None}))
+    assert any("NumPy 1" in p for p in problems(versions={**GOOD, "torch": "2.2.2"}))
+    assert any(
+        "jupyterlab_widgets 3.x" in p
+        for p in problems(versions={**GOOD, "jupyterlab_widgets": "1.1.7"})
+    )
+    assert any(
+        "TRITON_INTERPRET=1" in p
+        for p in problems(H100, cuda_visible=True, env={"TRITON_INTERPRET": "1"})
+    )
+    assert any("older than sm_80" in p for p in problems(T4, cuda_visible=True))
+
+
+def test_report_lists_versions_and_mode():
+    text, _ = doctor.report()
+    for word in ("python", "torch", "triton", "mode", "grades speed", "known-bad combinations"):
+        assert word in text
+
+
+def test_cli_doctor_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "grader", "doctor"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "triton" in result.stdout and "grades correctness  yes" in result.stdout

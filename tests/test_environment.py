@@ -1,0 +1,40 @@
+"""environment.yml, pyproject.toml and the Makefile name the same versions."""
+
+import re
+import tomllib
+
+import yaml
+
+
+def pins(requirements):
+    out = {}
+    for req in requirements:
+        m = re.match(r"^([A-Za-z0-9_.-]+)\s*(==|>=)\s*([\w.]+)$", req.strip())
+        if m:
+            out[m.group(1).lower()] = (m.group(2), m.group(3))
+    return out
+
+
+def test_environment_yml_matches_pyproject(root):
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    declared = pins(project["dependencies"])
+    for extra in ("course", "dev"):
+        declared |= pins(project["optional-dependencies"][extra])
+    env = yaml.safe_load((root / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda = pins(pip_section)
+    assert "-e ." in pip_section, "environment.yml must install the grader package itself"
+
+    makefile = (root / "Makefile").read_text()
+    make_pins = dict(re.findall(r"^(TORCH|TRITON)\s*\?=\s*\w+==([\w.]+)", makefile, re.M))
+    for name in ("torch", "triton"):
+        op, _ = declared[name]
+        assert op == ">=", f"pyproject must leave {name} to the Makefile's pin"
+        pinned = ("==", make_pins[name.upper()])
+        assert conda[name] == pinned, f"{name}: environment.yml vs Makefile"
+    exact = {k: v for k, v in declared.items() if v[0] == "=="}
+    assert exact, "pyproject pins nothing exactly"
+    for name, pin in exact.items():
+        assert conda.get(name) == pin, f"{name}: pyproject {pin}, environment.yml {conda.get(name)}"
+    extra = set(conda) - set(declared)
+    assert not extra, f"environment.yml has packages pyproject lacks: {sorted(extra)}"
