@@ -54,13 +54,12 @@ lab: release
 test: setup
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
-# On a GPU: the GPU-marked tests, the checker's tests (they take the compiled path there), and
-# every solution notebook at full size. `.ci/gpu` runs this on a machine without a venv.
+# On a GPU: everything but the toolchain tests (build, lint, nbgrader, JupyterLab run in CPU CI):
+# the GPU-marked tests, the checker's tests (they take the compiled path there), and every
+# solution notebook at full size. `.ci/gpu` runs this on a machine without a venv.
 test-gpu:
 	$(PY) -m grader doctor
-	$(PY) -m pytest -m "gpu or not slow" tests/test_*.py --ignore=tests/test_lab.py \
-	  --ignore=tests/test_nbgrader.py $(PYTEST_ARGS)
-	$(PY) -m pytest tests/test_notebooks.py $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not tooling" $(PYTEST_ARGS)
 
 wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \

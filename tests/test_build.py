@@ -8,6 +8,8 @@ import pytest
 
 from grader import build
 
+pytestmark = pytest.mark.tooling
+
 SOURCE = """# %% [markdown]
 # # 99 · Example
 

@@ -3,7 +3,10 @@
 import re
 import tomllib
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.tooling
 
 
 def pins(requirements):

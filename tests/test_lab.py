@@ -17,7 +17,7 @@ from jupyter_client import BlockingKernelClient
 
 from grader import build
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 TOKEN = "course-test"
 
 

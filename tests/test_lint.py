@@ -8,6 +8,7 @@ import pytest
 
 from grader import build
 
+pytestmark = pytest.mark.tooling
 ASSIGNMENTS = build.assignments()
 MARKERS = {
     "SOLUTION": ("### BEGIN SOLUTION", "### END SOLUTION"),

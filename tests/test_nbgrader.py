@@ -12,7 +12,7 @@ from nbgrader.api import Gradebook
 from grader import build, device
 
 ASSIGNMENTS = build.assignments()
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
 
 @pytest.fixture(scope="module")
