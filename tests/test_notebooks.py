@@ -1,5 +1,6 @@
-"""Every solution notebook executes top to bottom with papermill, within the time budget, and its
-graded cells pass without writing to stderr (nbgrader would score such a cell 0)."""
+"""Every solution notebook executes top to bottom with papermill, within the time budget; its
+graded cells pass without writing to stderr (nbgrader would score such a cell 0); and on a GPU
+its speed cells award full points, while elsewhere they award none."""
 
 import nbformat
 import pytest
@@ -35,3 +36,11 @@ def test_solution_executes(assignment, sources):
             assert out.output_type != "error", f"{cell.id}: {out.get('evalue')}"
             assert not (out.output_type == "stream" and out.name == "stderr"), \
                 f"{cell.id} wrote to stderr, which nbgrader scores 0:\n{out.text}"
+        if meta["grade_id"].startswith("speed-"):
+            # the reference solution must clear its speed threshold on every GPU run
+            result = [o for o in cell.outputs if o.output_type == "execute_result"]
+            assert result, f"{cell.id} must end with its score"
+            score = float(result[-1].data["text/plain"])
+            want = meta["points"] if device.current().grades_speed else 0.0
+            printed = "".join(o.get("text", "") for o in cell.outputs)
+            assert score == want, f"{cell.id} scored {score} of {meta['points']}:\n{printed}"

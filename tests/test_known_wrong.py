@@ -1,0 +1,106 @@
+"""The notebooks' own graded tests reject every known-wrong solution and accept the reference.
+
+For each notebook with a module in tests/known_wrong/, one kernel runs the solution notebook top
+to bottom; then, for each wrong source of an exercise, the exercise cell is replaced by it and
+the cells up to that exercise's last test cell are run again: a test cell must fail. The
+reference is put back afterwards (tests/test_notebooks.py proves that it passes).
+"""
+
+import importlib
+import pkgutil
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+import tests.known_wrong
+from grader import build
+
+pytestmark = pytest.mark.slow
+
+MODULES = [importlib.import_module(f"tests.known_wrong.{m.name}")
+           for m in pkgutil.iter_modules(tests.known_wrong.__path__)]
+CASES = [(m.NOTEBOOK, grade_id, name) for m in MODULES
+         for grade_id, variants in m.WRONG.items() for name in variants]
+SOURCES = {(m.NOTEBOOK, g, n): src for m in MODULES for g, v in m.WRONG.items()
+           for n, src in v.items()}
+
+
+class Session:
+    """A kernel that has run one solution notebook, and the notebook's cells."""
+
+    def __init__(self, notebook: str):
+        assignment = next(a for a in build.assignments() if a.name == notebook)
+        self.cells = build.to_notebook(assignment.source).cells
+        self.km, self.kc = start_new_kernel(kernel_name="python3",
+                                            cwd=str(assignment.source.parent))
+        for cell in self.code_cells(0, len(self.cells)):
+            status, detail = self.run(cell.source)
+            assert status == "ok", f"the solution itself fails in {cell.id}: {detail}"
+
+    def code_cells(self, start, stop):
+        return [c for c in self.cells[start:stop] if c.cell_type == "code"]
+
+    def run(self, code):
+        errors = []
+
+        def hook(msg):
+            if msg["msg_type"] == "error":
+                errors.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+
+        reply = self.kc.execute_interactive(code, timeout=600, output_hook=hook)
+        return reply["content"]["status"], "; ".join(errors)[:500]
+
+    def span(self, grade_id):
+        """The exercise cell's index and the cells from it to its last correctness test."""
+        index = next(i for i, c in enumerate(self.cells) if c.id == grade_id)
+        last = index
+        for i in range(index + 1, len(self.cells)):
+            meta = self.cells[i].metadata.get("nbgrader", {})
+            if meta.get("solution"):
+                break
+            if meta.get("grade") and not meta["grade_id"].startswith("speed-"):
+                last = i
+        assert last > index, f"{grade_id} has no test cell after it"
+        return index, last
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    opened = {}
+
+    def session(name):
+        if name not in opened:
+            opened[name] = Session(name)
+        return opened[name]
+
+    yield session
+    for s in opened.values():
+        s.close()
+
+
+def is_test(cell):
+    meta = cell.metadata.get("nbgrader", {})
+    return meta.get("grade") and not meta["grade_id"].startswith("speed-")
+
+
+@pytest.mark.parametrize("notebook, grade_id, name", CASES,
+                         ids=[f"{n}:{g}:{w}" for n, g, w in CASES])
+def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
+    session = sessions(notebook)
+    index, last = session.span(grade_id)
+    try:
+        status, detail = session.run(SOURCES[notebook, grade_id, name])
+        if status != "ok":  # a wrong source may already fail to define itself; that counts
+            return
+        for cell in session.code_cells(index + 1, last + 1):
+            status, detail = session.run(cell.source)
+            if status != "ok" and is_test(cell):
+                return  # rejected, with `detail` as the student would read it
+        pytest.fail(f"'{name}' passed every test of {grade_id}")
+    finally:
+        status, detail = session.run(session.cells[index].source)  # the reference, back
+        assert status == "ok", f"the reference no longer defines itself: {detail}"
