@@ -33,8 +33,9 @@ class Entry:
     when: str
 
     def point(self) -> roofline.Point:
-        return roofline.Point(f"{self.notebook[:2]} {self.kernel}", self.flops, self.bytes_moved,
-                              self.seconds)
+        return roofline.Point(
+            f"{self.notebook[:2]} {self.kernel}", self.flops, self.bytes_moved, self.seconds
+        )
 
 
 def load(device_name: str | None = None) -> list[Entry]:
@@ -47,14 +48,29 @@ def load(device_name: str | None = None) -> list[Entry]:
     return [e for e in entries if device_name is None or e.device == device_name]
 
 
-def record(notebook: str, kernel: str, *, flops: float, bytes_moved: float, seconds: float,
-           precision: str = "fp32") -> Entry:
+def record(
+    notebook: str,
+    kernel: str,
+    *,
+    flops: float,
+    bytes_moved: float,
+    seconds: float,
+    precision: str = "fp32",
+) -> Entry:
     """Keep (or replace) the measurement of `kernel` from `notebook` on the current GPU."""
     dev = device.current()
     if not dev.is_gpu:
         raise RuntimeError("only GPU timings are recorded: interpreter times mean nothing")
-    entry = Entry(notebook, kernel, dev.name, precision, float(flops), float(bytes_moved),
-                  float(seconds), time.strftime("%Y-%m-%d %H:%M:%S"))
+    entry = Entry(
+        notebook,
+        kernel,
+        dev.name,
+        precision,
+        float(flops),
+        float(bytes_moved),
+        float(seconds),
+        time.strftime("%Y-%m-%d %H:%M:%S"),
+    )
     kept = [e for e in load() if (e.notebook, e.kernel, e.device) != (notebook, kernel, dev.name)]
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -17,12 +17,19 @@ from grader import build
 
 pytestmark = pytest.mark.slow
 
-MODULES = [importlib.import_module(f"tests.known_wrong.{m.name}")
-           for m in pkgutil.iter_modules(tests.known_wrong.__path__)]
-CASES = [(m.NOTEBOOK, grade_id, name) for m in MODULES
-         for grade_id, variants in m.WRONG.items() for name in variants]
-SOURCES = {(m.NOTEBOOK, g, n): src for m in MODULES for g, v in m.WRONG.items()
-           for n, src in v.items()}
+MODULES = [
+    importlib.import_module(f"tests.known_wrong.{m.name}")
+    for m in pkgutil.iter_modules(tests.known_wrong.__path__)
+]
+CASES = [
+    (m.NOTEBOOK, grade_id, name)
+    for m in MODULES
+    for grade_id, variants in m.WRONG.items()
+    for name in variants
+]
+SOURCES = {
+    (m.NOTEBOOK, g, n): src for m in MODULES for g, v in m.WRONG.items() for n, src in v.items()
+}
 
 
 class Session:
@@ -31,8 +38,9 @@ class Session:
     def __init__(self, notebook: str):
         assignment = next(a for a in build.assignments() if a.name == notebook)
         self.cells = build.to_notebook(assignment.source).cells
-        self.km, self.kc = start_new_kernel(kernel_name="python3",
-                                            cwd=str(assignment.source.parent))
+        self.km, self.kc = start_new_kernel(
+            kernel_name="python3", cwd=str(assignment.source.parent)
+        )
         for cell in self.code_cells(0, len(self.cells)):
             status, detail = self.run(cell.source)
             assert status == "ok", f"the solution itself fails in {cell.id}: {detail}"
@@ -87,8 +95,9 @@ def is_test(cell):
     return meta.get("grade") and not meta["grade_id"].startswith("speed-")
 
 
-@pytest.mark.parametrize("notebook, grade_id, name", CASES,
-                         ids=[f"{n}:{g}:{w}" for n, g, w in CASES])
+@pytest.mark.parametrize(
+    "notebook, grade_id, name", CASES, ids=[f"{n}:{g}:{w}" for n, g, w in CASES]
+)
 def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
     session = sessions(notebook)
     index, last = session.span(grade_id)

@@ -29,9 +29,11 @@ def free_port():
 
 def api(port, path, method="GET", body=None):
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", method=method,
+        f"http://127.0.0.1:{port}{path}",
+        method=method,
         data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read() or b"null")
 
@@ -42,9 +44,20 @@ def lab(tmp_path_factory):
     port = free_port()
     env = {**build.nbgrader_env(), "JUPYTER_RUNTIME_DIR": str(runtime)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "grader", "lab", "--no-browser", f"--port={port}",
-         f"--IdentityProvider.token={TOKEN}", "--ServerApp.open_browser=False"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "lab",
+            "--no-browser",
+            f"--port={port}",
+            f"--IdentityProvider.token={TOKEN}",
+            "--ServerApp.open_browser=False",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 90
     while True:
         try:
@@ -65,13 +78,17 @@ def test_lab_serves_the_course_with_widgets(lab):
     listing = api(port, "/api/contents/00_setup")
     assert "setup.ipynb" in {item["name"] for item in listing["content"]}
     # the widget manager is among the extensions the lab page loads, and it is enabled
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/lab",
-                                     headers={"Authorization": f"token {TOKEN}"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/lab", headers={"Authorization": f"token {TOKEN}"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         page = response.read().decode()
     assert '"name": "@jupyter-widgets/jupyterlab-manager"' in page
-    manager = next(e for e in api(port, "/lab/api/extensions")
-                   if e["name"] == "jupyter-widgets-jupyterlab-manager")
+    manager = next(
+        e
+        for e in api(port, "/lab/api/extensions")
+        if e["name"] == "jupyter-widgets-jupyterlab-manager"
+    )
     assert manager["enabled"] and manager["status"] == "ok"
 
 
@@ -90,8 +107,12 @@ def test_setup_notebook_runs_top_to_bottom_in_the_labs_kernel(lab):
         for code in cells:
             reply = client.execute_interactive(code, timeout=120, output_hook=outputs.append)
             assert reply["content"]["status"] == "ok", (code[:200], reply["content"])
-        widget_views = [m for m in outputs if m["msg_type"] == "execute_result"
-                        and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+        widget_views = [
+            m
+            for m in outputs
+            if m["msg_type"] == "execute_result"
+            and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+        ]
         assert widget_views, "the widget did not produce a view"
     finally:
         client.stop_channels()

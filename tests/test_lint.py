@@ -93,10 +93,14 @@ def test_every_exercise_is_graded_and_speed_cells_are_named(notebook):
     assert any(nbg(c).get("solution") for c in nb.cells)
     assert any(not nbg(c)["grade_id"].startswith("speed-") for c in graded)
     for cell in graded:
-        visible = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", cell.source,
-                         flags=re.S)
-        code = [line for line in visible.splitlines() if line.strip()
-                and not line.strip().startswith("#")]
+        visible = re.sub(
+            r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", cell.source, flags=re.S
+        )
+        code = [
+            line
+            for line in visible.splitlines()
+            if line.strip() and not line.strip().startswith("#")
+        ]
         assert code, f"{cell.id}: the student's copy must test something, or it passes blank"
         assert not re.search(r"sys\.stderr|warnings\.warn", cell.source), (
             f"{cell.id}: a graded cell that writes to stderr scores 0"
@@ -108,11 +112,13 @@ def test_notebook_length(notebook):
     assert 15 <= len(nb.cells) <= 40, f"{len(nb.cells)} cells; the house style asks 15-40"
 
 
-def test_ruff_is_clean(root):
+@pytest.mark.parametrize(
+    "command",
+    [["check", "grader", "tests", "solutions"], ["format", "--check", "grader", "tests"]],
+    ids=["check", "format"],
+)
+def test_ruff_is_clean(root, command):
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "grader", "tests", "solutions"],
-        cwd=root,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-m", "ruff", *command], cwd=root, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -64,6 +64,10 @@ def test_course_notebooks_pass_no_test(assignment):
     notebook = build.COURSE / assignment.name / assignment.notebook_name
     result = subprocess.run(
         [sys.executable, "-m", "nbgrader", "validate", "--invert", str(notebook)],
-        capture_output=True, text=True, env=build.nbgrader_env(), timeout=600)
+        capture_output=True,
+        text=True,
+        env=build.nbgrader_env(),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout

@@ -34,8 +34,9 @@ def test_solution_executes(assignment, sources):
             continue
         for out in cell.outputs:
             assert out.output_type != "error", f"{cell.id}: {out.get('evalue')}"
-            assert not (out.output_type == "stream" and out.name == "stderr"), \
+            assert not (out.output_type == "stream" and out.name == "stderr"), (
                 f"{cell.id} wrote to stderr, which nbgrader scores 0:\n{out.text}"
+            )
         if meta["grade_id"].startswith("speed-"):
             # the reference solution must clear its speed threshold on every GPU run
             result = [o for o in cell.outputs if o.output_type == "execute_result"]

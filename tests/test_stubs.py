@@ -20,8 +20,10 @@ def test_launching_a_stub_kernel_becomes_one_sentence(dev):
         assert isinstance(raised, triton.CompilationError), repr(raised)
     else:  # the interpreter runs it and wraps the NotImplementedError
         assert isinstance(raised.__cause__, NotImplementedError), repr(raised)
-    print(f"Triton {triton.__version__} in {dev.mode} mode raised {type(raised).__name__}: "
-          f"{str(raised)[-200:]!r}")
+    print(
+        f"Triton {triton.__version__} in {dev.mode} mode raised {type(raised).__name__}: "
+        f"{str(raised)[-200:]!r}"
+    )
     sentence = stubs.explain(raised)
     assert sentence is not None and sentence.startswith("`relu_stub` still holds the exercise stub")
 

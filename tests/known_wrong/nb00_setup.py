@@ -2,35 +2,40 @@
 
 NOTEBOOK = "00_setup"
 
-HEADER = '''
+HEADER = """
 @triton.jit
 def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-'''
+"""
 
 WRONG = {
     "relu-kernel": {
         "stub left in place": HEADER + "    raise NotImplementedError()\n",
         "never stores": HEADER + "    x = tl.load(x_ptr + offsets, mask=mask)\n",
-        "identity": HEADER + """
+        "identity": HEADER
+        + """
     x = tl.load(x_ptr + offsets, mask=mask)
     tl.store(out_ptr + offsets, x, mask=mask)
 """,
-        "abs instead of relu": HEADER + """
+        "abs instead of relu": HEADER
+        + """
     x = tl.load(x_ptr + offsets, mask=mask)
     tl.store(out_ptr + offsets, tl.abs(x), mask=mask)
 """,
-        "first block only": HEADER + """
+        "first block only": HEADER
+        + """
     x = tl.load(x_ptr + offsets, mask=mask)
     tl.store(out_ptr + offsets, tl.where(x > 0, x, 0.0), mask=mask & (pid == 0))
 """,
-        "fp16 arithmetic": HEADER + """
+        "fp16 arithmetic": HEADER
+        + """
     x = tl.load(x_ptr + offsets, mask=mask).to(tl.float16)
     tl.store(out_ptr + offsets, tl.where(x > 0, x, 0.0), mask=mask)
 """,
-        "writes the input": HEADER + """
+        "writes the input": HEADER
+        + """
     x = tl.load(x_ptr + offsets, mask=mask)
     y = tl.where(x > 0, x, 0.0)
     tl.store(x_ptr + offsets, y, mask=mask)
