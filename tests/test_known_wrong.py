@@ -1,9 +1,10 @@
 """The notebooks' own graded tests reject every known-wrong solution and accept the reference.
 
 For each notebook with a module in tests/known_wrong/, one kernel runs the solution notebook top
-to bottom; then, for each wrong source of an exercise, the exercise cell is replaced by it and
-the cells up to that exercise's last test cell are run again: a test cell must fail. The
-reference is put back afterwards (tests/test_notebooks.py proves that it passes).
+to bottom; then, for each wrong source of an exercise (WRONG), the exercise cell is replaced by
+it and the cells up to that exercise's last test cell are run again: a test cell must fail.
+Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
+The reference is put back afterwards (tests/test_notebooks.py proves that it passes).
 """
 
 import importlib
@@ -30,6 +31,12 @@ CASES = [
 SOURCES = {
     (m.NOTEBOOK, g, n): src for m in MODULES for g, v in m.WRONG.items() for n, src in v.items()
 }
+SLOW_CASES = [
+    (m.NOTEBOOK, grade_id, name, source)
+    for m in MODULES
+    for grade_id, variants in getattr(m, "SLOW", {}).items()
+    for name, source in variants.items()
+]
 
 
 class Session:
@@ -48,25 +55,31 @@ class Session:
     def code_cells(self, start, stop):
         return [c for c in self.cells[start:stop] if c.cell_type == "code"]
 
-    def run(self, code):
+    def run(self, code, results=None):
+        """Execute code; returns (status, error text). Results and printed text go to `results`."""
         errors = []
 
         def hook(msg):
             if msg["msg_type"] == "error":
                 errors.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+            elif results is not None and msg["msg_type"] == "execute_result":
+                results.append(msg["content"]["data"]["text/plain"])
+            elif results is not None and msg["msg_type"] == "stream":
+                results.append(msg["content"]["text"])
 
         reply = self.kc.execute_interactive(code, timeout=600, output_hook=hook)
         return reply["content"]["status"], "; ".join(errors)[:500]
 
-    def span(self, grade_id):
-        """The exercise cell's index and the cells from it to its last correctness test."""
+    def span(self, grade_id, speed=False):
+        """The exercise cell's index and the index of its last test cell (speed cells too when
+        `speed`), stopping at the next exercise."""
         index = next(i for i, c in enumerate(self.cells) if c.id == grade_id)
         last = index
         for i in range(index + 1, len(self.cells)):
             meta = self.cells[i].metadata.get("nbgrader", {})
             if meta.get("solution"):
                 break
-            if meta.get("grade") and not meta["grade_id"].startswith("speed-"):
+            if meta.get("grade") and (speed or not meta["grade_id"].startswith("speed-")):
                 last = i
         assert last > index, f"{grade_id} has no test cell after it"
         return index, last
@@ -112,4 +125,33 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
         pytest.fail(f"'{name}' passed every test of {grade_id}")
     finally:
         status, detail = session.run(session.cells[index].source)  # the reference, back
+        assert status == "ok", f"the reference no longer defines itself: {detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "notebook, grade_id, name, source",
+    SLOW_CASES,
+    ids=[f"{n}:{g}:{w}" for n, g, w, _ in SLOW_CASES],
+)
+def test_slow_but_correct_solution_scores_no_speed_points(
+    sessions, notebook, grade_id, name, source
+):
+    session = sessions(notebook)
+    index, last = session.span(grade_id, speed=True)
+    try:
+        status, detail = session.run(source)
+        assert status == "ok", f"'{name}' does not define itself: {detail}"
+        speed_cells = 0
+        for cell in session.code_cells(index + 1, last + 1):
+            printed = []
+            status, detail = session.run(cell.source, printed)
+            assert status == "ok", f"'{name}' must be correct, but {cell.id} fails: {detail}"
+            if cell.metadata.get("nbgrader", {}).get("grade_id", "").startswith("speed-"):
+                speed_cells += 1
+                score = float(printed[-1])
+                assert score == 0.0, f"'{name}' earned {score} in {cell.id}:\n{''.join(printed)}"
+        assert speed_cells, f"{grade_id} has no speed cell"
+    finally:
+        status, detail = session.run(session.cells[index].source)
         assert status == "ok", f"the reference no longer defines itself: {detail}"

@@ -43,3 +43,19 @@ WRONG = {
 """,
     },
 }
+
+# Correct but slow: every program handles one element, so the launch has n programs of one lane
+# each and the memory system sees scattered 4-byte requests instead of wide coalesced ones.
+SLOW = {
+    "relu-kernel": {
+        "one element per program": """
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    for i in range(0, BLOCK):
+        offset = pid * BLOCK + i
+        x = tl.load(x_ptr + offset, mask=offset < n)
+        tl.store(out_ptr + offset, tl.where(x > 0, x, 0.0), mask=offset < n)
+""",
+    },
+}
