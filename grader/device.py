@@ -144,6 +144,12 @@ def _set_triton_environment(mode: str) -> None:
         )
     if want:
         os.environ["TRITON_INTERPRET"] = want
+        # The interpreter computes with numpy, which warns on stderr where a GPU silently gives
+        # inf or NaN (exp overflow, -inf - -inf in a masked lane). nbgrader scores a test cell
+        # with stderr output 0, so those warnings are turned off, as the hardware has none.
+        import numpy
+
+        numpy.seterr(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     else:
         os.environ.pop("TRITON_INTERPRET", None)
     # Triton 3.9 warns on stderr at every first compile unless this is set; 1 is the behaviour of

@@ -82,3 +82,12 @@ def test_user_fp_fusion_choice_is_kept():
         TRITON_DEFAULT_FP_FUSION="0",
     )
     assert result.stdout.strip() == "0", result.stderr
+
+
+@pytest.mark.skipif(device.current().is_gpu, reason="checks interpreter mode")
+def test_interpreter_mode_keeps_numpy_quiet_on_stderr():
+    result = run_python(
+        "import numpy as np; from grader import device; device.setup('interpreter'); "
+        "np.exp(np.float32(1e4)); np.float32('-inf') - np.float32('-inf')"
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
