@@ -111,10 +111,11 @@ def compare(
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
 
-    untouched = poison_mask(actual).flatten().cpu()
-    got = actual.detach().to(torch.float64).flatten().cpu()
-    want = expected.detach().to(torch.float64).flatten().cpu()
-    if untouched.numel() and untouched.all():
+    # compared on the output's own device: a GPU output of hundreds of MiB stays there
+    untouched = poison_mask(actual).flatten()
+    got = actual.detach().to(torch.float64).flatten()
+    want = expected.detach().to(device=got.device, dtype=torch.float64).flatten()
+    if untouched.numel() and bool(untouched.all()):
         raise KernelCheckError(stubs.untouched_output(name) + where)
 
     # an element still holding the poison was never written, even where NaN is expected
@@ -122,16 +123,15 @@ def compare(
     same_inf = got.isinf() & want.isinf() & (got == want)
     finite = want.isfinite() & got.isfinite()
     error = (got - want).abs()
-    within = torch.zeros_like(got, dtype=torch.bool)
-    within[finite] = error[finite] <= atol + rtol * want[finite].abs()
+    within = finite & (error <= atol + rtol * want.abs())
     ok = both_nan | same_inf | within
-    if ok.all():
+    if bool(ok.all()):
         return
 
     bad = (~ok).nonzero().flatten()
     total = got.numel()
     lines = [f"`{name}` is wrong at {len(bad)} of {total} elements{where}."]
-    if untouched.any():
+    if bool(untouched.any()):
         first = int(untouched.nonzero()[0])
         lines.append(
             f"{int(untouched.sum())} elements were never written (they still hold the "
@@ -139,7 +139,7 @@ def compare(
             "element, and does the mask let the last block's valid elements through?"
         )
     finite_bad = finite & ~ok
-    if finite_bad.any():
+    if bool(finite_bad.any()):
         worst = int(torch.where(finite_bad, error, torch.zeros_like(error)).argmax())
         lines.append(
             f"max abs error {_fmt(float(error[worst]))} at {_index(worst, actual.shape)} "
