@@ -1,0 +1,680 @@
+# %% [markdown]
+# # 03 · Fused softmax
+#
+# Softmax turns each row of scores into probabilities: exponentiate, then divide by the row's
+# sum. It sits inside every attention layer and every classifier, and it does almost no
+# arithmetic per element, so its speed is set by memory traffic. Written as a handful of PyTorch
+# operations, it sends the whole matrix to and from memory several times; one Triton kernel that
+# keeps a row on chip reads it once and writes it once. This notebook counts that difference,
+# builds the kernel, makes it exact on the inputs that break naive versions (huge values, `-inf`,
+# rows of awkward lengths), and measures where it stops working: rows too long to keep on chip.
+#
+# **You will learn:** how many trips to memory a chain of eager operations costs and how to
+# count them; how a reduction along a row runs inside one program; why softmax subtracts the
+# row's maximum, and what overflows when it does not; how to handle rows whose length is not a
+# power of two (masks and `-inf` padding); how `num_warps` and rows per program change speed;
+# and how bandwidth varies with row length, up to the point where a row no longer fits on chip.
+
+# %%
+from grader import device
+
+DEVICE = device.setup()
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from torch.overrides import TorchFunctionMode
+from tqdm.auto import tqdm
+from triton.runtime.errors import OutOfResources
+
+from grader import checks, perf, results, timing
+
+# The interpreter computes kernels with numpy, which warns about inf - inf and overflow where a
+# GPU silently produces the IEEE result (NaN, inf). Silence numpy so both modes print the same.
+np.seterr(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
+
+# %% tags=["parameters"]
+# The graded speed shape: float32, many rows, a few thousand columns that are not a power of two.
+SPEED_SHAPE = DEVICE.pick(gpu=(16384, 4000), interpreter=(8, 40))
+# Correctness shapes (rows, columns): a single element, odd sizes, rows longer than 1024.
+CHECK_SHAPES = DEVICE.pick(
+    gpu=[(1, 1), (64, 1), (3, 1000), (127, 129), (1000, 2500), (64, 8193), (4096, 4000)],
+    interpreter=[(1, 1), (64, 1), (3, 1000), (127, 129), (6, 2500), (3, 4500)],
+)
+# Row lengths for the bandwidth sweep; every shape holds 2**26 elements (256 MiB in float32).
+ROW_LENGTHS = [128, 512, 1024, 2048, 4000, 8192, 16384, 32768, 65536]
+SWEEP_ELEMENTS = 1 << 26
+WARPS = [1, 2, 4, 8, 16, 32]
+RUN_BENCHMARKS = True
+
+# %% [markdown]
+# ## Softmax from eager operations, and what it costs
+#
+# For a row $x$ of $N$ numbers, $\mathrm{softmax}(x)_j = e^{x_j - m} / \sum_k e^{x_k - m}$,
+# where $m = \max_k x_k$. Subtracting $m$ changes nothing mathematically (it multiplies the
+# numerator and the denominator by the same $e^{-m}$) and, as the next section shows, everything
+# numerically. For an $M \times N$ matrix we take the softmax of each row.
+#
+# In eager PyTorch each operation is its own kernel: it reads its inputs from device memory and
+# writes its result back before the next one starts. Five of them make a softmax. The comments
+# count traffic in elements; the reference the grader uses is `torch.softmax` in float64.
+
+# %%
+def softmax_eager(x):
+    """Row softmax from five PyTorch operations, each a separate kernel and trip to memory."""
+    row_max = x.amax(dim=1, keepdim=True)  # reads M*N, writes M
+    shifted = x - row_max  # reads M*N + M, writes M*N
+    numerator = torch.exp(shifted)  # reads M*N, writes M*N
+    denominator = numerator.sum(dim=1, keepdim=True)  # reads M*N, writes M
+    return numerator / denominator  # reads M*N + M, writes M*N
+
+
+def softmax_reference(x):  # what the grader compares with; reads M*N at least, writes M*N
+    return torch.softmax(x, dim=1)
+
+
+# %% [markdown]
+# Rather than trust the comments, let PyTorch count. `TrafficCounter` below is a
+# `torch.overrides.TorchFunctionMode`: every PyTorch function called inside `with` passes through
+# it, and it adds up the bytes of the tensors each operation takes (it must read them) and
+# returns (it must write them). A memory-bound kernel moves at least those bytes, so the total is
+# a floor on eager softmax's traffic.
+
+# %%
+class TrafficCounter(TorchFunctionMode):
+    """Records (operation, bytes read, bytes written) for every PyTorch call that returns a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if isinstance(result, torch.Tensor):
+            inputs = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+            self.calls.append((func.__name__, sum(a.nbytes for a in inputs), result.nbytes))
+        return result
+
+
+M, N = 1024, 4000
+x = torch.randn(M, N)
+with TrafficCounter() as counter:
+    softmax_eager(x)
+matrix = x.nbytes
+print(f"{'operation':<12}{'reads (x matrix)':>18}{'writes (x matrix)':>19}")
+for name, read, written in counter.calls:
+    print(f"{name:<12}{read / matrix:>18.4f}{written / matrix:>19.4f}")
+reads = sum(r for _, r, _ in counter.calls) / matrix
+writes = sum(w for _, _, w in counter.calls) / matrix
+print(f"{'total':<12}{reads:>18.4f}{writes:>19.4f}")
+print(f"\neager softmax moves {reads + writes:.2f} matrices of {matrix / 2**20:.1f} MiB; one fused "
+      f"pass moves 2 (read once, write once): at most {(reads + writes) / 2:.2f}x less traffic.")
+
+# %% [markdown]
+# Five reads and three writes of the matrix, against one read and one write for a single pass:
+# if every kernel ran at the memory system's full speed, one fused kernel would be about four
+# times as fast. On a GPU the next cell times each eager operation on the graded shape and turns
+# its counted bytes into a bandwidth, beside a plain device-to-device copy measured in the same
+# run. Where each operation's bandwidth is close to the copy's, the waste is in the number of
+# trips, not in how each trip is made.
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    x = torch.randn(SPEED_SHAPE, device="cuda")
+    row_max = x.amax(dim=1, keepdim=True)
+    shifted = x - row_max
+    numerator = torch.exp(shifted)
+    denominator = numerator.sum(dim=1, keepdim=True)
+    steps = {  # (the operation, elements read + written)
+        "amax": (lambda: x.amax(dim=1, keepdim=True), x.numel() + len(x)),
+        "subtract": (lambda: x - row_max, 2 * x.numel() + len(x)),
+        "exp": (lambda: torch.exp(shifted), 2 * x.numel()),
+        "sum": (lambda: numerator.sum(dim=1, keepdim=True), x.numel() + len(x)),
+        "divide": (lambda: numerator / denominator, 2 * x.numel() + len(x)),
+    }
+    copy = timing.bench(perf.copy_baseline(2 * x.nbytes)).per_second(2 * x.nbytes)
+    total_ms = 0.0
+    for name, (fn, elements) in steps.items():
+        t = timing.bench(fn)
+        total_ms += t.median_ms
+        rate = t.per_second(elements * x.element_size())
+        print(f"{name:<9} {t.median_ms * 1e3:7.1f} us  {rate / 1e9:6.0f} GB/s  "
+              f"({rate / copy:.0%} of copy)")
+    whole = timing.bench(lambda: softmax_eager(x))
+    print(f"sum of the five: {total_ms * 1e3:.1f} us; softmax_eager as one call: {whole}")
+    print(f"copy bandwidth measured now: {copy / 1e9:.0f} GB/s; reading and writing the matrix "
+          f"once at that rate takes {2 * x.nbytes / copy * 1e6:.1f} us")
+    del x, row_max, shifted, numerator, denominator
+else:
+    print("On a GPU this cell times each of the five eager operations and compares its bandwidth "
+          "with a device copy measured in the same run.")
+
+# %% [markdown]
+# ## Why subtract the maximum
+#
+# $e^x$ outgrows every floating-point format quickly: it exceeds the largest float32
+# ($\approx 3.4 \times 10^{38}$) once $x$ passes $\ln(3.4 \times 10^{38}) \approx 88.7$, and the
+# largest float16 (65504) once $x$ passes about 11.1. The cell computes both limits from
+# `torch.finfo`. Past them `exp` returns `inf`, and `inf / inf` is NaN: a softmax without the
+# subtraction returns NaN for any row that holds one large score. After subtracting the row's
+# maximum every exponent is at most 0, every $e^{x_j - m}$ lies in $[0, 1]$, and the sum lies
+# between 1 and $N$: nothing can overflow. Very negative entries underflow to 0, which is the
+# right answer to the precision of the format.
+
+# %%
+def softmax_naive(x):  # no max subtraction: right on small inputs only
+    numerator = torch.exp(x)
+    return numerator / numerator.sum(dim=1, keepdim=True)
+
+
+gen = torch.Generator().manual_seed(0)
+for dtype in (torch.float32, torch.float16):
+    limit = math.log(torch.finfo(dtype).max)
+    print(f"{str(dtype)[6:]}: exp(x) overflows for x > {limit:.2f}; "
+          f"exp({limit + 0.5:.1f}) = {torch.exp(torch.tensor(limit + 0.5, dtype=dtype)).item()}")
+    for scale in (1, 10, 100, 1e4):
+        x = (torch.randn(64, 1000, generator=gen) * scale).to(dtype)
+        bad_naive = softmax_naive(x).isnan().any(dim=1).float().mean().item()
+        stable = softmax_eager(x.float())
+        error = (stable - softmax_reference(x.double())).abs().max().item()
+        print(f"   scores ~ N(0, {scale:g}^2): naive softmax has NaN in {bad_naive:6.1%} of rows; "
+              f"with the max subtracted, max error {error:.1e}")
+
+# %% [markdown]
+# ## One program per row
+#
+# The fused kernel gives each row to one program. The program loads the whole row into
+# registers (`BLOCK` lanes, spread over its threads), finds the maximum with `tl.max`, computes
+# the exponentials and their sum with `tl.sum`, divides, and stores the row. The reductions
+# happen on chip: the threads of one program combine their partial results through registers
+# and shared memory, never through device memory. So the kernel reads each element once and
+# writes it once, the minimum any softmax can do.
+#
+# `tl.arange` needs a power-of-two length, so `BLOCK = triton.next_power_of_2(N)`, and a mask
+# (`cols < N`) switches off the lanes past the row's end. What masked lanes hold matters here,
+# unlike in an elementwise kernel: they take part in the max and the sum. Filled with `-inf`
+# they change neither: `max(m, -inf) = m` and $e^{-\infty - m} = 0$. Filled with 0 they add
+# $e^{0 - m}$ per padded lane to the sum, and if every real entry is negative, 0 becomes the max.
+#
+# Short rows leave a program with little to do, so the kernel can also own `ROWS` rows at once:
+# a `(ROWS, BLOCK)` tile, reduced along axis 1 (each row separately), with a second mask for the
+# rows past the matrix's end. The picture shows a 6 x 5 matrix in tiles of `ROWS = 4` by
+# `BLOCK = 8`.
+
+# %%
+def draw_tiles(n_rows=6, n_cols=5, rows=4, block=8):
+    programs = triton.cdiv(n_rows, rows)
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for pid in range(programs):
+        for r in range(rows):
+            row = pid * rows + r
+            for c in range(block):
+                inside = row < n_rows and c < n_cols
+                color = f"C{pid}" if inside else ("mistyrose" if row < n_rows else "lightgray")
+                ax.add_patch(plt.Rectangle((c, -row), 0.95, 0.95, color=color))
+                label = f"x{row},{c}" if inside else ("-inf" if row < n_rows else "")
+                ax.text(c + 0.47, -row + 0.45, label, ha="center", va="center", fontsize=7,
+                        color="white" if inside else "firebrick")
+        ax.text(block + 0.3, -pid * rows - rows / 2 + 1, f"program {pid}", va="center", fontsize=8)
+    ax.set_xlim(0, block + 2.2)
+    ax.set_ylim(-programs * rows + 0.8, 1.1)
+    ax.axis("off")
+    ax.set_title(f"{n_rows} x {n_cols} matrix, tiles of ROWS={rows} x BLOCK={block}: lanes past "
+                 "the row are loaded as -inf, rows past the matrix (grey) are masked", fontsize=9)
+    plt.show()
+
+
+draw_tiles()
+
+# %% [markdown]
+# The same padding in PyTorch, on one row of 5 negative scores padded to 8 lanes:
+
+# %%
+row = torch.tensor([-3.0, -1.0, -2.0, -4.0, -1.5], dtype=torch.float64)
+for fill in (0.0, -math.inf):
+    padded = torch.cat([row, torch.full((3,), fill, dtype=torch.float64)])
+    m = padded.max()
+    numerator = torch.exp(padded - m)
+    print(f"padding with {fill:>4}: max {m.item():>5}, sum {numerator.sum().item():.4f}, "
+          f"softmax of the real lanes {(numerator / numerator.sum())[:5].numpy().round(4)}")
+print(f"{'torch.softmax':>17}: {torch.softmax(row, dim=0).numpy().round(4)}")
+
+# %% [markdown]
+# ## What the kernel must return on special rows
+#
+# The kernel must match `torch.softmax`, including where the input holds `-inf` (attention masks
+# put it there on purpose). The cell asks PyTorch, in float64, what that means:
+#
+# - an entry of `-inf` in a row with a finite maximum gets exactly 0;
+# - a row that is entirely `-inf` has no finite maximum, and its softmax is NaN in every entry
+#   ($-\infty - (-\infty)$ is NaN). Some libraries return zeros for such rows instead; this course
+#   follows `torch.softmax`, and the tests check both rules.
+
+# %%
+special = torch.tensor([[1.0, 2.0, -math.inf, 0.5],
+                        [-math.inf, -math.inf, -math.inf, -math.inf],
+                        [1e4, -1e4, 0.0, 1e4 - 1.0]], dtype=torch.float64)
+print(torch.softmax(special, dim=1))
+
+# %% [markdown]
+# ### Exercise: the softmax kernel and its launch configuration
+#
+# Write the body of `softmax_kernel`. The offsets and masks of the `(ROWS, BLOCK)` tile are
+# given. Then:
+#
+# 1. load the tile with the mask, filling masked lanes with `-inf` (`other=-float("inf")`), and
+#    convert it to float32 with `.to(tl.float32)`: float16 inputs are accumulated in float32;
+# 2. take each row's maximum, `tl.max(x, axis=1)`, which has shape `(ROWS,)`; use
+#    `row_max[:, None]` to subtract it from every lane of its row;
+# 3. exponentiate with `tl.exp`, sum each row with `tl.sum(..., axis=1)`, and divide;
+# 4. store with the mask, converting to the output's dtype:
+#    `y.to(out_ptr.dtype.element_ty)`.
+#
+# Then write `launch_config`, which picks `ROWS` and `num_warps` for a row length. Both must be
+# powers of two. Reasonable first answers are `ROWS = 1` and `num_warps = 4`; the reasoning for
+# better ones follows the exercise. The launcher `softmax` is
+# given: it computes `BLOCK` and takes `num_warps` and `rows_per_program` as overrides, so the
+# sweeps below can vary them.
+
+# %% nbgrader={"grade_id": "softmax-kernel", "solution": true}
+@triton.jit
+def softmax_kernel(
+    # pointers
+    out_ptr,  # output, (n_rows, n_cols), the input's dtype
+    x_ptr,  # input, (n_rows, n_cols), float32 or float16
+    # sizes
+    n_rows,  # number of rows
+    n_cols,  # elements per row
+    # strides: elements from one row to the next (columns are contiguous)
+    x_row_stride,
+    out_row_stride,
+    # compile-time constants
+    BLOCK: tl.constexpr,  # lanes per row, a power of two >= n_cols: the whole row
+    ROWS: tl.constexpr,  # rows per program, a power of two
+):
+    # -- which rows and columns this program owns
+    pid = tl.program_id(axis=0)
+    rows = pid * ROWS + tl.arange(0, ROWS)[:, None]  # (ROWS, 1)
+    cols = tl.arange(0, BLOCK)[None, :]  # (1, BLOCK)
+    mask = (rows < n_rows) & (cols < n_cols)  # (ROWS, BLOCK)
+    # -- load, reduce along each row, normalise, store: reads ROWS*n_cols, writes ROWS*n_cols
+    ### BEGIN SOLUTION
+    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask, other=-float("inf"))
+    x = x.to(tl.float32)  # (ROWS, BLOCK); -inf in masked lanes changes neither max nor sum
+    row_max = tl.max(x, axis=1)  # (ROWS,)
+    numerator = tl.exp(x - row_max[:, None])  # (ROWS, BLOCK), each in [0, 1]
+    denominator = tl.sum(numerator, axis=1)  # (ROWS,), in [1, n_cols] when the max is finite
+    y = numerator / denominator[:, None]  # (ROWS, BLOCK)
+    tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    ### END SOLUTION
+
+
+def launch_config(n_rows, n_cols):
+    """(rows per program, num_warps) for a matrix of n_rows rows of n_cols elements."""
+    block = triton.next_power_of_2(n_cols)
+    ### BEGIN SOLUTION
+    # Short rows: several per program, so that each program loads at least ~2048 elements
+    # (8 KiB of float32) instead of a few hundred bytes; never more rows than the matrix has.
+    rows = max(1, min(2048 // block, 16, triton.next_power_of_2(n_rows)))
+    # About 16 elements per thread (32 threads per warp): enough independent loads in flight per
+    # thread to hide memory latency, and few enough registers (the tile lives in them) for several
+    # programs to share an SM. 16 warps caps it; longer rows then hold more per thread.
+    num_warps = min(max(rows * block // (32 * 16), 1), 16)
+    ### END SOLUTION
+    return rows, num_warps
+
+
+def softmax(x, out, *, num_warps=None, rows_per_program=None):
+    """out = softmax(x) along dim 1, for a 2-D x with contiguous rows, by softmax_kernel."""
+    assert x.ndim == 2 and out.shape == x.shape and out.dtype == x.dtype
+    assert x.stride(1) == 1 and out.stride(1) == 1, "columns must be contiguous"
+    n_rows, n_cols = x.shape
+    rows, warps = launch_config(n_rows, n_cols)
+    rows = rows_per_program or rows
+    grid = (triton.cdiv(n_rows, rows),)
+    softmax_kernel[grid](
+        out, x, n_rows, n_cols, x.stride(0), out.stride(0),
+        BLOCK=triton.next_power_of_2(n_cols), ROWS=rows, num_warps=num_warps or warps,
+    )
+    return out
+
+
+# %% [markdown]
+# **The launch configuration, reasoned.** The kernel is memory bound, so what matters is keeping
+# enough loads in flight to cover the time memory takes to answer, without running out of
+# registers. Two knobs do it:
+#
+# - `num_warps` sets how many threads (32 per warp) share one program's tile. With too few, each
+#   thread holds a large slice of the row in registers and the SM runs few programs; with too
+#   many, each thread loads only a handful of elements and the cross-warp steps of `tl.max` and
+#   `tl.sum` (through shared memory, with barriers) cost more than they save. The reference aims
+#   for about 16 elements per thread: `num_warps = ROWS * BLOCK / (32 * 16)`, between 1 and 16.
+# - `ROWS` packs several short rows into one program. A 128-element row is 512 bytes: a program
+#   that moves only that spends more time starting and reducing than loading. The reference packs
+#   short rows until the tile holds about 2048 elements.
+#
+# The measurements after the speed cells show how bandwidth depends on both.
+#
+# ### How the tests call your launcher
+#
+# `softmax_inputs` builds the test matrices: normal scores, uniform scores up to a given
+# magnitude, rows shifted by large offsets (so that neighbouring rows in one program differ by
+# thousands), `-inf` entries, whole rows of `-inf`, and rows that are a view into a wider
+# matrix (row stride larger than the row). `kernel_only` runs your launcher while watching the
+# PyTorch functions it calls: the softmax must come from your kernel, so a call to
+# `torch.softmax`, `exp`, `sum` and the like fails the test.
+
+# %%
+def softmax_inputs(n_rows, n_cols, dtype=torch.float32, *, scale=1.0, spread=0.0, offset=0.0,
+                   minus_inf=0.0, dead_rows=0, padding=0):
+    """make_inputs for checks.check: one (n_rows, n_cols) matrix, fresh for every generator."""
+
+    def make(gen):
+        where = gen.device
+        shape = (n_rows, n_cols + padding)  # padding > 0: rows are a view into a wider matrix
+        x = checks.randn(shape, gen=gen, scale=scale)
+        if spread:  # uniform in [-spread, spread]
+            x = (torch.rand(shape, generator=gen, device=where) * 2 - 1) * spread
+        if offset:  # each row shifted by its own amount in [-offset, offset]
+            x = x + (torch.rand((n_rows, 1), generator=gen, device=where) * 2 - 1) * offset
+        if minus_inf:
+            x[torch.rand(shape, generator=gen, device=where) < minus_inf] = -math.inf
+        if dead_rows:
+            x[torch.randperm(n_rows, generator=gen, device=where)[:dead_rows]] = -math.inf
+        return (x.to(dtype)[:, :n_cols],)
+
+    return make
+
+
+class NoTorchMath(TorchFunctionMode):
+    """Fails the test when the graded code computes with PyTorch instead of its Triton kernel."""
+
+    FORBIDDEN = {"exp", "exp2", "expm1", "amax", "max", "sum", "nansum", "logsumexp", "div",
+                 "true_divide", "truediv", "rtruediv"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if "softmax" in name or name.strip("_") in self.FORBIDDEN:
+            raise checks.KernelCheckError(
+                f"the launcher called PyTorch's `{name}`: the softmax must be computed by your "
+                "Triton kernel, not by PyTorch.")
+        return func(*args, **(kwargs or {}))
+
+
+def kernel_only(launcher):
+    """`launcher`, run under NoTorchMath (and with numpy's warnings off in interpreter mode)."""
+
+    def run(*args, **kwargs):
+        with NoTorchMath(), np.errstate(all="ignore"):
+            return launcher(*args, **kwargs)
+
+    run.__name__ = getattr(launcher, "__name__", "softmax")
+    return run
+
+
+def check_softmax(n_rows, n_cols, dtype=torch.float32, launcher=None, **kinds):
+    checks.check(kernel_only(launcher or softmax), softmax_reference,
+                 softmax_inputs(n_rows, n_cols, dtype, **kinds))
+
+
+def check_exact_zeros(n_rows, n_cols, dtype=torch.float32):
+    """-inf entries in rows with a finite maximum must give exactly 0, not merely a tiny value."""
+    (x,) = softmax_inputs(n_rows, n_cols, dtype, minus_inf=0.3, dead_rows=1)(
+        checks.generator(checks.new_seed()))
+    out = torch.empty_like(x)
+    kernel_only(softmax)(x, out=out)
+    live = ~(x == -math.inf).all(dim=1, keepdim=True)
+    wrong = int(((x == -math.inf) & live & (out != 0)).sum())
+    if wrong:
+        raise checks.KernelCheckError(f"{wrong} entries that are -inf in a row with a finite "
+                                      "maximum did not come out as exactly 0")
+
+
+# %% [markdown]
+# ### Visible test
+#
+# A 127 x 129 float32 matrix of normal scores (neither dimension a power of two), then one with
+# `-inf` entries and three rows of nothing but `-inf`.
+
+# %% nbgrader={"grade": true, "grade_id": "test-softmax-visible", "points": 1}
+check_softmax(127, 129)
+check_softmax(127, 129, minus_inf=0.2, dead_rows=3)
+print("visible tests passed: 127 x 129 float32, normal scores and -inf entries/rows")
+
+# %% [markdown]
+# ### Hidden tests
+#
+# When your notebook is graded, this cell checks every shape in `CHECK_SHAPES` (one element,
+# rows longer than 1024, odd sizes) in float32 and float16 (and bfloat16 on a GPU); scores of
+# magnitude up to 1e4 in float32 and 6e4 in float16 (whose largest finite value is 65504); rows
+# shifted by large offsets; `-inf` entries (exactly 0 out) and all-`-inf` rows (NaN out); rows
+# that are views into a wider matrix; and several rows per program, forced.
+
+# %% nbgrader={"grade": true, "grade_id": "test-softmax-hidden", "points": 3}
+check_softmax(1, 1)  # one element: its softmax is 1; the hidden tests follow
+### BEGIN HIDDEN TESTS
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
+LARGE = {torch.float32: 1e4, torch.float16: 6e4, torch.bfloat16: 1e4}
+for n_rows, n_cols in CHECK_SHAPES:
+    for dtype in DTYPES:
+        check_softmax(n_rows, n_cols, dtype)
+for dtype in DTYPES:
+    big = LARGE[dtype]
+    check_softmax(127, 129, dtype, spread=big)  # one score dominates each row
+    check_softmax(127, 129, dtype, offset=big)  # rows far apart from each other
+    check_softmax(3, 1000, dtype, spread=big, minus_inf=0.3, dead_rows=1)
+    check_softmax(6, 2500, dtype, offset=big, minus_inf=0.1, dead_rows=2)
+    check_exact_zeros(33, 300, dtype)
+check_softmax(9, 1100, padding=17)  # row stride 1117 for the input, 1100 for the output
+check_softmax(127, 129, torch.float16, padding=3, offset=1e3)
+for rows in (1, 2, 8):  # the kernel must not depend on one ROWS
+    forced = lambda x, out, rows=rows: softmax(x, out, rows_per_program=rows)  # noqa: E731
+    check_softmax(19, 129, launcher=forced, offset=1e4)
+    check_softmax(5, 1500, launcher=forced, minus_inf=0.2, dead_rows=1)
+print(f"hidden tests passed: {CHECK_SHAPES}, dtypes {[str(d)[6:] for d in DTYPES]}, extremes, "
+      "strides, rows per program 1, 2, 8")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Speed (graded on a GPU)
+#
+# Two speed cells on a float32 matrix of `SPEED_SHAPE` (16384 x 4000 on a GPU: 250 MiB, five
+# times the 50 MB L2 cache of an H100 per its datasheet, so every pass goes to device memory).
+# Each compares with a baseline timed in the same run, alternately, and re-checks your output
+# after timing:
+#
+# - at least **2.5x** as fast as `softmax_eager`. The traffic count above allows at most 4x when
+#   every kernel runs at full bandwidth. A clean single pass gets most of that; a version that
+#   moves the matrix four times (say three reads and a write) gets about 2x when its kernels run
+#   at the same bandwidth as the eager ones;
+# - at least **0.9x** the speed of `torch.softmax`. PyTorch's CUDA softmax
+#   (`aten/src/ATen/native/cuda/SoftMax.cu`) keeps a row of this length in registers or shared
+#   memory and reads it once, so it is a single pass too: yours has to be as clean as it.
+
+# %% nbgrader={"grade": true, "grade_id": "speed-softmax-vs-eager", "points": 1}
+x_speed = checks.randn(SPEED_SHAPE, gen=checks.generator(checks.new_seed()))
+out_speed = torch.empty_like(x_speed)
+
+
+def verify_speed():
+    kernel_only(softmax)(x_speed, out=out_speed)
+    checks.compare(out_speed, softmax_reference(x_speed.double()), context="after timing")
+
+
+perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: softmax_eager(x_speed),
+                   at_least=2.5, points=1, names=("softmax_kernel", "eager (5 operations)"),
+                   verify=verify_speed)
+
+# %% nbgrader={"grade": true, "grade_id": "speed-softmax-vs-torch", "points": 1}
+perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: torch.softmax(x_speed, dim=1),
+                   at_least=0.9, points=1, names=("softmax_kernel", "torch.softmax"),
+                   verify=verify_speed)
+
+# %% [markdown]
+# The kernel's time on the graded shape is recorded for the roofline of everything you write in
+# this course (notebook 08). Its work is counted as 5 operations per element (the comparison for
+# the max, the subtraction, the exponential, the addition for the sum, the division) and its
+# traffic as one read and one write of the matrix.
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    t = timing.bench(lambda: softmax(x_speed, out_speed))
+    moved = 2 * x_speed.nbytes
+    entry = results.record("03_softmax", "softmax", flops=5 * x_speed.numel(), bytes_moved=moved,
+                           seconds=t.median_ms * 1e-3, precision="fp32")
+    print(f"softmax_kernel on {tuple(x_speed.shape)} float32: {t}, "
+          f"{t.per_second(moved) / 1e9:.0f} GB/s; recorded for {entry.device}")
+else:
+    print("On a GPU this cell records the kernel's time for the course's closing roofline; "
+          "interpreter times are not recorded.")
+
+# %% [markdown]
+# ## `num_warps`: how many threads share a row
+#
+# Same kernel, same graded shape, `num_warps` from 1 to 32 (the most a program can have: 1024
+# threads per block is the CUDA limit, CUDA C++ Programming Guide, "Technical Specifications per
+# Compute Capability"). The dashed line is the copy bandwidth measured in the same run. The
+# number of registers each thread uses and the number of 32-bit values it spills to local
+# memory are printed beside it, as the compiled kernel reports them.
+
+# %%
+def compiled_stats(x, out, rows, warps):
+    """Launch softmax_kernel once; return (registers, spilled 32-bit words) per thread."""
+    n_rows, n_cols = x.shape
+    kernel = softmax_kernel[(triton.cdiv(n_rows, rows),)](
+        out, x, n_rows, n_cols, x.stride(0), out.stride(0),
+        BLOCK=triton.next_power_of_2(n_cols), ROWS=rows, num_warps=warps)
+    return getattr(kernel, "n_regs", None), getattr(kernel, "n_spills", None)
+
+
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    moved = 2 * x_speed.nbytes
+    copy = timing.bench(perf.copy_baseline(moved)).per_second(moved)
+    rows, default_warps = launch_config(*x_speed.shape)
+    rates = []
+    for warps in tqdm(WARPS, desc="num_warps"):
+        try:
+            regs, spills = compiled_stats(x_speed, out_speed, rows, warps)
+        except OutOfResources as refusal:  # more registers per thread than 1024 threads can have
+            rates.append(0.0)
+            print(f"num_warps={warps:<3} cannot launch: {refusal}")
+            continue
+        t = timing.bench(lambda warps=warps: softmax(x_speed, out_speed, num_warps=warps))
+        rates.append(t.per_second(moved) / 1e9)
+        print(f"num_warps={warps:<3} {rates[-1]:6.0f} GB/s  {regs} registers/thread, "
+              f"{spills} spilled, {x_speed.shape[1] / (32 * warps):.0f} elements/thread")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar([str(w) for w in WARPS], rates, color=["C1" if w == default_warps else "C0" for w in WARPS])
+    ax.axhline(copy / 1e9, color="gray", ls="--", label=f"copy {copy / 1e9:.0f} GB/s")
+    ax.set_xlabel("num_warps (orange: launch_config's choice)")
+    ax.set_ylabel("GB/s (read + write)")
+    ax.set_title(f"softmax_kernel on {tuple(x_speed.shape)} float32, {DEVICE.name}", fontsize=9)
+    ax.legend()
+    plt.show()
+else:
+    print("On a GPU this cell times the kernel with num_warps from 1 to 32 and shows registers "
+          "per thread for each.")
+
+# %% [markdown]
+# ## Bandwidth against row length, and where rows stop fitting
+#
+# The sweep keeps the matrix at `SWEEP_ELEMENTS` float32 elements and varies the row length:
+# short rows mean many small programs, long rows few large ones. Each point is the useful
+# traffic (one read and one write of the matrix) divided by the time, so the eager version,
+# which moves about four times those bytes, can reach at most a quarter of the copy line; the
+# dashed line is the copy bandwidth measured in the same run. The table after the plot says how
+# many registers each thread of the kernel needs.
+#
+# Where long rows stop fitting: the kernel keeps the whole row in registers. An SM of compute
+# capability 8.0 or 9.0 has 64K 32-bit registers (256 KiB), a program (thread block) may use at
+# most 64K of them, and a thread at most 255 (CUDA C++ Programming Guide, "Technical
+# Specifications per Compute Capability"). A float32 row of 32768 elements is 128 KiB, half the
+# register file for the row alone, so with its temporaries at most one such program fits on an
+# SM, and nothing overlaps one program's loads with another's reductions. At 65536 elements the
+# row is as large as the whole register file and the compiler must spill to local memory, which
+# lives in device memory behind the caches. Shared memory (at most 227 KB per block at compute
+# capability 9.0, same table) would only postpone the limit. Notebook 06 removes it: an
+# *online* softmax streams a long row through the program in chunks, keeping only a running
+# maximum and sum.
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    moved = 2 * SWEEP_ELEMENTS * 4
+    copy = timing.bench(perf.copy_baseline(moved)).per_second(moved)
+    curves = {"softmax_kernel (yours)": [], "torch.softmax": [], "eager (5 operations)": []}
+    stats = []
+    for n_cols in tqdm(ROW_LENGTHS, desc="row length"):
+        x = torch.randn(SWEEP_ELEMENTS // n_cols, n_cols, device="cuda")
+        out = torch.empty_like(x)
+        rows, warps = launch_config(*x.shape)
+        stats.append((n_cols, rows, warps, *compiled_stats(x, out, rows, warps)))
+        runs = {"softmax_kernel (yours)": lambda x=x, out=out: softmax(x, out),
+                "torch.softmax": lambda x=x: torch.softmax(x, dim=1),
+                "eager (5 operations)": lambda x=x: softmax_eager(x)}
+        for name, fn in runs.items():
+            curves[name].append(timing.bench(fn).per_second(2 * x.nbytes) / 1e9)
+        del x, out
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, rates in curves.items():
+        ax.plot(ROW_LENGTHS, rates, marker="o", label=name)
+    ax.axhline(copy / 1e9, color="gray", ls="--", label=f"copy {copy / 1e9:.0f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("row length N (float32 elements; the matrix holds 2**26 of them)")
+    ax.set_ylabel("GB/s (one read + one write of the matrix)")
+    ax.set_title(f"Softmax bandwidth against row length on {DEVICE.name}", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    plt.show()
+    print(f"{'N':>6} {'row KiB':>8} {'ROWS':>5} {'warps':>6} {'regs/thread':>12} {'spilled':>8}")
+    for n_cols, rows, warps, regs, spills in stats:
+        print(f"{n_cols:>6} {4 * n_cols / 1024:>8.1f} {rows:>5} {warps:>6} {regs!s:>12} "
+              f"{spills!s:>8}")
+else:
+    print("On a GPU this cell sweeps the row length from 128 to 65536 and plots your kernel, "
+          "torch.softmax and the eager version against the copy bandwidth.")
+
+# %% [markdown]
+# Read the plot with the table beside it. Where does your kernel come closest to the copy line,
+# and how does it compare with `torch.softmax` there? Where it falls away at long rows, do the
+# registers per thread approach the limits above, or does the spill column turn non-zero? At the
+# short end, each program owns several rows; the first further exercise asks what happens
+# without that.
+#
+# ## Summary
+#
+# - Softmax composed of eager operations reads the matrix five times and writes it three times;
+#   one fused pass reads it once and writes it once, so it can be up to four times as fast
+#   where every pass is memory bound.
+# - One program per row (or per few short rows) keeps the row on chip; `tl.max` and `tl.sum`
+#   along axis 1 reduce each row without touching device memory.
+# - Subtracting the row's maximum keeps every exponent at most 0: no overflow in float32 or
+#   float16, and the result is unchanged mathematically. Accumulate in float32, store in the
+#   input's dtype.
+# - Rows that are not a power of two use `BLOCK = next_power_of_2(N)`; masked lanes must be
+#   `-inf`, the one value that changes neither the max nor the sum.
+# - Special rows follow `torch.softmax`: `-inf` entries give exactly 0, an all-`-inf` row gives
+#   NaN.
+# - `num_warps` and rows per program set how much each thread holds and how many loads are in
+#   flight. A row that no longer fits in one program's registers spills to local memory, in
+#   device memory; notebook 06's online softmax streams long rows instead.
+#
+# ## Further exercises
+#
+# 1. Run the row-length sweep with `rows_per_program=1` forced. For which row lengths does
+#    packing several rows per program matter, and why?
+# 2. Try the graded shape with 4001 columns instead of 4000. Triton compiles a separate version
+#    of a kernel when an integer argument is a multiple of 16 (the `do_not_specialize_on_alignment`
+#    option of `triton.jit` turns this off); with it, the compiler can prove that every row starts
+#    on an aligned address and use wide loads. Does the bandwidth change?
+# 3. Write a *persistent* version: launch one program per SM slot
+#    (`torch.cuda.get_device_properties(0).multi_processor_count` times a few) and let each
+#    loop over rows with `for row in range(pid, n_rows, tl.num_programs(0))`. Where does it help?
+# 4. Write `log_softmax` (`x - m - log(sum)`) in the same kernel. Which of the special rows
+#    behave differently?
+# 5. For a row of 65536 float32 elements, split the row in two halves with one program each:
+#    what must the two programs exchange to finish the softmax? Notebook 06 answers it.

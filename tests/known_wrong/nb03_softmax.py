@@ -1,0 +1,234 @@
+"""Wrong and slow softmax kernels for 03 · Fused softmax.
+
+Each source replaces the whole exercise cell (kernel, launch_config and launcher), so it is
+built from the reference's pieces with one mistake put in.
+"""
+
+NOTEBOOK = "03_softmax"
+
+KERNEL_HEAD = """
+@triton.jit
+def softmax_kernel(out_ptr, x_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
+                   BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    rows = pid * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK)[None, :]
+    mask = (rows < n_rows) & (cols < n_cols)
+"""
+
+LOAD = """
+    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask, other=-float("inf"))
+    x = x.to(tl.float32)
+"""
+
+REDUCE = """
+    row_max = tl.max(x, axis=1)
+    numerator = tl.exp(x - row_max[:, None])
+    denominator = tl.sum(numerator, axis=1)
+    y = numerator / denominator[:, None]
+"""
+
+STORE = """
+    tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+"""
+
+CONFIG = """
+
+def launch_config(n_rows, n_cols):
+    block = triton.next_power_of_2(n_cols)
+    rows = max(1, min(2048 // block, 16, triton.next_power_of_2(n_rows)))
+    num_warps = min(max(rows * block // (32 * 16), 1), 16)
+    return rows, num_warps
+"""
+
+LAUNCHER = """
+
+def softmax(x, out, *, num_warps=None, rows_per_program=None):
+    n_rows, n_cols = x.shape
+    rows, warps = launch_config(n_rows, n_cols)
+    rows = rows_per_program or rows
+    softmax_kernel[(triton.cdiv(n_rows, rows),)](
+        out, x, n_rows, n_cols, x.stride(0), out.stride(0),
+        BLOCK=triton.next_power_of_2(n_cols), ROWS=rows, num_warps=num_warps or warps)
+    return out
+"""
+
+
+def cell(load=LOAD, reduce=REDUCE, store=STORE, config=CONFIG, launcher=LAUNCHER):
+    """The exercise cell with one of its parts replaced."""
+    return KERNEL_HEAD + load + reduce + store + config + launcher
+
+
+WRONG = {
+    "softmax-kernel": {
+        "stub left in place": KERNEL_HEAD + "    raise NotImplementedError()\n" + CONFIG + LAUNCHER,
+        "never stores": cell(store="\n"),
+        "no max subtraction (overflows on large scores)": cell(
+            reduce=REDUCE.replace("tl.exp(x - row_max[:, None])", "tl.exp(x)")
+        ),
+        "masked lanes filled with 0 instead of -inf": cell(
+            load=LOAD.replace('other=-float("inf")', "other=0.0")
+        ),
+        "sum over the wrong axis": cell(
+            reduce=REDUCE.replace("tl.sum(numerator, axis=1)", "tl.sum(numerator, axis=0)").replace(
+                "denominator[:, None]", "denominator[None, :]"
+            )
+        ),
+        "max over the whole tile, across rows": cell(
+            reduce=REDUCE.replace("tl.max(x, axis=1)", "tl.max(tl.max(x, axis=1), axis=0)").replace(
+                "row_max[:, None]", "row_max"
+            )
+        ),
+        "divides by the max instead of the sum": cell(
+            reduce=REDUCE.replace(
+                "numerator / denominator[:, None]", "numerator / row_max[:, None]"
+            )
+        ),
+        "all--inf row gives 0 instead of NaN (a 'safe' softmax)": cell(
+            reduce="""
+    row_max = tl.max(x, axis=1)
+    row_max = tl.where(row_max == -float("inf"), 0.0, row_max)
+    numerator = tl.exp(x - row_max[:, None])
+    denominator = tl.sum(numerator, axis=1)
+    y = tl.where(denominator[:, None] > 0, numerator / denominator[:, None], 0.0)
+"""
+        ),
+        "computes in float16 (precision dropped)": cell(
+            load=LOAD.replace("x.to(tl.float32)", "x.to(tl.float16)")
+        ),
+        "fp16 output written through an fp32 buffer, then rebound": cell()
+        + """
+
+_fp32_softmax = softmax
+
+
+def softmax(x, out, **kwargs):
+    if x.dtype == torch.float32:
+        return _fp32_softmax(x, out, **kwargs)
+    buffer = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    _fp32_softmax(x, buffer, **kwargs)
+    out = buffer.to(x.dtype)  # rebinds the name: the caller's tensor is never written
+    return out
+""",
+        "only handles rows up to BLOCK = 1024": cell(
+            launcher=LAUNCHER.replace(
+                "BLOCK=triton.next_power_of_2(n_cols)",
+                "BLOCK=min(triton.next_power_of_2(n_cols), 1024)",
+            )
+        ),
+        "assumes contiguous rows (stride = n_cols)": cell(
+            load=LOAD.replace("rows * x_row_stride", "rows * n_cols"),
+        ),
+        "a grid of one program": cell(
+            launcher=LAUNCHER.replace("(triton.cdiv(n_rows, rows),)", "(1,)")
+        ),
+        "calls torch.softmax": cell()
+        + """
+
+def softmax(x, out, **kwargs):
+    out.copy_(torch.softmax(x.float(), dim=1))
+    return out
+""",
+        "eager softmax in the launcher": cell()
+        + """
+
+def softmax(x, out, **kwargs):
+    out.copy_(softmax_eager(x.float()))
+    return out
+""",
+    },
+}
+
+# Correct but slow. Both read the matrix more than once from device memory or keep too few loads
+# in flight; on the graded shape neither can reach 2.5x the eager version or 0.9x torch.softmax.
+SLOW = {
+    "softmax-kernel": {
+        # max, sum and normalise as three kernels: three reads and one write of the matrix
+        # (twice the traffic of one pass), so at best 2x the eager version's 8 trips.
+        "three kernels (max, sum, normalise)": """
+@triton.jit
+def row_max_kernel(max_ptr, x_ptr, n_cols, x_row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(axis=0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=-float("inf"))
+    tl.store(max_ptr + row, tl.max(x.to(tl.float32), axis=0))
+
+
+@triton.jit
+def row_sum_kernel(sum_ptr, max_ptr, x_ptr, n_cols, x_row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(axis=0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=-float("inf"))
+    m = tl.load(max_ptr + row)
+    tl.store(sum_ptr + row, tl.sum(tl.exp(x.to(tl.float32) - m), axis=0))
+
+
+@triton.jit
+def normalise_kernel(out_ptr, sum_ptr, max_ptr, x_ptr, n_cols, x_row_stride, out_row_stride,
+                     BLOCK: tl.constexpr):
+    row = tl.program_id(axis=0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf"))
+    m = tl.load(max_ptr + row)
+    s = tl.load(sum_ptr + row)
+    y = tl.exp(x.to(tl.float32) - m) / s
+    tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_config(n_rows, n_cols):
+    return 1, 8
+
+
+def softmax(x, out, *, num_warps=None, rows_per_program=None):
+    n_rows, n_cols = x.shape
+    block = triton.next_power_of_2(n_cols)
+    warps = num_warps or min(max(block // 512, 1), 16)
+    row_max = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    row_sum = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    row_max_kernel[(n_rows,)](row_max, x, n_cols, x.stride(0), BLOCK=block, num_warps=warps)
+    row_sum_kernel[(n_rows,)](row_sum, row_max, x, n_cols, x.stride(0), BLOCK=block,
+                              num_warps=warps)
+    normalise_kernel[(n_rows,)](out, row_sum, row_max, x, n_cols, x.stride(0), out.stride(0),
+                                BLOCK=block, num_warps=warps)
+    return out
+""",
+        # One warp per row and 16 elements per step: each program walks its row three times in
+        # chunks of 64 bytes, so few loads are ever in flight.
+        "one warp, a tiny block looping over the row three times": """
+@triton.jit
+def softmax_kernel(out_ptr, x_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
+                   BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    row = tl.program_id(axis=0)
+    x_row = x_ptr + row * x_row_stride
+    cols = tl.arange(0, BLOCK)
+    running = tl.full((BLOCK,), -float("inf"), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=-float("inf"))
+        running = tl.maximum(running, x.to(tl.float32))
+    row_max = tl.max(running, axis=0)
+    total = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=-float("inf"))
+        total += tl.exp(x.to(tl.float32) - row_max)
+    denominator = tl.sum(total, axis=0)
+    for start in range(0, n_cols, BLOCK):
+        mask = start + cols < n_cols
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"))
+        y = tl.exp(x.to(tl.float32) - row_max) / denominator
+        tl.store(out_ptr + row * out_row_stride + start + cols, y.to(out_ptr.dtype.element_ty),
+                 mask=mask)
+
+
+def launch_config(n_rows, n_cols):
+    return 1, 1
+
+
+def softmax(x, out, *, num_warps=None, rows_per_program=None):
+    n_rows, n_cols = x.shape
+    softmax_kernel[(n_rows,)](out, x, n_rows, n_cols, x.stride(0), out.stride(0),
+                              BLOCK=16, ROWS=1, num_warps=1)
+    return out
+""",
+    },
+}
