@@ -4,6 +4,7 @@ that say where the first mismatch is and what to fix."""
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable, Sequence
 
@@ -28,6 +29,7 @@ _POISON_BITS = {
 }
 _INT_POISON = -0x5A5A5A5A
 MAX_LISTED = 5
+GUARD = 16384  # poisoned elements on each side of an output: more than any block oversteps
 
 
 class KernelCheckError(AssertionError):
@@ -69,6 +71,33 @@ def poisoned(shape, dtype: torch.dtype, where: str | None = None) -> torch.Tenso
         int_dtype, bits = _POISON_BITS[dtype]
         return torch.full(shape, bits, dtype=int_dtype, device=where).view(dtype)
     return torch.full(shape, _INT_POISON, dtype=dtype, device=where)
+
+
+def guarded(shape, dtype: torch.dtype, where: str | None = None, guard: int = GUARD):
+    """A poisoned output with `guard` poisoned elements before and after it in the same buffer.
+
+    Returns (out, check): check() raises KernelCheckError if anything was written into the
+    guards, which is where a missing or wrong mask writes past the end of `out`.
+    """
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    numel = math.prod(shape)
+    buffer = poisoned(numel + 2 * guard, dtype, where)
+    out = buffer[guard : guard + numel].view(shape)
+
+    def check(name: str = "out", context: str = "") -> None:
+        __tracebackhide__ = True
+        before = int((~poison_mask(buffer[:guard])).sum())
+        after = int((~poison_mask(buffer[guard + numel :])).sum())
+        if before or after:
+            where_text = f" ({context})" if context else ""
+            raise KernelCheckError(
+                f"your kernel wrote outside `{name}`: {after} elements past its end and "
+                f"{before} before its start were overwritten{where_text}. A store without the "
+                "right mask writes into whatever memory follows the output: mask every store "
+                "with the bounds of the tensor."
+            )
+
+    return out, check
 
 
 def poison_mask(t: torch.Tensor) -> torch.Tensor:
@@ -213,10 +242,10 @@ def check(
 
     make_inputs(gen) returns the positional arguments. The reference receives them upcast to
     float64 and returns the expected output. With writes_out (the course's convention for kernel
-    launchers), the candidate is called as candidate(*args, out=out) with `out` poisoned; otherwise
-    its return value is checked. Inputs must come back unchanged. From the second trial on, the
-    new values are written into the first trial's tensors, so a result cached by input address
-    is caught.
+    launchers), the candidate is called as candidate(*args, out=out) with `out` poisoned and
+    guarded by poisoned memory on both sides; otherwise its return value is checked. Inputs must
+    come back unchanged. From the second trial on, the new values are written into the first
+    trial's tensors, so a result cached by input address is caught.
     """
     __tracebackhide__ = True
     first_args = None
@@ -235,8 +264,9 @@ def check(
         context = f"inputs {_describe(args)}, seed {trial_seed}"
         saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         if writes_out:
-            out = poisoned(expected.shape, dtype, where=expected.device.type)
+            out, check_guards = guarded(expected.shape, dtype, where=expected.device.type)
             call_graded(candidate, *args, out=out)
+            check_guards(name, context)
             actual = out
         else:
             actual = call_graded(candidate, *args)

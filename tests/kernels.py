@@ -31,6 +31,13 @@ def relu_stub(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def relu_no_mask(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+    tl.store(out_ptr + offsets, tl.where(x > 0, x, 0.0))  # the last block writes past the end
+
+
+@triton.jit
 def relu_wrong_math(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
@@ -101,6 +108,7 @@ def calls_reference_with_nan_tail(x, out):
 KNOWN_WRONG = {
     "never stores": launch(relu_no_store),
     "stub in kernel": launch(relu_stub),
+    "store without mask": launch(relu_no_mask),
     "wrong threshold": launch(relu_wrong_math),
     "writes zeros": launch(relu_writes_zeros),
     "writes its input": launch(relu_in_place),

@@ -156,3 +156,10 @@ def test_returning_candidates_are_checked_for_dtype():
             lambda x: torch.relu(x).double(), kernels.relu_reference, inputs(8), writes_out=False
         )
     checks.check(lambda x: torch.relu(x), kernels.relu_reference, inputs(8), writes_out=False)
+
+
+def test_writes_past_the_end_of_the_output_are_caught():
+    with pytest.raises(checks.KernelCheckError, match="wrote outside `out`: 28 elements past"):
+        checks.check(
+            kernels.launch(kernels.relu_no_mask, block=128), kernels.relu_reference, inputs(100)
+        )
