@@ -1,0 +1,752 @@
+# %% [markdown]
+# # 02 · First kernels: blocks, masks, bandwidth, fusion
+#
+# Most operations in a neural network do almost no arithmetic per byte they touch: an addition,
+# an activation, a scale. Their speed is set by memory traffic: how many bytes travel between
+# the GPU's DRAM (HBM) and its cores, and how much of each transfer is put to use. 00 launched a
+# first kernel. This notebook takes the model apart and measures it: what one program sees, why
+# masks exist, how close a plain kernel comes to the memory system's limit, what happens when
+# neighbouring threads stop reading neighbouring addresses, and how fusing a chain of elementwise
+# operations into one kernel removes whole passes over memory.
+#
+# **You will learn:** how a grid of programs covers a tensor (program ids, `tl.arange`, typed
+# pointers, masks, `tl.constexpr`); to write a masked kernel that is right at every size; to
+# measure achieved bandwidth against a copy timed in the same run, and what the block size does
+# to it; why coalesced access matters, counted in 32-byte memory transactions, and how much it
+# matters, measured; and to count the memory passes of an eager chain, fuse it into one kernel
+# and measure what that buys.
+
+# %%
+from grader import device
+
+DEVICE = device.setup()
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from tqdm.auto import tqdm
+
+from grader import checks, perf, results, timing
+
+print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
+
+# %% tags=["parameters"]
+# Sizes adapt to the mode: the interpreter executes every program in Python, so it gets small ones.
+ADD_SIZES = DEVICE.pick(gpu=[1, 17, 1000, 1024, 1025, 100_003, 10_000_019],
+                        interpreter=[1, 17, 1024, 1025, 20_011])
+FUSED_SHAPES = DEVICE.pick(gpu=[(1, 1), (3, 1000), (33, 513), (1000, 3001), (2048, 8191)],
+                           interpreter=[(1, 1), (3, 1000), (33, 513), (70, 129)])
+BENCH_ELEMENTS = 1 << 26  # 64 Mi elements: 256 MiB per float32 tensor, far beyond the L2 cache
+FUSED_BENCH_SHAPE = (8192, 8192)  # 256 MiB of float32 in, 256 MiB out
+BLOCK_SWEEP = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+STRIDES = [1, 2, 4, 8, 16, 32]
+STRIDED_ELEMENTS = 1 << 24  # elements copied in the coalescing experiment, at every stride
+RUN_BENCHMARKS = True
+
+# %% [markdown]
+# ## Programs, blocks, pointers and masks
+#
+# A launch `kernel[grid](...)` starts one **program** per grid point. A 1-D grid `(P,)` starts
+# `P` programs, numbered by `tl.program_id(0)`; grids have up to three axes. Programs are
+# independent: they run in no promised order, many at once on a GPU, where each program is one
+# thread block of `num_warps` warps of 32 threads (4 warps unless the launch says otherwise; see
+# `num_warps` in the documentation of `triton.Config`). In the interpreter they run one after
+# another, in Python.
+#
+# Inside a program, Triton code works on **blocks**: `tl.arange(0, BLOCK)` is the vector
+# `0, 1, ..., BLOCK-1`, and arithmetic on it is elementwise. Its length must be a power of two
+# and known when the kernel is compiled, which is what `BLOCK: tl.constexpr` declares: the
+# compiler then knows the shape of every block and can assign elements to threads. Each distinct
+# value of a `constexpr` compiles a separate kernel; a plain integer such as `n` is a run-time
+# argument, so one compiled kernel serves every size.
+#
+# A tensor argument arrives as a **pointer** to its first element, typed by the tensor's dtype.
+# Adding an integer moves it by that many *elements*, not bytes, so `x_ptr + offsets` is a block
+# of `BLOCK` addresses and `tl.load` reads them all. Strides are counted in elements too.
+#
+# A **mask** switches lanes off: `tl.load(ptrs, mask=m, other=0.0)` reads nothing where `m` is
+# false and yields `other` there, and `tl.store(ptrs, v, mask=m)` writes nothing there. The last
+# program's block usually sticks out past the end of the tensor; without a mask it reads and
+# writes memory that belongs to something else.
+#
+# The kernel below stores, for every element, the program and the lane that wrote it. The two
+# outputs are 24 elements long, filled with -1, and the launch says `n = 20`: watch the last four.
+
+# %%
+@triton.jit
+def whoami_kernel(
+    # pointers
+    program_ptr,  # output: the program that wrote each element, (n,) int32
+    lane_ptr,  # output: the lane within that program, (n,) int32
+    # sizes
+    n,  # number of elements to write
+    # compile-time constants
+    BLOCK: tl.constexpr,  # elements per program
+):
+    pid = tl.program_id(axis=0)
+    lanes = tl.arange(0, BLOCK)  # (BLOCK,)
+    offsets = pid * BLOCK + lanes  # (BLOCK,)
+    mask = offsets < n  # (BLOCK,)
+    tl.store(program_ptr + offsets, lanes * 0 + pid, mask=mask)
+    tl.store(lane_ptr + offsets, lanes, mask=mask)
+
+
+n_demo, block_demo = 20, 8
+programs = torch.full((24,), -1, dtype=torch.int32, device=DEVICE.torch_device)
+lanes = torch.full_like(programs, -1)
+whoami_kernel[(triton.cdiv(n_demo, block_demo),)](programs, lanes, n_demo, BLOCK=block_demo)
+print(f"grid = cdiv({n_demo}, {block_demo}) = {triton.cdiv(n_demo, block_demo)} programs")
+for name, row in (("element", range(24)), ("program", programs.tolist()), ("lane", lanes.tolist())):
+    print(f"{name:>8}: " + " ".join(f"{v:2d}" for v in row))
+
+try:
+    whoami_kernel[(4,)](programs, lanes, n_demo, BLOCK=6)
+except Exception as refusal:  # the interpreter and the compiler word it alike
+    lines = str(refusal).splitlines() or [type(refusal).__name__]
+    print("\nBLOCK=6 is refused: " + next((s for s in lines if "power of 2" in s), lines[-1]))
+
+# %% [markdown]
+# ## Vector add, correct at every size
+#
+# The reference is PyTorch's `x + y`: it reads `2n` elements and writes `n`, and does one
+# addition per element, so only memory traffic can make it slow.
+#
+# How does a grader catch a missing mask? A kernel that writes past the end of `out` still leaves
+# `out` itself right. So the tests here place every output at the front of a longer buffer whose
+# tail holds the grader's NaN poison (the **guard band**), and every input at the front of a
+# longer random buffer; after the call, any guard element that no longer holds the poison was
+# written by a lane that should have been masked off.
+
+# %%
+def add_reference(x, y):  # reads 2n elements, writes n
+    return x + y
+
+
+GUARD = 8192  # elements after each test tensor: poison after outputs, random data after inputs
+
+
+def guarded_randn(shape, gen, dtype, guard=GUARD, scale=1.0):
+    """Random values of `shape`, at the front of a longer random buffer."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    numel = math.prod(shape)
+    buffer = checks.randn(numel + guard, gen=gen, dtype=dtype, scale=scale)
+    return buffer[:numel].view(shape)
+
+
+def guarded(launch, guard=GUARD):
+    """`launch(*args, out=...)` with `out` at the front of a poisoned buffer; fails if it writes
+    past the end of `out`. `guard` is a number of elements, or a function of out's shape."""
+
+    def run(*args, out):
+        numel = out.numel()
+        spare = guard(tuple(out.shape)) if callable(guard) else guard
+        buffer = checks.poisoned(numel + spare, out.dtype, where=out.device.type)
+        inner = buffer[:numel].view(out.shape)
+        launch(*args, out=inner)
+        spilled = ~checks.poison_mask(buffer[numel:])
+        if spilled.any():
+            first = numel + int(spilled.nonzero()[0])
+            raise checks.KernelCheckError(
+                f"wrote past the end of `out`: {int(spilled.sum())} element(s) beyond its "
+                f"{numel}, the first at flat index {first}. Some lane past the last element "
+                "was not masked off: check the mask on every load and store (offsets < n, "
+                "not <=), on every axis."
+            )
+        out.copy_(inner)
+
+    run.__name__ = getattr(launch, "__name__", "launch")
+    return run
+
+
+def add_inputs(n, dtype=torch.float32):
+    """Fresh inputs for each trial: x and y of n elements, each followed by a guard band."""
+    return lambda gen: (guarded_randn(n, gen, dtype), guarded_randn(n, gen, dtype))
+
+
+# %% [markdown]
+# ### Exercise: the add kernel
+#
+# Write the whole body this time: the program's offsets, the mask, two masked loads, the sum, and
+# a masked store. Nothing may depend on `n` being a multiple of `BLOCK`.
+
+# %% nbgrader={"grade_id": "add-kernel", "solution": true}
+@triton.jit
+def add_kernel(
+    # pointers
+    x_ptr,  # first input, (n,)
+    y_ptr,  # second input, (n,)
+    out_ptr,  # output, (n,)
+    # sizes
+    n,  # number of elements
+    # compile-time constants
+    BLOCK: tl.constexpr,  # elements per program, a power of two
+):
+    ### BEGIN SOLUTION
+    # -- which elements this program owns
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    mask = offsets < n  # (BLOCK,), False past the end
+    # -- load, add, store: reads 2n elements, writes n
+    x = tl.load(x_ptr + offsets, mask=mask)  # (BLOCK,)
+    y = tl.load(y_ptr + offsets, mask=mask)  # (BLOCK,)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+    ### END SOLUTION
+
+
+# %%
+def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block: int = 1024) -> torch.Tensor:
+    """out = x + y elementwise, computed by add_kernel with `block` elements per program."""
+    assert x.shape == y.shape == out.shape, "x, y and out must have one shape"
+    assert x.is_contiguous() and y.is_contiguous() and out.is_contiguous()
+    n = x.numel()
+    add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)
+    return out
+
+
+# %% [markdown]
+# ### Visible test
+#
+# 1000 elements with the default `BLOCK = 1024`: one program, whose last 24 lanes lie past the
+# end. Fresh random inputs, two trials, `out` and the guard band poisoned, a float64 reference.
+
+# %% nbgrader={"grade": true, "grade_id": "test-add-visible", "points": 1}
+checks.check(guarded(add), add_reference, add_inputs(1000))
+print("visible test passed: 1000 elements, float32, nothing written past the end")
+
+# %% [markdown]
+# ### Hidden tests
+#
+# Sizes from 1 element to large primes, float32 and float16 (and bfloat16 on a GPU), and other
+# block sizes.
+
+# %% nbgrader={"grade": true, "grade_id": "test-add-hidden", "points": 2}
+checks.check(guarded(add), add_reference, add_inputs(1))  # one element; the hidden tests follow
+### BEGIN HIDDEN TESTS
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
+for n in ADD_SIZES:
+    for dtype in DTYPES:
+        checks.check(guarded(add), add_reference, add_inputs(n, dtype))
+for block in (128, 4096):  # the kernel must not depend on one block size
+    checks.check(guarded(lambda x, y, out, block=block: add(x, y, out, block)), add_reference,
+                 add_inputs(3 * block + 1))
+print(f"hidden tests passed: sizes {ADD_SIZES}, dtypes {[str(d)[6:] for d in DTYPES]}")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## How close to the limit?
+#
+# An add of `n` float32 elements moves `3 * 4n` bytes: two reads and one write. The fair
+# yardstick is a plain device-to-device copy of the same number of bytes, timed in the same run
+# (`perf.copy_baseline`): it does no arithmetic at all, so it is as close to the memory system's
+# limit as ordinary code gets. A datasheet states a peak instead (3.35 TB/s for an H100 SXM:
+# NVIDIA H100 Tensor Core GPU datasheet); a peak is not something code is promised, while the
+# copy is a rate this device has just shown it can sustain. The cell prints both rates and their
+# ratio, and records your kernel's time for the closing roofline of 08.
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    x = torch.randn(BENCH_ELEMENTS, device="cuda")
+    y = torch.randn_like(x)
+    out = torch.empty_like(x)
+    moved = 3 * x.nbytes  # reads x and y, writes out
+    add_vs_copy = perf.compare(lambda: add(x, y, out), perf.copy_baseline(moved),
+                               names=("add", "copy of the same bytes"))
+    print(add_vs_copy)
+    print(f"add: {add_vs_copy.candidate.per_second(moved) / 1e9:.0f} GB/s; "
+          f"copy: {add_vs_copy.baseline.per_second(moved) / 1e9:.0f} GB/s; "
+          f"the add runs at {add_vs_copy.speedup:.0%} of the copy ceiling")
+    results.record("02_first_kernels", "vector add", flops=x.numel(), bytes_moved=moved,
+                   seconds=add_vs_copy.candidate.median_ms * 1e-3, precision="fp32")
+else:
+    print("On a GPU this cell times the add against a copy of the same bytes and prints the "
+          "fraction of the copy's bandwidth it reaches; the interpreter cannot time anything.")
+
+# %% [markdown]
+# ### What the block size does
+#
+# `BLOCK` decides how the work is cut: `n / BLOCK` programs of `BLOCK` elements each, spread over
+# the 4 warps (128 threads) of each program. Two things pull in opposite directions:
+#
+# - **Small blocks** give each program little to do. Every program pays fixed costs (being
+#   scheduled, computing its offsets), and an SM can hold only a limited number of resident
+#   blocks at once (32 on compute capability 9.0: CUDA C++ Programming Guide, *Compute
+#   Capabilities*), so small blocks cap the bytes in flight per SM. Memory bandwidth needs many
+#   requests in flight at once (bytes in flight = bandwidth x latency, Little's law).
+#   With fewer than 128 elements, some threads have nothing to do.
+# - **Large blocks** give each thread many elements. That means more registers per thread, fewer
+#   programs resident per SM and, at the extreme, registers spilled to memory.
+#
+# The sweep times the add at each block size on 64 Mi elements; the dashed line is the copy.
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    copy_gbs = timing.bench(perf.copy_baseline(moved)).per_second(moved) / 1e9
+    sweep = {}
+    for block in tqdm(BLOCK_SWEEP, desc="block sizes"):
+        add(x, y, out, block)  # compile outside the timed region
+        sweep[block] = timing.bench(lambda block=block: add(x, y, out, block)).per_second(moved) / 1e9
+    print(f"{'BLOCK':>6} {'programs':>9} {'GB/s':>7} {'of copy':>8}")
+    for block, gbs in sweep.items():
+        print(f"{block:6d} {triton.cdiv(x.numel(), block):9d} {gbs:7.0f} {gbs / copy_gbs:8.0%}")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(list(sweep), list(sweep.values()), marker="o", label="add (your kernel)")
+    ax.axhline(copy_gbs, color="gray", ls="--", label="copy of the same bytes")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("BLOCK (elements per program)")
+    ax.set_ylabel("GB/s (bytes read + written)")
+    ax.set_title(f"Vector add, {x.numel() >> 20} Mi float32 elements, on {DEVICE.name}")
+    ax.set_ylim(0, None)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    plt.show()
+else:
+    print("The block-size sweep needs a GPU: in the interpreter, programs run one after another "
+          "in Python, so BLOCK changes only how long this notebook takes.")
+
+# %% [markdown]
+# Read the curve from the left: where does it reach the copy line, and does it stay there? The
+# block size where the curve flattens is the smallest that keeps enough bytes in flight; past the
+# flat part, larger blocks stop helping. A kernel that sits on the copy line is done, as far as
+# memory is concerned: the only way to make it faster is to move fewer bytes.
+#
+# ## Coalescing: a warp's accesses, in 32-byte sectors
+#
+# A GPU thread does not fetch memory on its own. The 32 threads of a warp execute a load together,
+# and the hardware combines (*coalesces*) their addresses into as few memory transactions as it
+# can. For devices of compute capability 6.0 and newer, NVIDIA's *CUDA C++ Best Practices Guide*
+# (section *Coalesced Access to Global Memory*) states the rule: a warp's concurrent accesses
+# coalesce into as many transactions as there are **32-byte** segments needed to serve all of its
+# threads. The *CUDA C++ Programming Guide* (section *Device Memory Accesses*) adds that these
+# transactions are naturally aligned: only whole, aligned segments are read or written.
+#
+# For a warp loading float32 values (4 bytes each):
+#
+# | lanes read | bytes used | 32-byte sectors fetched | bytes fetched per byte used |
+# |---|---|---|---|
+# | consecutive elements | 128 | 4 | 1 |
+# | every 2nd element | 128 | 8 | 2 |
+# | every 4th | 128 | 16 | 4 |
+# | every 8th or sparser | 128 | 32 | 8 |
+#
+# The Best Practices Guide's *Strided Accesses* section works the same example: a stride of 2
+# halves the load efficiency, and larger strides waste more until each thread's 4 bytes cost a
+# whole 32-byte sector. Reading a column of a row-major matrix is such a strided read: the stride
+# is the row length.
+#
+# The experiment: copy `n` float32 elements into a contiguous output, reading them from the input
+# at stride `S` (`out[i] = x[i * S]`). Every stride moves the same useful bytes. The writes are
+# contiguous at every stride, so the sector count predicts a time ratio to the contiguous copy of
+# `(min(S, 8) + 1) / 2`: reads cost `min(S, 8)` times more, writes the same.
+
+# %%
+@triton.jit
+def strided_copy_kernel(
+    # pointers
+    x_ptr,  # input, read at x[i * stride]
+    out_ptr,  # output, (n,) contiguous
+    # sizes and strides
+    n,  # number of elements to copy
+    stride,  # distance between consecutive reads, in elements
+    # compile-time constants
+    BLOCK: tl.constexpr,  # elements per program
+):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride, mask=mask)  # (BLOCK,) neighbouring lanes stride apart
+    tl.store(out_ptr + offsets, x, mask=mask)  # neighbouring lanes 1 element apart
+
+
+def strided_copy(x, out, stride, block=1024):
+    """out[i] = x[i * stride] for i < out.numel(); reads n, writes n elements."""
+    n = out.numel()
+    assert x.is_contiguous() and x.numel() >= (n - 1) * stride + 1
+    strided_copy_kernel[(triton.cdiv(n, block),)](x, out, n, stride, BLOCK=block)
+    return out
+
+
+# the kernel reads what we think it reads, in both modes
+source_demo = torch.arange(300, dtype=torch.float32, device=DEVICE.torch_device)
+for s in (1, 3, 8):
+    copied = strided_copy(source_demo, torch.empty(37, device=DEVICE.torch_device), s)
+    assert torch.equal(copied, source_demo[::s][:37]), f"stride {s}"
+print("strided_copy reads x[0], x[S], x[2S], ... for strides 1, 3 and 8")
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    n_strided = STRIDED_ELEMENTS
+    source = torch.randn(n_strided * max(STRIDES), device="cuda")
+    strided_out = torch.empty(n_strided, device="cuda")
+    useful = 2 * strided_out.nbytes  # bytes the copy needs: n read, n written
+    strided_ms = {}
+    for s in tqdm(STRIDES, desc="strides"):
+        strided_copy(source, strided_out, s)  # compile outside the timed region
+        strided_ms[s] = timing.bench(lambda s=s: strided_copy(source, strided_out, s)).median_ms
+    predicted = {s: (min(s, 8) + 1) / 2 for s in STRIDES}
+    measured = {s: strided_ms[s] / strided_ms[1] for s in STRIDES}
+    print(f"{'stride':>6} {'useful GB/s':>12} {'time / stride 1':>16} {'sector model':>13}")
+    for s in STRIDES:
+        gbs = useful / (strided_ms[s] * 1e-3) / 1e9
+        print(f"{s:6d} {gbs:12.0f} {measured[s]:16.2f} {predicted[s]:13.2f}")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(STRIDES, list(measured.values()), marker="o", label="measured")
+    ax.plot(STRIDES, list(predicted.values()), ls="--", color="gray",
+            label="32-byte sector model, (min(S, 8) + 1) / 2")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("read stride S (elements)")
+    ax.set_ylabel("time relative to the contiguous copy")
+    ax.set_title(f"Copying {n_strided >> 20} Mi float32 elements read at stride S, {DEVICE.name}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    plt.show()
+else:
+    print("On a GPU this cell times the strided copy for strides "
+          f"{STRIDES} and plots the slowdown against the 32-byte sector model.")
+
+# %% [markdown]
+# The model counts sectors only. Where the measured ratio sits above it, the strided reads cost
+# more than their sectors' bytes; where it sits below, part of the traffic was hidden (sectors
+# reused from a cache, or time spent on something other than the reads). Either way the lesson
+# for writing kernels is the same: **neighbouring lanes should touch neighbouring addresses**.
+#
+# In Triton you do not assign lanes to threads yourself; the compiler lays each block out over
+# the threads, placing consecutive elements along the axis it can show to be contiguous in
+# consecutive lanes, and emitting vector loads of up to 16 bytes per thread when it can also show
+# alignment. Your part is to give it blocks whose contiguous axis is long: for a row-major 2-D
+# tensor, tiles that are wide along the rows, with the column offsets `tl.arange(0, BLOCK_N)` on
+# the last axis of the pointer block.
+#
+# ## Fusion: one pass instead of three
+#
+# A common piece of a transformer's MLP: add a bias to every row, apply GELU, scale.
+#
+# `y = gelu(x + bias) * scale`, with `x` of shape `(M, N)`, `bias` of shape `(N,)` (a row vector
+# broadcast over the `M` rows), `scale` a number.
+#
+# Written in PyTorch, each operation is its own kernel, and each reads its input from memory and
+# writes its result back:
+#
+# | eager step | reads | writes | full-tensor passes |
+# |---|---|---|---|
+# | `t = x + bias` | `x`, `bias` | `t` | 2 |
+# | `g = gelu(t)` | `t` | `g` | 2 |
+# | `y = g * scale` | `g` | `y` | 2 |
+# | **eager, 3 kernels** | | | **6** |
+# | **fused, 1 kernel** | `x`, `bias` | `y` | **2** |
+#
+# (`bias` is `N` elements, `1/M` of a pass: negligible for large `M`.) If every pass runs at the
+# same bandwidth, the fused kernel takes a third of the eager chain's time. That ratio comes
+# from counting bytes; the measurement below says how much of it survives.
+#
+# **Which GELU.** GELU is `x * Phi(x)`, with `Phi` the standard normal CDF (Hendrycks and Gimpel,
+# *Gaussian Error Linear Units*, arXiv:1606.08415). Its tanh approximation, from the same paper,
+# is `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`, which is exactly what
+# `torch.nn.functional.gelu(x, approximate="tanh")` computes (PyTorch documentation of
+# `torch.nn.GELU`). Triton's core language has no `tanh`, but `0.5 * (1 + tanh(u))` equals
+# `sigmoid(2u)`, and `tl.sigmoid` is ordinary Triton code (built on `tl.exp`) that runs in the
+# interpreter too. So the kernel computes `z * sigmoid(2u)` with `z = x + bias` and
+# `u = sqrt(2/pi) * (z + 0.044715 * z**3)`, while the float64 reference uses PyTorch's tanh
+# form: the same function, written two ways. The cell checks that the two agree in float64.
+
+# %%
+def bias_gelu_scale_reference(x, bias, scale):  # eager: 3 kernels, 6 passes over an (M, N) tensor
+    t = x + bias  # reads M*N + N, writes M*N
+    g = F.gelu(t, approximate="tanh")  # reads M*N, writes M*N
+    return g * scale  # reads M*N, writes M*N
+
+
+z64 = torch.linspace(-12, 12, 100_001, dtype=torch.float64)
+u64 = math.sqrt(2 / math.pi) * (z64 + 0.044715 * z64**3)
+as_sigmoid = z64 * torch.sigmoid(2 * u64)
+difference = (as_sigmoid - F.gelu(z64, approximate="tanh")).abs().max().item()
+print(f"z * sigmoid(2u) vs torch's tanh-form GELU on [-12, 12], float64: "
+      f"max |difference| = {difference:.1e}")
+
+# %% [markdown]
+# ### Exercise: the fused bias + GELU + scale kernel
+#
+# The launcher (given, below the kernel) starts a 2-D grid: axis 0 over blocks of `BLOCK_M` rows,
+# axis 1 over blocks of `BLOCK_N` columns. In the kernel:
+#
+# 1. Build the row offsets `(BLOCK_M,)` and column offsets `(BLOCK_N,)` of this program's tile, and
+#    a `(BLOCK_M, BLOCK_N)` mask from both (`[:, None]` and `[None, :]` broadcast a vector into a
+#    column or a row of the tile).
+# 2. Load the tile of `x`: element `(m, n)` lives at `x_ptr + m * stride_xm + n` (columns are
+#    contiguous; rows are `stride_xm` elements apart, which need not equal `N`).
+# 3. Load the `(BLOCK_N,)` slice of `bias` once, and broadcast it over the rows.
+# 4. Compute in float32 whatever the input dtype (`.to(tl.float32)`): `z = x + bias`,
+#    `u = sqrt(2/pi) * (z + 0.044715 * z**3)` with `sqrt(2/pi) = 0.7978845608028654`,
+#    `y = z * sigmoid(2u) * scale`.
+# 5. Store `y` converted to the output's dtype (`out_ptr.dtype.element_ty`), with the mask.
+
+# %% nbgrader={"grade_id": "fused-kernel", "solution": true}
+@triton.jit
+def bias_gelu_scale_kernel(
+    # pointers
+    x_ptr,  # input, (M, N), columns contiguous
+    bias_ptr,  # bias, (N,)
+    out_ptr,  # output, (M, N), columns contiguous
+    # sizes
+    M,  # rows
+    N,  # columns
+    # strides, in elements
+    stride_xm,  # between rows of x
+    stride_om,  # between rows of out
+    # scalars
+    scale,  # multiplies the result
+    # compile-time constants
+    BLOCK_M: tl.constexpr,  # rows per program
+    BLOCK_N: tl.constexpr,  # columns per program
+):
+    ### BEGIN SOLUTION
+    # -- this program's tile
+    pid_m = tl.program_id(axis=0)
+    pid_n = tl.program_id(axis=1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    mask_n = offs_n < N  # (BLOCK_N,)
+    mask = (offs_m[:, None] < M) & mask_n[None, :]  # (BLOCK_M, BLOCK_N)
+    # -- load: reads M*N + N elements in all
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :]  # (BLOCK_M, BLOCK_N)
+    x = tl.load(x_ptrs, mask=mask).to(tl.float32)  # (BLOCK_M, BLOCK_N)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n).to(tl.float32)  # (BLOCK_N,)
+    # -- compute in float32: gelu_tanh(z) = z * sigmoid(2u)
+    z = x + bias[None, :]  # (BLOCK_M, BLOCK_N)
+    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)  # (BLOCK_M, BLOCK_N)
+    y = z * tl.sigmoid(2.0 * u) * scale  # (BLOCK_M, BLOCK_N)
+    # -- store: writes M*N elements
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]  # (BLOCK_M, BLOCK_N)
+    tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    ### END SOLUTION
+
+
+def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
+    """out = gelu_tanh(x + bias) * scale for x (M, N), bias (N,), scale a float, in one kernel."""
+    M, N = x.shape
+    assert bias.shape == (N,) and out.shape == (M, N), "bias must be (N,) and out (M, N)"
+    assert x.stride(1) == 1 and out.stride(1) == 1 and bias.is_contiguous()
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    bias_gelu_scale_kernel[grid](
+        x, bias, out, M, N, x.stride(0), out.stride(0), scale, BLOCK_M=block_m, BLOCK_N=block_n
+    )
+    return out
+
+
+# %% [markdown]
+# The tests feed the kernel fresh inputs: `x` and `bias` from a normal distribution, `scale`
+# drawn from [0.25, 0.75), every tensor followed by a guard band. They also check that
+# `bias_gelu_scale` really launches `bias_gelu_scale_kernel`: computing the result with PyTorch
+# inside the launcher is not the exercise.
+
+# %%
+def guard_2d(shape):
+    """Guard elements after an (M, N) tensor: room for unmasked rows and columns to land in."""
+    rows, cols = shape
+    return rows * cols + 64 * cols + GUARD
+
+
+def fused_inputs(shape, dtype=torch.float32, x_scale=1.0, row_gap=0):
+    """x (M, N) with rows N + row_gap elements apart, bias (N,), scale in [0.25, 0.75)."""
+    M, N = shape
+    spare = guard_2d((M, N + row_gap))
+
+    def make(gen):
+        x = guarded_randn((M, N + row_gap), gen, dtype, spare, scale=x_scale)[:, :N]
+        bias = guarded_randn(N, gen, dtype, spare)
+        scale = 0.25 + 0.5 * float(torch.rand((), generator=gen, device=gen.device))
+        return x, bias, scale
+
+    return make
+
+
+def check_fused(shape, dtype=torch.float32, block=None, **input_options):
+    """checks.check of bias_gelu_scale (with a guard band) against the float64 reference."""
+    if block is None:
+        launch = bias_gelu_scale
+    else:
+        def launch(x, bias, scale, out):
+            return bias_gelu_scale(x, bias, scale, out, block_m=block[0], block_n=block[1])
+    # exp of a large argument is inf, and sigmoid's 1 / (1 + inf) the right 0; a GPU does this
+    # silently, while numpy, which runs kernels in the interpreter, warns on stderr about it
+    with np.errstate(over="ignore"):
+        checks.check(guarded(launch, guard_2d), bias_gelu_scale_reference,
+                     fused_inputs(shape, dtype, **input_options))
+
+
+class LaunchCounter:
+    """Stands in for a @triton.jit kernel and counts the launches made through it."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+def launches_of(kernel_name, call):
+    """How many times `call()` launches the kernel defined under `kernel_name`."""
+    real = globals()[kernel_name]
+    counter = LaunchCounter(real)
+    globals()[kernel_name] = counter
+    try:
+        call()
+    finally:
+        globals()[kernel_name] = real
+    return counter.launches
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-fused-visible", "points": 1}
+check_fused((37, 300))
+x_probe, bias_probe, scale_probe = fused_inputs((5, 7))(checks.generator(checks.new_seed()))
+launched = launches_of("bias_gelu_scale_kernel", lambda: bias_gelu_scale(
+    x_probe, bias_probe, scale_probe, out=torch.empty_like(x_probe)))
+assert launched >= 1, (
+    "bias_gelu_scale never launched bias_gelu_scale_kernel: the result must come from the kernel")
+print("visible test passed: (37, 300) float32, computed by bias_gelu_scale_kernel")
+
+# %% [markdown]
+# ### Hidden tests
+#
+# Odd shapes from `(1, 1)` up, float32 and float16 (and bfloat16 on a GPU), other tile shapes,
+# rows further apart than `N` (a column slice of a wider tensor), and inputs a hundred times
+# larger, where a careless formula overflows.
+
+# %% nbgrader={"grade": true, "grade_id": "test-fused-hidden", "points": 3}
+check_fused((1, 1))  # one element; the hidden tests follow
+### BEGIN HIDDEN TESTS
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
+for shape in FUSED_SHAPES:
+    for dtype in DTYPES:
+        check_fused(shape, dtype)
+for block in [(1, 64), (16, 32)]:  # the kernel must not depend on one tile shape
+    check_fused((13, 129), block=block)
+check_fused((33, 100), row_gap=7)  # rows 107 elements apart: use stride_xm, not N
+for dtype in (torch.float32, torch.float16):
+    check_fused((17, 300), dtype, x_scale=100.0)  # |x| up to a few hundred
+print(f"hidden tests passed: shapes {FUSED_SHAPES}, dtypes {[str(d)[6:] for d in DTYPES]}, "
+      "tile shapes, strided rows, large inputs")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Speed (graded on a GPU)
+#
+# On an `(8192, 8192)` float32 tensor (256 MiB, several times the 50 MB L2 cache of an H100 per
+# its datasheet, so every pass goes to HBM), two thresholds:
+#
+# - at least **2x** as fast as the eager PyTorch chain (`bias_gelu_scale_reference`: 3 kernels,
+#   6 passes; counting bytes predicts 3x, so 2x leaves room);
+# - at least **80%** of the copy bandwidth, counting the ideal traffic only: `x` read once,
+#   `bias` read once, `y` written once.
+#
+# After timing, the output is checked again against the float64 reference. A kernel that makes
+# two passes where one would do moves twice the ideal bytes: at best 50% of the copy's bandwidth
+# and 6/4 = 1.5x the eager chain, short of both thresholds.
+
+# %%
+M_speed, N_speed = DEVICE.pick(gpu=FUSED_BENCH_SHAPE, interpreter=(8, 32))
+x_speed = torch.randn(M_speed, N_speed, device=DEVICE.torch_device)
+bias_speed = torch.randn(N_speed, device=DEVICE.torch_device)
+scale_speed = 0.5
+out_speed = torch.empty_like(x_speed)
+expected_speed = bias_gelu_scale_reference(x_speed.double(), bias_speed.double(), scale_speed)
+ideal_bytes = x_speed.nbytes + bias_speed.nbytes + out_speed.nbytes
+
+
+def fused_speed():
+    return bias_gelu_scale(x_speed, bias_speed, scale_speed, out=out_speed)
+
+
+def eager_speed():
+    return bias_gelu_scale_reference(x_speed, bias_speed, scale_speed)
+
+
+def verify_speed():
+    checks.compare(out_speed, expected_speed, context="after timing")
+
+
+# %% nbgrader={"grade": true, "grade_id": "speed-fused-vs-eager", "points": 1}
+perf.grade_speedup(fused_speed, eager_speed, at_least=2.0, points=1,
+                   names=("fused kernel", "eager PyTorch, 3 kernels"), verify=verify_speed)
+
+# %% nbgrader={"grade": true, "grade_id": "speed-fused-bandwidth", "points": 1}
+perf.grade_bandwidth(fused_speed, bytes_moved=ideal_bytes, at_least=0.8, points=1,
+                     name="fused kernel", verify=verify_speed)
+
+# %% [markdown]
+# ### Where the time goes
+#
+# Each eager step timed on its own, next to a copy of one read and one write of the tensor, the
+# whole eager chain and the fused kernel. If the accounting above is right, each eager step costs
+# about one copy, the chain about three, and the fused kernel about one.
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    t_speed = x_speed + bias_speed
+    g_speed = F.gelu(t_speed, approximate="tanh")
+    steps = {
+        "copy (1 read + 1 write)": perf.copy_baseline(2 * x_speed.nbytes),
+        "eager: x + bias": lambda: x_speed + bias_speed,
+        "eager: gelu": lambda: F.gelu(t_speed, approximate="tanh"),
+        "eager: * scale": lambda: g_speed * scale_speed,
+        "eager chain": eager_speed,
+        "fused kernel": fused_speed,
+    }
+    ms = {name: timing.bench(fn).median_ms for name, fn in tqdm(steps.items(), desc="timing")}
+    copy_ms = ms["copy (1 read + 1 write)"]
+    print(f"{'':26} {'ms':>7} {'copies':>7}")
+    for name, t in ms.items():
+        print(f"{name:26} {t:7.3f} {t / copy_ms:7.2f}")
+    print(f"fused vs eager: {ms['eager chain'] / ms['fused kernel']:.2f}x "
+          "(counting passes predicts 3x)")
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.barh(list(ms), list(ms.values()), color=["gray", "C0", "C0", "C0", "C1", "C2"])
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds (median)")
+    ax.set_title(f"bias + GELU + scale on {M_speed} x {N_speed} float32, {DEVICE.name}")
+    ax.grid(alpha=0.3, axis="x")
+    plt.show()
+    # 12 FLOPs per element as the kernel is written (exp and division counted as one each)
+    results.record("02_first_kernels", "bias+GELU+scale", flops=12 * x_speed.numel(),
+                   bytes_moved=ideal_bytes, seconds=ms["fused kernel"] * 1e-3, precision="fp32")
+else:
+    print("On a GPU this cell times each eager step, the eager chain and the fused kernel, and "
+          "draws them as bars; here there is nothing to time.")
+
+# %% [markdown]
+# ## Summary
+#
+# - A launch starts a grid of independent programs; each builds its offsets from
+#   `tl.program_id` and `tl.arange(0, BLOCK)`, with `BLOCK` a power-of-two `tl.constexpr`, and
+#   adds them to typed pointers that count in elements.
+# - Masks make a kernel right at every size; a guard band of poison after the output is how a
+#   test sees a store that escaped its mask.
+# - An elementwise kernel is judged against a copy of the same bytes timed in the same run; the
+#   block size decides how many bytes each program keeps in flight.
+# - A warp's accesses are served in 32-byte sectors: neighbouring lanes on neighbouring addresses
+#   use every byte fetched; a stride of 8 or more float32 elements uses one byte in eight.
+# - Eager PyTorch runs each elementwise operation as its own pass over memory; fusing the chain
+#   into one kernel leaves one read and one write, and the time follows the bytes.
+#
+# ## Further exercises
+#
+# 1. Sweep `num_warps` (pass `num_warps=2, 8, 16` to the launch) for the add at `BLOCK` 1024 and
+#    4096. Which combinations keep the add on the copy line, and why?
+# 2. Write a transpose kernel, `out[j, i] = x[i, j]`, with square tiles. Measure it on an
+#    8192 x 8192 float32 tensor against a copy. Which side of it, the reads or the writes, is
+#    strided, and does the measured cost match the sector model?
+# 3. Time `torch.compile(bias_gelu_scale_reference)` on the speed-test tensors. Look at how many
+#    kernels it launches (`torch.profiler`) and compare its time with yours.
+# 4. Add a residual: `y = gelu(x + bias) * scale + r`. Count the passes of the eager chain and
+#    of a fused kernel, predict the speedup, then measure it.
+# 5. In float16, eager PyTorch rounds `t` and `g` to float16 between its kernels; the fused
+#    kernel keeps them in float32. Compare the largest error of each against the float64
+#    reference on the same inputs.
+# 6. Write the exact GELU, `0.5 * z * (1 + erf(z / sqrt(2)))`, with `tl.math.erf`, and check it
+#    against `F.gelu(x, approximate="none")` in float64. How far apart are the two GELUs, and is
+#    the exact one any slower?

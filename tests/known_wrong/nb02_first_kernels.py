@@ -1,0 +1,283 @@
+"""Wrong and slow kernels for 02 · First kernels."""
+
+NOTEBOOK = "02_first_kernels"
+
+ADD_HEADER = """
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+"""
+
+ADD_BODY = """
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+"""
+
+FUSED_HEADER = """
+@triton.jit
+def bias_gelu_scale_kernel(x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_om, scale,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+"""
+
+MASKS = """
+    mask_n = offs_n < N
+    mask = (offs_m[:, None] < M) & mask_n[None, :]
+"""
+
+LOADS = """
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], mask=mask).to(tl.float32)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n).to(tl.float32)
+    z = x + bias[None, :]
+"""
+
+GELU = """
+    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+    y = z * tl.sigmoid(2.0 * u) * scale
+"""
+
+STORE = """
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+             y.to(out_ptr.dtype.element_ty), mask=mask)
+"""
+
+LAUNCHER = """
+
+def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
+    M, N = x.shape
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    bias_gelu_scale_kernel[grid](
+        x, bias, out, M, N, x.stride(0), out.stride(0), scale, BLOCK_M=block_m, BLOCK_N=block_n
+    )
+    return out
+"""
+
+CORRECT_FUSED = FUSED_HEADER + MASKS + LOADS + GELU + STORE
+
+
+def fused(body: str) -> str:
+    """A fused-kernel cell: the kernel's shared opening, `body`, and the given launcher."""
+    return FUSED_HEADER + body + LAUNCHER
+
+
+WRONG = {
+    "add-kernel": {
+        "stub left in place": ADD_HEADER + "    raise NotImplementedError()\n",
+        "never stores": ADD_HEADER
+        + ADD_BODY
+        + """
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+""",
+        "missing mask": ADD_HEADER
+        + ADD_BODY
+        + """
+    x = tl.load(x_ptr + offsets)
+    y = tl.load(y_ptr + offsets)
+    tl.store(out_ptr + offsets, x + y)
+""",
+        "off-by-one mask": ADD_HEADER
+        + """
+    offsets = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets <= n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+""",
+        "mask on the loads only": ADD_HEADER
+        + ADD_BODY
+        + """
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y)
+""",
+        "adds x to itself": ADD_HEADER
+        + ADD_BODY
+        + """
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + x, mask=mask)
+""",
+        "offsets forget the block": ADD_HEADER
+        + """
+    offsets = tl.program_id(axis=0) + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+""",
+        "float16 arithmetic": ADD_HEADER
+        + ADD_BODY
+        + """
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float16)
+    y = tl.load(y_ptr + offsets, mask=mask).to(tl.float16)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+""",
+        "writes the input": ADD_HEADER
+        + ADD_BODY
+        + """
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(x_ptr + offsets, x + y, mask=mask)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+""",
+    },
+    "fused-kernel": {
+        "stub left in place": fused("    raise NotImplementedError()\n"),
+        "never stores": fused(MASKS + LOADS + GELU),
+        "missing mask": fused(
+            """
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :]).to(tl.float32)
+    bias = tl.load(bias_ptr + offs_n).to(tl.float32)
+    z = x + bias[None, :]
+"""
+            + GELU
+            + """
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+             y.to(out_ptr.dtype.element_ty))
+"""
+        ),
+        "off-by-one mask": fused(
+            """
+    mask_n = offs_n <= N
+    mask = (offs_m[:, None] <= M) & mask_n[None, :]
+"""
+            + LOADS
+            + GELU
+            + STORE
+        ),
+        "column mask only": fused(
+            """
+    mask_n = offs_n < N
+    mask = mask_n[None, :] & (offs_m[:, None] >= 0)
+"""
+            + LOADS
+            + GELU
+            + STORE
+        ),
+        "forgets the bias": fused(
+            MASKS
+            + """
+    z = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], mask=mask).to(tl.float32)
+"""
+            + GELU
+            + STORE
+        ),
+        "forgets the scale": fused(
+            MASKS
+            + LOADS
+            + """
+    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+    y = z * tl.sigmoid(2.0 * u)
+"""
+            + STORE
+        ),
+        "erf's 1/sqrt(2) in the tanh form": fused(
+            MASKS
+            + LOADS
+            + """
+    u = 0.7071067811865476 * (z + 0.044715 * z * z * z)
+    y = z * tl.sigmoid(2.0 * u) * scale
+"""
+            + STORE
+        ),
+        "sigmoid(u) instead of sigmoid(2u)": fused(
+            MASKS
+            + LOADS
+            + """
+    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+    y = z * tl.sigmoid(u) * scale
+"""
+            + STORE
+        ),
+        "float16 arithmetic on float32 inputs": fused(
+            MASKS
+            + """
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], mask=mask).to(tl.float16)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n).to(tl.float16)
+    z = x + bias[None, :]
+    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+    s = tl.sigmoid((2.0 * u).to(tl.float32)).to(tl.float16)
+    y = (z * s).to(tl.float16) * scale
+"""
+            + STORE
+        ),
+        "bias broadcast along the wrong axis": fused(
+            MASKS
+            + """
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], mask=mask).to(tl.float32)
+    bias = tl.load(bias_ptr + offs_m, mask=offs_m < M).to(tl.float32)
+    z = x + bias[:, None]
+"""
+            + GELU
+            + STORE
+        ),
+        "N used as the row stride": fused(
+            MASKS
+            + """
+    x = tl.load(x_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask).to(tl.float32)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n).to(tl.float32)
+    z = x + bias[None, :]
+"""
+            + GELU
+            + STORE
+        ),
+        "tanh as an exp ratio overflows": fused(
+            MASKS
+            + LOADS
+            + """
+    e = tl.exp(2.0 * 0.7978845608028654 * (z + 0.044715 * z * z * z))
+    y = 0.5 * z * (1.0 + (e - 1.0) / (e + 1.0)) * scale
+"""
+            + STORE
+        ),
+        "PyTorch called from the launcher": CORRECT_FUSED
+        + """
+
+def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
+    out.copy_(bias_gelu_scale_reference(x, bias, scale))
+    return out
+""",
+    },
+}
+
+# Correct but slow: each moves far more than the ideal bytes, or keeps far too few in flight.
+SLOW = {
+    "fused-kernel": {
+        # 16 elements per program: 4 Mi programs for 8192 x 8192, each with little in flight
+        "tiles of 1 x 16": CORRECT_FUSED
+        + LAUNCHER.replace("block_m=4, block_n=1024", "block_m=1, block_n=16"),
+        # tiles one column wide: neighbouring lanes read addresses a whole row apart, so every
+        # lane's 4 bytes cost a 32-byte sector
+        "tiles of 256 x 1 (uncoalesced)": CORRECT_FUSED
+        + LAUNCHER.replace("block_m=4, block_n=1024", "block_m=256, block_n=1"),
+        # two kernels: x + bias goes to a float32 scratch tensor, then GELU and scale read it
+        # back: 4 passes instead of 2
+        "two kernels": CORRECT_FUSED
+        + """
+
+@triton.jit
+def add_bias_kernel(x_ptr, bias_ptr, t_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], mask=mask)
+    bias = tl.load(bias_ptr + offs_n, mask=offs_n < N)
+    t = x.to(tl.float32) + bias.to(tl.float32)[None, :]
+    tl.store(t_ptr + offs_m[:, None] * N + offs_n[None, :], t, mask=mask)
+
+
+def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
+    M, N = x.shape
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    t = torch.empty(M, N, device=x.device, dtype=torch.float32)
+    add_bias_kernel[grid](x, bias, t, M, N, x.stride(0), BLOCK_M=block_m, BLOCK_N=block_n)
+    zero = torch.zeros(N, device=x.device, dtype=torch.float32)
+    bias_gelu_scale_kernel[grid](
+        t, zero, out, M, N, N, out.stride(0), scale, BLOCK_M=block_m, BLOCK_N=block_n
+    )
+    return out
+""",
+    },
+}
