@@ -73,14 +73,17 @@ def poisoned(shape, dtype: torch.dtype, where: str | None = None) -> torch.Tenso
     return torch.full(shape, _INT_POISON, dtype=dtype, device=where)
 
 
-def guarded(shape, dtype: torch.dtype, where: str | None = None, guard: int = GUARD):
+def guarded(shape, dtype: torch.dtype, where: str | None = None, guard: int | None = None):
     """A poisoned output with `guard` poisoned elements before and after it in the same buffer.
 
     Returns (out, check): check() raises KernelCheckError if anything was written into the
-    guards, which is where a missing or wrong mask writes past the end of `out`.
+    guards, which is where a missing or wrong mask writes past the end of `out`. By default the
+    guard is as large as the output (up to 4 Mi elements), so that a tile's missing row mask,
+    which writes whole rows past the end, lands in it too.
     """
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     numel = math.prod(shape)
+    guard = max(GUARD, min(numel, 1 << 22)) if guard is None else guard
     buffer = poisoned(numel + 2 * guard, dtype, where)
     out = buffer[guard : guard + numel].view(shape)
 
