@@ -78,7 +78,7 @@ def draw(row, chunk: int, index: int, ax=None):
     all_steps = steps(x, chunk)
     step = all_steps[index]
     if ax is None:
-        _, ax = plt.subplots(1, 2, figsize=(10, 3.2))
+        _, ax = plt.subplots(1, 2, figsize=(10, 3.8))
     left, right = ax
     cols = np.arange(x.size)
     seen = cols < step.stop
@@ -88,7 +88,7 @@ def draw(row, chunk: int, index: int, ax=None):
     left.axhline(step.m, color="C3", lw=1.5, label=f"running max m = {step.m:.3g}")
     left.axvspan(step.start - 0.5, step.stop - 0.5, color="C1", alpha=0.15, label="this chunk")
     left.set_title("the row, read chunk by chunk", fontsize=9)
-    left.legend(fontsize=7, loc="lower left")
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     final = all_steps[-1].partial
     right.bar(cols, final, color="lightgray", width=0.9, label="final softmax")
     right.bar(
@@ -102,7 +102,7 @@ def draw(row, chunk: int, index: int, ax=None):
     right.set_title(
         f"partial output after chunk {index}: exp(x - m) / d, d = {step.d:.4g}", fontsize=9
     )
-    right.legend(fontsize=7)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     for a in ax:
         a.set_xlabel("column")
     return ax
