@@ -119,6 +119,7 @@ def memory_sweep(lengths, b=1, h=8, d=64):
         ax.plot(lengths, [v / 2**20 for v in values], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("sequence length N")
     ax.set_ylabel("MiB beyond inputs and output")
     how = "measured (max_memory_allocated)" if DEVICE.is_gpu else "counted analytically (CPU)"
@@ -134,8 +135,8 @@ def memory_sweep(lengths, b=1, h=8, d=64):
 memory = memory_sweep(MEMORY_LENGTHS)
 
 # %% [markdown]
-# Each doubling of N multiplies the naive curve by 4: quadratic, as counted. The tiled kernel does
-# not exist yet (its curve is missing here); the sweep runs again after the exercise. The paper's claim is that FlashAttention's extra memory is
+# Each doubling of N multiplies the naive curve by 4: quadratic, as counted. On a GPU the tiled
+# kernel's curve is missing until you write it; the sweep runs again after the exercise. The paper's claim is that FlashAttention's extra memory is
 # linear in N; the kernel you write below needs no memory at all beyond its output, which is the
 # extreme case of that claim (the paper's kernel also keeps the softmax statistics, $N$ numbers
 # per head, for the backward pass).
