@@ -1,0 +1,1 @@
+"""Benchmarks that run on a GPU; each module is importable without one."""

@@ -1,0 +1,666 @@
+# %% [markdown]
+# # 06 · Online softmax
+#
+# A softmax divides each `exp(x_i)` by the sum over the row, and to be safe from overflow it
+# first subtracts the row's maximum. Written plainly that is three trips through the row: find
+# the maximum, sum the exponentials, normalise. In 03 the row fitted in one program's registers,
+# so the trips were free. Here the row is too long for that (tens of thousands of columns, or, in
+# attention, a row of scores that is never stored at all), and every trip is a read of memory.
+# The *online* softmax keeps a running maximum and a running sum that are corrected as the
+# maximum grows, so one trip gives both statistics. Its merge rule is associative, which is what
+# lets FlashAttention (07) process attention block by block, and lets work on one row be split
+# between programs.
+#
+# **You will learn:** why safe softmax needs the maximum before the sum; the running pair
+# (m, d) and how to rescale it; the merge of two partial states, and why it is associative;
+# how to handle `-inf` and huge values without NaN; a long-row softmax in Triton that streams
+# columns in blocks; how many bytes each formulation moves and how close it gets to the copy
+# bandwidth.
+
+# %%
+from grader import device
+
+DEVICE = device.setup()
+
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import triton
+import triton.language as tl
+from IPython.display import display
+from tqdm.auto import tqdm
+
+from grader import checks, guards, perf, results, timing
+from grader.widgets import online_softmax as walk
+
+print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
+
+# %% tags=["parameters"]
+# Row lengths for the kernel's checks: tens of thousands of columns on a GPU, a few hundred in the
+# interpreter (where every program runs as Python) with a small block, so the same loop runs.
+ROW_LENGTHS = DEVICE.pick(gpu=[32_768, 65_536, 131_072], interpreter=[257, 1000, 2049])
+ROWS = DEVICE.pick(gpu=64, interpreter=3)  # rows per correctness check
+BLOCK = DEVICE.pick(gpu=4096, interpreter=128)  # columns per iteration of the kernels' loops
+NUM_WARPS = 8
+CHUNK = 128  # columns per chunk in the PyTorch exercise
+SPEED_SHAPE = (1024, 65_536)  # rows, columns: 256 MiB of float32
+BENCH_BYTES = 1 << 28  # each row length in the sweep gets 256 MiB of float32 rows
+RUN_BENCHMARKS = True
+
+# %% [markdown]
+# ## Why the maximum comes first
+#
+# $\mathrm{softmax}(x)_i = e^{x_i} / \sum_j e^{x_j}$. Computed as written, `exp` overflows as soon
+# as one $x_j$ exceeds $\ln(\text{largest float})$. The fix is the identity
+# $e^{x_i} / \sum_j e^{x_j} = e^{x_i - m} / \sum_j e^{x_j - m}$ for any $m$; with $m = \max_j x_j$
+# every exponent is at most 0, so nothing overflows and the largest term is exactly 1, so the sum
+# is at least 1. But the maximum must be known before the first exponential is taken. The cell
+# prints the overflow thresholds and what each formulation makes of a row with values near
+# $10^4$, a magnitude that attention scores can reach when nothing scales them.
+
+# %%
+for dtype in (torch.float32, torch.float16):
+    print(f"{str(dtype)[6:]:8s}: largest value {torch.finfo(dtype).max:.5g}, so exp overflows "
+          f"above x = {math.log(torch.finfo(dtype).max):.2f}")
+
+x_big = torch.tensor([1.0e4, 1.0e4 - 1.0, 9.0e3, -1.0e4])
+naive = torch.exp(x_big) / torch.exp(x_big).sum()
+safe = torch.exp(x_big - x_big.max()) / torch.exp(x_big - x_big.max()).sum()
+print("row:            ", x_big.tolist())
+print("naive softmax:  ", naive.tolist())
+print("safe softmax:   ", safe.tolist())
+print("torch.softmax:  ", torch.softmax(x_big, 0).tolist())
+
+# %% [markdown]
+# ## The three-pass reference and what it costs
+#
+# A softmax that streams over a row it cannot hold reads the row once for the maximum, once for
+# the sum of exponentials, and once more to normalise and write. For a row of `n` elements of `b`
+# bytes that is $3nb$ read and $nb$ written: 4 times the row's bytes. The least any softmax can
+# move is once in and once out, $2nb$, and a kernel reaches that only when the row fits on chip
+# (03's fused softmax). The reference below, in PyTorch, follows the three passes, chunk by chunk,
+# so that the passes are visible.
+
+# %%
+def softmax_three_pass(x, chunk=CHUNK):
+    """Row softmax of a 2-D tensor in three streaming passes: reads 3 x.numel(), writes 1."""
+    rows, n = x.shape
+    m = torch.full((rows, 1), -math.inf, dtype=torch.float64)
+    for s in range(0, n, chunk):  # pass 1: the maximum
+        m = torch.maximum(m, x[:, s:s + chunk].double().amax(dim=1, keepdim=True))
+    d = torch.zeros((rows, 1), dtype=torch.float64)
+    for s in range(0, n, chunk):  # pass 2: the sum of exponentials
+        d += torch.exp(x[:, s:s + chunk].double() - m).sum(dim=1, keepdim=True)
+    out = torch.empty(x.shape, dtype=torch.float64)
+    for s in range(0, n, chunk):  # pass 3: normalise
+        out[:, s:s + chunk] = torch.exp(x[:, s:s + chunk].double() - m) / d
+    return out
+
+
+x_demo = torch.randn(4, 1000)
+print("three passes vs torch.softmax, max abs difference:",
+      f"{(softmax_three_pass(x_demo) - torch.softmax(x_demo.double(), 1)).abs().max():.2e}")
+
+# %% [markdown]
+# ## One pass for both statistics: the running pair (m, d)
+#
+# Read the row in chunks and keep two numbers: the largest value seen so far, $m$, and the sum of
+# $e^{x_j - m}$ over the elements seen so far, $d$ (the denominator; the FlashAttention paper
+# calls it $\ell$). When a chunk $C$ arrives, its own maximum may be larger than $m$. Every term
+# already in $d$ was taken relative to the old maximum, so it must be moved to the new one:
+#
+# $$m' = \max(m, \max_{j \in C} x_j), \qquad
+#   d' = d \cdot e^{m - m'} + \sum_{j \in C} e^{x_j - m'}.$$
+#
+# The factor $\alpha = e^{m - m'}$ is 1 when the maximum did not move and below 1 when it grew.
+# At the end $m$ is the row's maximum and $d$ its sum of exponentials, after one read of the
+# row; a second pass normalises. This is the *online normaliser* of Milakov and Gimelshein
+# (2018, arXiv:1805.02867).
+#
+# **Merging two partial states.** Any part $A$ of a row has a state $S(A) = (m_A, d_A)$ with
+# $m_A = \max A$ and $d_A = \sum_{x \in A} e^{x - m_A}$. Two states combine into the state of
+# the union:
+#
+# $$\mathrm{merge}(S(A), S(B)) = \big(m,\; d_A e^{m_A - m} + d_B e^{m_B - m}\big),
+#   \quad m = \max(m_A, m_B),$$
+#
+# because $\sum_{A \cup B} e^{x - m} = e^{m_A - m}\sum_A e^{x - m_A} + e^{m_B - m}\sum_B e^{x -
+# m_B}$ (for disjoint $A$, $B$). Since $\mathrm{merge}(S(A), S(B)) = S(A \cup B)$ and union is
+# associative and commutative, so is the merge:
+# $\mathrm{merge}(\mathrm{merge}(S_A, S_B), S_C) = S(A \cup B \cup C) =
+# \mathrm{merge}(S_A, \mathrm{merge}(S_B, S_C))$, in exact arithmetic. The empty part has the
+# state $(-\infty, 0)$, the identity. Associativity is what allows any grouping: chunk after
+# chunk in one loop, one state per lane of a vector merged at the end, or one state per program
+# merged by a last step.
+#
+# **The trap at $-\infty$.** A chunk whose elements are all $-\infty$ (masked positions, or the
+# padding past the end of a row) has $m = -\infty$. Merging two such states computes
+# $e^{-\infty - (-\infty)}$, which is NaN in floating point, and the NaN spreads to everything
+# after it. The empty side contributes nothing, so its factor must be 0; take the exponent
+# relative to a maximum that is replaced by 0 when it is $-\infty$.
+
+# %% [markdown]
+# ### Exercise 1: merge two states
+#
+# Write `merge(m1, d1, m2, d2)` for tensors of states (elementwise, any shape, float32 or
+# float64): return `(m, d)` of the union. It must give no NaN when one or both maxima are
+# $-\infty$, and must not overflow when the maxima are far apart (say $10^4$ and $-10^4$).
+# `torch.where` chooses elementwise; `torch.maximum` takes the larger of two tensors.
+
+# %% nbgrader={"grade_id": "merge", "solution": true}
+def merge(m1, d1, m2, d2):
+    """The state (m, d) of the union of two parts with states (m1, d1) and (m2, d2)."""
+    ### BEGIN SOLUTION
+    m = torch.maximum(m1, m2)
+    m_safe = torch.where(m == -math.inf, torch.zeros_like(m), m)  # empty union: no NaN
+    d = d1 * torch.exp(m1 - m_safe) + d2 * torch.exp(m2 - m_safe)
+    return m, d
+    ### END SOLUTION
+
+
+# %% [markdown]
+# The checks build real chunks of numbers, compute each chunk's state in float64, call your
+# `merge` on the two states (in float32 unless said otherwise), and compare with the state of
+# the two chunks together, computed from scratch.
+
+# %%
+def state_of(x):
+    """(m, d) of each row of x, in float64; an all -inf row has the empty state (-inf, 0)."""
+    x = x.double()
+    m = x.amax(dim=-1)
+    m_safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    return m, torch.exp(x - m_safe[..., None]).sum(dim=-1)
+
+
+def check_merge(a, b, dtype=torch.float32):
+    """merge(S(a), S(b)) must equal S(a and b together), row by row."""
+    m1, d1 = state_of(a)
+    m2, d2 = state_of(b)
+    args = [t.to(dtype) for t in (m1, d1, m2, d2)]
+    saved = [t.clone() for t in args]
+    m, d = checks.call_graded(merge, *args, what="`merge`")
+    assert all(torch.equal(s.nan_to_num(), t.nan_to_num()) for s, t in zip(saved, args, strict=True)), \
+        "merge must not modify its inputs"
+    want_m, want_d = state_of(torch.cat([a, b], dim=-1))
+    context = f"{len(a)} pairs of chunks, {str(dtype)[6:]}"
+    checks.compare(m, want_m, name="m", context=context)
+    checks.compare(d, want_d, name="d", context=context)
+
+
+def chunks(rows, width, scale=1.0, shift=0.0):
+    """Random chunks whose values float32 holds exactly, so states convert without rounding m."""
+    return (torch.randn(rows, width, dtype=torch.float64) * scale + shift).float().double()
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-merge-visible", "points": 1}
+check_merge(chunks(1000, 16), chunks(1000, 16))
+check_merge(chunks(1000, 16, scale=5), chunks(1000, 40, shift=3), dtype=torch.float64)
+print("visible test passed: 2000 random pairs of chunks, float32 and float64")
+
+# %% [markdown]
+# The hidden tests add the adversarial cases: maxima of $-\infty$ on one side and on both,
+# equal maxima, and maxima $2 \times 10^4$ apart.
+
+# %% nbgrader={"grade": true, "grade_id": "test-merge-hidden", "points": 2}
+check_merge(chunks(8, 4), chunks(8, 4, shift=-2))
+### BEGIN HIDDEN TESTS
+minus_inf = torch.full((64, 8), -math.inf, dtype=torch.float64)
+check_merge(minus_inf, chunks(64, 8))  # the left part is empty
+check_merge(chunks(64, 8), minus_inf)  # the right part is empty
+check_merge(minus_inf, minus_inf)  # both: (-inf, 0), not NaN
+check_merge(minus_inf, minus_inf, dtype=torch.float64)
+partly = chunks(64, 8)
+partly[:, ::2] = -math.inf  # some -inf inside a chunk
+check_merge(partly, minus_inf)
+left = chunks(256, 8)
+right = chunks(256, 8)
+right[:, 3] = left.amax(dim=1)  # equal maxima
+right = torch.minimum(right, left.amax(dim=1, keepdim=True))
+check_merge(left, right)
+check_merge(chunks(256, 8, scale=3, shift=1e4), chunks(256, 8, scale=3, shift=-1e4))  # far apart
+check_merge(chunks(256, 8, scale=3, shift=-1e4), chunks(256, 8, scale=3, shift=1e4))
+check_merge(chunks(256, 8, shift=100), chunks(256, 8, shift=-5))  # beyond exp's float32 range
+check_merge(chunks(256, 8, scale=1e4), chunks(256, 8, scale=1e4))
+print("hidden tests passed: empty states, equal maxima, maxima 2e4 apart")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Associativity, checked numerically
+#
+# In exact arithmetic the grouping does not matter; in floating point each grouping rounds
+# differently, so the two results differ by a few units in the last place. The cell merges
+# 100 000 random triples of states both ways and prints the largest relative difference, in
+# float32 and float64, and checks that merging with the empty state changes nothing.
+
+# %%
+for dtype in (torch.float32, torch.float64):
+    a, b, c = (state_of(chunks(100_000, 8, scale=4, shift=s)) for s in (-3.0, 0.0, 5.0))
+    a, b, c = ([t.to(dtype) for t in s] for s in (a, b, c))
+    left_m, left_d = merge(*merge(*a, *b), *c)
+    right_m, right_d = merge(*a, *merge(*b, *c))
+    swap_m, swap_d = merge(*b, *a)
+    ab_m, ab_d = merge(*a, *b)
+    assert torch.equal(left_m, right_m) and torch.equal(swap_m, ab_m)
+    gap = ((left_d - right_d).abs() / right_d).max().item()
+    print(f"{str(dtype)[6:]:8s} (A+B)+C vs A+(B+C): max relative difference {gap:.1e} "
+          f"(unit roundoff {torch.finfo(dtype).eps / 2:.1e}); A+B vs B+A: "
+          f"{((ab_d - swap_d).abs() / ab_d).max().item():.1e}")
+empty = (torch.tensor([-math.inf]), torch.tensor([0.0]))
+some = (torch.tensor([2.5]), torch.tensor([3.0]))
+print("merge with the empty state:", [t.item() for t in merge(*empty, *some)],
+      [t.item() for t in merge(*some, *empty)], [t.item() for t in merge(*empty, *empty)])
+
+# %% [markdown]
+# ## Watching the state evolve
+#
+# The explorer below steps through one row of 48 values, 8 at a time. At each step it shows the
+# running maximum, the factor $\alpha$ by which the old $d$ is multiplied, the new $d$, and the
+# *partial output*: the softmax of the prefix read so far, $e^{x_j - m}/d$. Every time the maximum
+# grows, all earlier outputs shrink by $\alpha$ at once; that is the rescaling FlashAttention
+# applies to its accumulator. Move the slider (the picture under it is the first step; the
+# second figure shows all steps at once).
+
+# %%
+gen = torch.Generator().manual_seed(6)
+row = torch.randn(48, generator=gen, dtype=torch.float64) * 1.5
+row[20] += 3.0  # a jump in the maximum in the middle of the row
+display(walk.explore(row.numpy(), chunk=8))
+
+states = walk.steps(row.numpy(), chunk=8)
+for s in states:
+    print(walk.describe(s))
+fig, ax = plt.subplots(1, 2, figsize=(10, 3))
+ax[0].step([s.stop for s in states], [s.m for s in states], where="post", label="m")
+ax[0].step([s.stop for s in states], [s.d for s in states], where="post", label="d")
+ax[0].set_xlabel("columns read")
+ax[0].legend()
+ax[0].set_title("the running state", fontsize=9)
+for s in states:
+    ax[1].plot(s.partial, marker=".", lw=0.8, label=f"after {s.stop}")
+ax[1].set_xlabel("column")
+ax[1].set_title("partial outputs: earlier ones shrink when m grows", fontsize=9)
+ax[1].legend(fontsize=6, ncol=2)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### Exercise 2: a chunked online softmax in PyTorch
+#
+# Write `chunked_softmax(x, out, chunk)` for a 2-D tensor `x` (rows of any length, float32 or
+# float16). Stream over the columns in chunks of `chunk`: a first pass keeps the state (m, d) of
+# every row, updated with each chunk (your `merge` does it); a second pass writes
+# `out[:, s:e] = exp(x[:, s:e] - m) / d`. Keep the statistics in float32 even for float16 input
+# (float16 cannot hold a sum above 65504), and cast only the output to `out.dtype`.
+# `torch.softmax` and `logsumexp` are off limits: the checks refuse calls to them.
+
+# %% nbgrader={"grade_id": "chunked-softmax", "solution": true}
+def chunked_softmax(x, out, chunk=CHUNK):
+    """Row softmax of x into out, reading x in column chunks: two passes, statistics in fp32."""
+    ### BEGIN SOLUTION
+    rows, n = x.shape
+    m = torch.full((rows, 1), -math.inf, dtype=torch.float32, device=x.device)
+    d = torch.zeros((rows, 1), dtype=torch.float32, device=x.device)
+    for s in range(0, n, chunk):  # pass 1: the running state; reads the row once
+        part = x[:, s:s + chunk].float()
+        m_part = part.amax(dim=1, keepdim=True)
+        m_safe = torch.where(m_part == -math.inf, torch.zeros_like(m_part), m_part)
+        d_part = torch.exp(part - m_safe).sum(dim=1, keepdim=True)
+        m, d = merge(m, d, m_part, d_part)
+    for s in range(0, n, chunk):  # pass 2: normalise; reads once more and writes
+        out[:, s:s + chunk] = (torch.exp(x[:, s:s + chunk].float() - m) / d).to(out.dtype)
+    return out
+    ### END SOLUTION
+
+
+# %% [markdown]
+# The checks compare with a float64 softmax. Softmax outputs of a long row are small (about
+# $1/n$), so a fixed absolute tolerance would accept an output of zeros; the tolerances here are
+# relative, with an absolute floor only at the smallest float16 step ($2^{-24}$), and float32's
+# relative tolerance is $10^{-5}$: the next cell measures `torch.softmax`'s own float32 error,
+# which a sum over many terms makes larger than one rounding.
+
+# %%
+TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-12),
+             torch.float16: dict(rtol=1e-3, atol=2.0**-24)}
+
+
+def row_inputs(rows, cols, dtype=torch.float32, scale=1.0, kind="normal", pad=0):
+    """Rows of `cols` values; kind 'one-finite' leaves one finite value per row, the rest -inf;
+    kind 'equal' makes every value 0. pad > 0 makes the rows a slice of wider rows (strided)."""
+    def make(gen):
+        x = checks.randn((rows, cols + pad), gen=gen, scale=scale)
+        if kind == "one-finite":
+            keep = torch.randint(cols, (rows,), generator=gen, device=gen.device)
+            x_inf = torch.full_like(x, -math.inf)
+            x_inf[torch.arange(rows), keep] = x[torch.arange(rows), keep]
+            x = x_inf
+        elif kind == "equal":
+            x = torch.zeros_like(x)
+        return (x.to(dtype)[:, :cols],)
+    return make
+
+
+def softmax_reference(x):
+    return torch.softmax(x, dim=-1)
+
+
+def without_softmax(fn):
+    """fn, refusing calls to torch's softmax and logsumexp while it runs."""
+    def run(*args, **kwargs):
+        with guards.forbid(*guards.SOFTMAX, why="compute it from the running state"):
+            return fn(*args, **kwargs)
+    run.__name__ = getattr(fn, "__name__", "your function")
+    return run
+
+
+def check_softmax(fn, rows, cols, dtype=torch.float32, **kind):
+    checks.check(without_softmax(fn), softmax_reference, row_inputs(rows, cols, dtype, **kind),
+                 **TOLERANCE[dtype])
+
+
+x_err = torch.randn(8, max(ROW_LENGTHS) * 8)
+err = ((torch.softmax(x_err, 1).double() - torch.softmax(x_err.double(), 1)).abs()
+       / torch.softmax(x_err.double(), 1)).max()
+print(f"torch.softmax in float32 on rows of {x_err.shape[1]}: max relative error {err:.1e}")
+
+# %% nbgrader={"grade": true, "grade_id": "test-chunked-softmax-visible", "points": 1}
+check_softmax(chunked_softmax, 4, 1000)
+print("visible test passed: 4 rows of 1000, float32, chunks of", CHUNK)
+
+# %% nbgrader={"grade": true, "grade_id": "test-chunked-softmax-hidden", "points": 2}
+check_softmax(lambda x, out: chunked_softmax(x, out, chunk=7), 2, 50)
+### BEGIN HIDDEN TESTS
+for chunk in (1, 100, 1000, 5000):
+    check_softmax(lambda x, out, c=chunk: chunked_softmax(x, out, chunk=c), 3, 1000)
+check_softmax(chunked_softmax, 5, 3001, scale=1e4)  # magnitudes around 1e4
+check_softmax(chunked_softmax, 5, 3001, kind="one-finite")  # all -inf but one
+check_softmax(chunked_softmax, 5, 3001, dtype=torch.float16)
+check_softmax(chunked_softmax, 5, 3001, dtype=torch.float16, scale=1e3)
+check_softmax(chunked_softmax, 2, 70_000, dtype=torch.float16, kind="equal")  # d > 65504
+check_softmax(chunked_softmax, 3, 1000, pad=24)  # rows of a wider tensor
+print("hidden tests passed: chunk sizes, 1e4 magnitudes, -inf rows, float16, d beyond 65504")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Long rows in Triton
+#
+# A Triton program holds a block in registers; a row of 128k float32 values (512 KiB) is more
+# than a whole SM's registers (65 536 32-bit registers, 256 KiB, on compute capability 9.0 per
+# the CUDA C++ Programming Guide's table of compute capabilities). So the kernel loops over the row in blocks of `BLOCK`
+# columns, one program per row. The reference below is the three-pass softmax as a kernel: a loop
+# for the maximum, a loop for the sum, a loop that normalises. It reads the row three times and
+# writes it once.
+#
+# Inside a loop, the kernel keeps a whole *vector* of statistics, one per lane of the block,
+# and combines the lanes once after the loop (`tl.max`, `tl.sum`). A reduction across the block
+# needs the lanes to exchange values (through shared memory, with a barrier); doing it once per
+# row instead of once per block keeps the loop to loads and elementwise arithmetic.
+
+# %%
+@triton.jit
+def softmax_three_pass_kernel(
+    # pointers
+    x_ptr,  # input, (rows, n_cols), row stride stride_x
+    out_ptr,  # output, (rows, n_cols), row stride stride_out
+    # sizes and strides
+    n_cols,
+    stride_x,
+    stride_out,
+    # compile-time constants
+    BLOCK: tl.constexpr,  # columns per loop iteration
+):
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2**31
+    x_row = x_ptr + row * stride_x
+    out_row = out_ptr + row * stride_out
+    cols = tl.arange(0, BLOCK)  # (BLOCK,)
+    # -- pass 1: the maximum, one per lane; reads the row
+    m = tl.full((BLOCK,), float("-inf"), tl.float32)  # (BLOCK,)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        m = tl.maximum(m, x.to(tl.float32))
+    m_row = tl.max(m, axis=0)  # scalar
+    # -- pass 2: the sum of exponentials; reads the row again
+    d = tl.zeros((BLOCK,), tl.float32)  # (BLOCK,)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        d += tl.exp(x.to(tl.float32) - m_row)
+    inv_d = 1.0 / tl.sum(d, axis=0)  # scalar
+    # -- pass 3: normalise; reads the row a third time and writes it
+    for start in range(0, n_cols, BLOCK):
+        mask = start + cols < n_cols
+        x = tl.load(x_row + start + cols, mask=mask, other=float("-inf"))
+        y = tl.exp(x.to(tl.float32) - m_row) * inv_d
+        tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_rows(kernel, x, out, block=BLOCK, num_warps=NUM_WARPS):
+    """One program per row of the 2-D tensor x; rows may be strided, columns contiguous."""
+    assert x.ndim == 2 and out.shape == x.shape
+    assert x.stride(1) == 1 and out.stride(1) == 1, "columns must be contiguous"
+    kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), out.stride(0),
+                          BLOCK=block, num_warps=num_warps)
+    return out
+
+
+def softmax_three_pass_triton(x, out):  # reads 3 rows' bytes, writes 1
+    return launch_rows(softmax_three_pass_kernel, x, out)
+
+
+check_softmax(softmax_three_pass_triton, ROWS, ROW_LENGTHS[0])
+print("three-pass kernel agrees with torch.softmax")
+
+# %% [markdown]
+# ### Exercise 3: the online long-row kernel
+#
+# Fuse the first two passes: one loop keeps a running maximum `m` and denominator `d` per lane
+# (rescaling `d` when a lane's maximum grows), then the lanes are merged, then a second loop
+# normalises. The kernel reads the row twice and writes it once: `bytes_moved = 3 x` the row's
+# bytes, against 4 for the three-pass kernel and the ideal of 2.
+#
+# Three details decide whether it is right:
+# - **the last block**: columns past `n_cols` must be masked, and their `other=` value must be
+#   one that adds nothing to `d` (what is `exp(other - m)`?);
+# - **lanes with nothing yet**: a lane that has seen only `-inf` has `m = -inf`; as in `merge`,
+#   take exponents relative to a maximum replaced by 0 where it is `-inf`, or NaN appears;
+# - **precision**: load, then `.to(tl.float32)`; store `y.to(out_ptr.dtype.element_ty)`, so that
+#   float16 rows get float32 statistics and a float16 output.
+
+# %% nbgrader={"grade_id": "long-softmax-kernel", "solution": true}
+@triton.jit
+def softmax_online_kernel(
+    # pointers
+    x_ptr,  # input, (rows, n_cols), row stride stride_x
+    out_ptr,  # output, (rows, n_cols), row stride stride_out
+    # sizes and strides
+    n_cols,
+    stride_x,
+    stride_out,
+    # compile-time constants
+    BLOCK: tl.constexpr,  # columns per loop iteration
+):
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2**31
+    x_row = x_ptr + row * stride_x
+    out_row = out_ptr + row * stride_out
+    cols = tl.arange(0, BLOCK)  # (BLOCK,)
+    ### BEGIN SOLUTION
+    # -- pass 1: running maximum and denominator per lane; reads the row once
+    m = tl.full((BLOCK,), float("-inf"), tl.float32)  # (BLOCK,)
+    d = tl.zeros((BLOCK,), tl.float32)  # (BLOCK,)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        m_new = tl.maximum(m, x.to(tl.float32))  # (BLOCK,)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # lanes with only -inf so far
+        d = d * tl.exp(m - m_safe) + tl.exp(x.to(tl.float32) - m_safe)
+        m = m_new
+    # -- merge the lanes' states: the associative merge, over the block
+    m_row = tl.max(m, axis=0)  # scalar
+    d_row = tl.sum(d * tl.exp(m - m_row), axis=0)  # lanes that saw only -inf add 0
+    inv_d = 1.0 / d_row
+    # -- pass 2: normalise; reads the row again and writes it
+    for start in range(0, n_cols, BLOCK):
+        mask = start + cols < n_cols
+        x = tl.load(x_row + start + cols, mask=mask, other=float("-inf"))
+        y = tl.exp(x.to(tl.float32) - m_row) * inv_d  # (BLOCK,)
+        tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    ### END SOLUTION
+
+
+# %%
+def long_softmax(x, out, block=BLOCK):  # reads 2 rows' bytes, writes 1
+    """Row softmax of a 2-D tensor by softmax_online_kernel, one program per row."""
+    return launch_rows(softmax_online_kernel, x, out, block=block)
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-long-softmax-visible", "points": 1}
+check_softmax(long_softmax, ROWS, ROW_LENGTHS[1])
+print(f"visible test passed: {ROWS} rows of {ROW_LENGTHS[1]}, float32, BLOCK={BLOCK}")
+
+# %% [markdown]
+# The hidden tests run every row length of the parameters cell in float32 and float16, rows one
+# column longer than a block, magnitudes around $10^4$, rows that are `-inf` except one value,
+# rows that are a slice of wider rows, and a second block size.
+
+# %% nbgrader={"grade": true, "grade_id": "test-long-softmax-hidden", "points": 2}
+check_softmax(long_softmax, 2, BLOCK + 1)
+### BEGIN HIDDEN TESTS
+for n in ROW_LENGTHS:
+    for dtype in (torch.float32, torch.float16):
+        check_softmax(long_softmax, ROWS, n, dtype)
+n = ROW_LENGTHS[-1]
+check_softmax(long_softmax, ROWS, n, scale=1e4)
+check_softmax(long_softmax, ROWS, n, torch.float16, scale=1e3)
+check_softmax(long_softmax, ROWS, n, kind="one-finite")
+check_softmax(long_softmax, ROWS, n, torch.float16, kind="one-finite")
+check_softmax(long_softmax, ROWS, n, pad=40)
+check_softmax(long_softmax, 1, 7)  # shorter than one block
+check_softmax(lambda x, out: long_softmax(x, out, block=BLOCK // 2), ROWS, n)
+if DEVICE.is_gpu:
+    check_softmax(long_softmax, 2, 70_000, torch.float16, kind="equal")  # d beyond 65504
+print(f"hidden tests passed: lengths {ROW_LENGTHS}, float32 and float16, extreme values")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Numerics at the edges
+#
+# Three cases, each run through your kernel and compared with a float64 softmax:
+#
+# - **huge magnitudes**: a row scaled to about $10^4$; almost all the mass sits on the few values
+#   within some tens of the maximum, and nothing may overflow;
+# - **float16 input, float32 statistics**: the cell shows what float16 would do to `d`. Its
+#   largest value is 65504, so a row of 70 000 equal values has $d = 70000$, which float16
+#   stores as `inf`; and above 2048 consecutive float16 integers are 2 apart, so adding 1 to
+#   2048 changes nothing;
+# - **rows of `-inf` but one**: the softmax is exactly one-hot; every lane but one sees only
+#   `-inf` in the first pass.
+
+# %%
+print("float16: 70000 ->", torch.tensor(70_000.0).half().item(),
+      "; 2048 + 1 ->", (torch.tensor(2048.0).half() + torch.tensor(1.0).half()).item())
+cases = {
+    "magnitudes ~1e4, float32": row_inputs(2, ROW_LENGTHS[0], scale=1e4),
+    "normal values, float16": row_inputs(2, ROW_LENGTHS[0], torch.float16),
+    "-inf but one, float32": row_inputs(2, ROW_LENGTHS[0], kind="one-finite"),
+}
+for what, make in cases.items():
+    (x,) = make(checks.generator(0))
+    y = long_softmax(x, torch.empty_like(x))
+    want = torch.softmax(x.double(), 1)
+    big = want > 1e-20  # relative error where it means something
+    rel = ((y.double() - want).abs()[big] / want[big]).max().item()
+    sums = ", ".join(f"{v:.6f}" for v in y.double().sum(1).tolist())
+    print(f"{what:26s}: NaN {bool(y.isnan().any())}, row sums {sums}, largest output "
+          f"{y.max().item():.4g}, max relative error (outputs above 1e-20) {rel:.1e}")
+
+# %% [markdown]
+# ## How fast, measured
+#
+# On a GPU the cell times `torch.softmax`, the three-pass kernel and your online kernel on
+# 256 MiB of float32 rows at each long row length, and prints two bandwidths for each: the
+# bytes the kernel *actually moves* (4, 3 and, for `torch.softmax`, an unknown number of row
+# reads; shown as 2) divided by its time, and the *useful* bandwidth, the ideal $2nb$ over its
+# time, which compares them on the same footing. When rows are short enough, part of a second
+# read is served by the L2 cache (50 MB on an H100, per its datasheet), and the actual bandwidth
+# can then exceed the copy bandwidth.
+
+# %%
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    copy = perf.copy_baseline(2 * BENCH_BYTES)
+    copy_gbs = timing.bench(copy).per_second(2 * BENCH_BYTES) / 1e9
+    kernels = {"torch.softmax": (lambda x, out: torch.softmax(x, 1), 2),
+               "three-pass kernel": (softmax_three_pass_triton, 4),
+               "online kernel (yours)": (long_softmax, 3)}
+    useful = {name: [] for name in kernels}
+    for n in tqdm(ROW_LENGTHS, desc="row lengths"):
+        x = torch.randn(BENCH_BYTES // (4 * n), n, device="cuda")
+        out = torch.empty_like(x)
+        for name, (fn, passes) in kernels.items():
+            t = timing.bench(lambda fn=fn, x=x, out=out: fn(x, out))
+            useful[name].append(t.per_second(2 * x.nbytes) / 1e9)
+            print(f"n={n:6d} {name:22s} {t.median_ms * 1e3:7.1f} us  moves {passes}x row bytes:"
+                  f" {t.per_second(passes * x.nbytes) / 1e9:5.0f} GB/s actual, "
+                  f"{useful[name][-1]:5.0f} GB/s useful")
+        if n == ROW_LENGTHS[-1]:
+            t = timing.bench(lambda x=x, out=out: long_softmax(x, out))
+            # for 08's roofline, counting 10 FLOPs per element (max, 3 subtractions,
+            # 3 exponentials, 2 multiplications, 1 addition)
+            results.record("06_online_softmax", "long-row softmax", flops=10 * x.numel(),
+                           bytes_moved=3 * x.nbytes, seconds=t.median_ms * 1e-3)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, gbs in useful.items():
+        ax.plot(ROW_LENGTHS, gbs, marker="o", label=name)
+    ax.axhline(copy_gbs, color="gray", ls="--", label=f"copy {copy_gbs:.0f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("row length (float32 columns)")
+    ax.set_ylabel("useful GB/s (2 x row bytes / time)")
+    ax.set_title(f"Long-row softmax on {DEVICE.name}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    plt.show()
+else:
+    print("On a GPU this cell times torch.softmax, the three-pass kernel and your online kernel "
+          "on long rows and plots their bandwidth against the copy bandwidth.")
+
+# %% [markdown]
+# ### Speed (graded on a GPU)
+#
+# Your kernel runs on 1024 rows of 65 536 float32 values (256 MiB). It reads the row twice and
+# writes it once, so it is credited with `3 x 256 MiB` moved, and must move them at no less than
+# 70% of the rate of a device copy of the same number of bytes, timed in the same run. The ideal
+# one-read-one-write softmax would move `2 x 256 MiB`; your kernel's useful bandwidth is two
+# thirds of its actual one. After timing, the output is checked again.
+
+# %% nbgrader={"grade": true, "grade_id": "speed-long-softmax-bandwidth", "points": 2}
+x_speed = torch.randn(DEVICE.pick(gpu=SPEED_SHAPE, interpreter=(2, 256)), device=DEVICE.torch_device)
+out_speed = torch.empty_like(x_speed)
+perf.grade_bandwidth(lambda: long_softmax(x_speed, out_speed), bytes_moved=3 * x_speed.nbytes,
+                     at_least=0.7, points=2, name="online softmax",
+                     verify=lambda: checks.compare(out_speed, softmax_reference(x_speed.double()),
+                                                   **TOLERANCE[torch.float32]))
+
+# %% [markdown]
+# ## Summary
+#
+# - Safe softmax subtracts the row's maximum so that no exponential overflows; written plainly
+#   that needs the maximum before the sum, three passes over a row that does not fit on chip.
+# - The running state $(m, d)$, with $d$ rescaled by $e^{m - m'}$ whenever the maximum grows,
+#   gives both statistics in one pass; a second pass normalises.
+# - Two states merge into the state of the union; the merge is associative and commutative with
+#   identity $(-\infty, 0)$, so chunks, lanes and programs can be combined in any grouping.
+# - $-\infty$ maxima need a guard (take exponents relative to 0 when the maximum is $-\infty$),
+#   and float16 data needs float32 statistics.
+# - The online kernel reads a long row twice and writes it once: 3 row-sizes of traffic against
+#   4 for three passes and the ideal of 2.
+#
+# ## Further exercises
+#
+# 1. With few rows (say 4 rows of a million columns) one program per row leaves most of the GPU
+#    idle. Split each row between several programs, have each write its state (m, d), and merge
+#    the states in a second small kernel before normalising. Which property of the merge makes
+#    this correct?
+# 2. In the first loop, one of $e^{m - m'}$ and $e^{x - m'}$ is always $e^0 = 1$. Rewrite the
+#    update with a single exponential per element, and measure whether it matters for float16
+#    rows (half the bytes per element, the same exponentials).
+# 3. Run the normalising pass from the end of the row backwards. The last blocks read by the
+#    first pass are the likeliest to still be in L2. Does the bandwidth change for 128k columns?
+# 4. Compute `log_softmax` with the same two passes. What is its formula in terms of m and d?
