@@ -56,6 +56,8 @@ def test_one_parameters_cell_before_the_first_exercise(notebook):
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
     first_exercise = next(i for i, c in enumerate(nb.cells) if nbg(c).get("solution"))
     assert tagged[0] < first_exercise
+    # the switch that turns ungraded sweeps off (the known-wrong harness sets it False)
+    assert re.search(r"^RUN_BENCHMARKS = True", nb.cells[tagged[0]].source, re.M)
 
 
 def test_markers_are_balanced_and_in_the_right_cells(notebook):
