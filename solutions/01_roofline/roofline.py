@@ -114,6 +114,8 @@ for precision, rate in CEILINGS.flops.items():
     print(f"{precision + ' matmul':>18}: {rate / 1e12:7.1f} TFLOP/s   "
           f"ridge {CEILINGS.ridge(precision):6.1f} FLOP/B")
 print(f"TF32 over plain fp32: {CEILINGS.flops['tf32'] / CEILINGS.flops['fp32']:.1f}x")
+roofline.plot(CEILINGS)  # one roof per precision; the fp16 one drawn bold
+plt.show()
 
 # %% [markdown]
 # ## The ridge point
@@ -124,9 +126,9 @@ print(f"TF32 over plain fp32: {CEILINGS.flops['tf32'] / CEILINGS.flops['fp32']:.
 #
 # $$ \text{attainable FLOP/s} = \min(P,\; I \cdot B). $$
 #
-# Plotted on log-log axes that is a slanted line (memory-bound: rate grows with intensity) meeting
-# a flat one (compute-bound: the peak) at the **ridge point** $I^* = P / B$, printed above for each
-# precision. Below the ridge, no amount of clever arithmetic helps: only moving fewer bytes does.
+# Plotted on log-log axes (above) that is a slanted line (memory-bound: rate grows with intensity)
+# meeting a flat one (compute-bound: the peak) at the **ridge point** $I^* = P / B$, printed above
+# for each precision. Below the ridge, no amount of clever arithmetic helps: only moving fewer bytes does.
 # Above it, the bytes no longer matter and only the arithmetic does. The ridge depends on the
 # precision (each has its own peak) and on the device: a GPU with more bandwidth and the same
 # arithmetic, such as the H200 (4.8 TB/s and the same compute as the H100, per NVIDIA's
