@@ -1,0 +1,951 @@
+# %% [markdown]
+# # 01 · The memory wall and the roofline
+#
+# A GPU computes far faster than it can fetch the numbers it computes on. NVIDIA's H100 SXM
+# datasheet lists 989 TFLOP/s of dense fp16 tensor-core arithmetic and 3.35 TB/s of HBM3
+# bandwidth: to keep the tensor cores busy, a kernel must do 989 / 3.35 = 295 floating-point
+# operations for every byte it moves. Adding two fp16 vectors does one addition per 6 bytes (two
+# 2-byte reads and a 2-byte write). This gap between arithmetic and memory, the *memory wall*
+# (Wulf and McKee, "Hitting the memory wall", 1995), decides the speed of most kernels you will
+# write, and it decides it before you write a line: the *roofline model* (Williams, Waterman and
+# Patterson, Communications of the ACM, 2009) turns two numbers about the device and two about the
+# kernel into the best time any implementation can reach. This notebook measures the device's two
+# numbers on your GPU, has you count the kernel's two, places PyTorch's own ops on the result, and
+# ends with the question every later notebook begins with: is a custom kernel worth writing here
+# at all?
+#
+# **You will learn:** what copy bandwidth and matmul throughput are and how to measure them (and
+# why an fp32 matmul may secretly run in TF32); the ridge point; how to count the FLOPs and the
+# bytes of an op, for vector add, softmax, matmul and attention, naive and tiled; how to tell a
+# memory-bound op from a compute-bound one and predict its best possible time; how to read a
+# profile of a transformer block; and the three conditions under which a custom kernel pays.
+
+# %%
+from grader import device
+
+DEVICE = device.setup()
+
+import contextlib
+import math
+import numbers
+import os
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from IPython.display import display
+from torch import nn
+from tqdm.auto import tqdm
+
+from grader import checks, roofline, timing
+from grader.widgets import roofline as roofline_explorer
+
+print(f"This notebook runs on {DEVICE.describe()}.")
+
+# %% tags=["parameters"]
+RUN_BENCHMARKS = True
+# The PyTorch ops placed on the roofline: counted everywhere, timed on a GPU only.
+ADD_ELEMENTS = 1 << 26  # 64 Mi elements per operand
+SOFTMAX_SHAPE = (8192, 8192)  # (rows, columns), softmax along each row
+MATMUL_SIZES = [256, 1024, 4096, 8192]  # square N x N x N
+ATTENTION_SHAPE = (4, 16, 2048, 64)  # (batch, heads, sequence length, head dimension)
+# The transformer block that is profiled: small in the interpreter, where it runs on the CPU.
+PROFILE = DEVICE.pick(
+    gpu=dict(batch=8, seq=1024, width=1024, heads=16, layers=4),
+    interpreter=dict(batch=2, seq=128, width=128, heads=4, layers=2),
+)
+
+# %% [markdown]
+# ## Two ceilings
+#
+# Every kernel does some work $W$ (floating-point operations, FLOPs) and moves some bytes $Q$
+# between the GPU's memory and its chip. The device has a peak arithmetic rate $P$ (FLOP/s) and a
+# peak memory bandwidth $B$ (bytes/s). Neither can be beaten, so
+#
+# $$ T \;\ge\; \max\!\left(\frac{W}{P},\; \frac{Q}{B}\right). $$
+#
+# Both ceilings are best measured, not read off a datasheet: what a real copy or a real matmul
+# reaches on your GPU is the honest yardstick for your own kernels.
+#
+# - **Bandwidth**: a device-to-device copy of 1 GiB, counting bytes read *plus* bytes written
+#   (copying $n$ bytes moves $2n$). A copy does no arithmetic, so it shows the memory system alone.
+# - **Matmul throughput**: cuBLAS (through `torch.matmul`) on large square matrices, counting
+#   $2N^3$ FLOPs (one multiply and one add for each of the $N^3$ products), per precision: fp16
+#   and bf16 on the tensor cores, fp32 on the ordinary cores, and **TF32**.
+#
+# TF32 is a tensor-core format with fp32's 8-bit exponent but only 10 bits of mantissa, against
+# fp32's 23 (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020). When it is allowed, an
+# fp32 `torch.matmul` rounds its inputs to TF32 and runs on the tensor cores: much faster, and
+# less exact. PyTorch decides with `torch.backends.cuda.matmul.allow_tf32` (also set by
+# `torch.set_float32_matmul_precision("high")`); its CUDA-semantics notes document the flag, off
+# by default for matmuls since PyTorch 1.12. The same fp32 code can thus run at two very different
+# speeds depending on one global flag, so `roofline.measure_ceilings()` measures both, switching
+# the flag for each, and the cell below prints what this session has it set to.
+
+# %%
+print(f"torch.backends.cuda.matmul.allow_tf32 = {torch.backends.cuda.matmul.allow_tf32}, "
+      f"float32 matmul precision = {torch.get_float32_matmul_precision()!r}")
+
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    CEILINGS = roofline.measure_ceilings()  # copy 1 GiB; matmuls at N = 8192 (fp32: 4096)
+    # What TF32 costs in accuracy: one fp32 matmul, with and without, against float64.
+    a, b = torch.randn(2048, 2048, device="cuda"), torch.randn(2048, 2048, device="cuda")
+    exact = a.double() @ b.double()
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    for allow in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        error = ((a @ b).double() - exact).abs().max() / exact.abs().max()
+        print(f"fp32 matmul 2048, allow_tf32={allow}: max error {error:.1e} of the largest entry")
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+else:
+    CEILINGS = roofline.datasheet_h100()
+    if DEVICE.supports("timing"):
+        print("RUN_BENCHMARKS is off, so nothing is measured: below are the figures of NVIDIA's "
+              "H100 SXM datasheet (dense rates), labelled as such, not your GPU's.")
+    else:
+        print("Nothing can be measured here: this notebook runs on the CPU in Triton's "
+              "interpreter mode, where times say nothing about a GPU. Below are the figures of "
+              "NVIDIA's H100 SXM datasheet (dense rates), labelled as such; on a GPU this cell "
+              "measures your own.")
+
+print(f"\nceilings: {CEILINGS.source}")
+print(f"{'memory bandwidth':>18}: {CEILINGS.bandwidth / 1e12:7.2f} TB/s (bytes read + written)")
+for precision, rate in CEILINGS.flops.items():
+    print(f"{precision + ' matmul':>18}: {rate / 1e12:7.1f} TFLOP/s   "
+          f"ridge {CEILINGS.ridge(precision):6.1f} FLOP/B")
+print(f"TF32 over plain fp32: {CEILINGS.flops['tf32'] / CEILINGS.flops['fp32']:.1f}x")
+roofline.plot(CEILINGS)  # one roof per precision; the fp16 one drawn bold
+plt.show()
+
+# %% [markdown]
+# ## The ridge point
+#
+# Divide the kernel's work by its traffic and you get its **arithmetic intensity**
+# $I = W / Q$ in FLOP per byte. The bound above becomes a statement about rates: the best a
+# kernel of intensity $I$ can reach is
+#
+# $$ \text{attainable FLOP/s} = \min(P,\; I \cdot B). $$
+#
+# Plotted on log-log axes (above) that is a slanted line (memory-bound: rate grows with intensity)
+# meeting a flat one (compute-bound: the peak) at the **ridge point** $I^* = P / B$, printed above
+# for each precision. Below the ridge, no amount of clever arithmetic helps: only moving fewer bytes does.
+# Above it, the bytes no longer matter and only the arithmetic does. The ridge depends on the
+# precision (each has its own peak) and on the device: a GPU with more bandwidth and the same
+# arithmetic, such as the H200 (4.8 TB/s and the same compute as the H100, per NVIDIA's
+# datasheets), has a lower ridge, and more ops are compute-bound there.
+
+# %% [markdown]
+# ## Counting FLOPs and bytes
+#
+# To place an op on the roofline you count its FLOPs and the bytes it must move. The counts are a
+# model, so the course fixes its conventions; the tests use exactly these.
+#
+# **Bytes: ideal traffic.** Each input tensor is read from memory exactly once, and each output
+# tensor is written exactly once, at its dtype's size: `fp32` 4 bytes per element, `fp16` and
+# `bf16` 2. Caches, re-reads and padding are not counted: this is the least traffic any
+# implementation needs. An op built from several kernels writes each intermediate result to
+# memory and reads it back; a fused kernel keeps intermediates on chip, and they cost no bytes.
+#
+# **FLOPs.** An addition, a multiplication, a comparison, a division or an `exp` each count 1.
+# A multiply-add counts 2.
+#
+# | op | shape | computes | counts |
+# |---|---|---|---|
+# | `"add"` | the tensor's shape, any number of dimensions | `z = x + y` | 1 FLOP per output element |
+# | `"softmax"` | the input's shape; softmax along the last dimension | `exp(x - max) / sum(exp(x - max))` | 5 FLOPs per element: the max, the subtraction, the `exp`, the sum, the division |
+# | `"matmul"` | `(M, N, K)` | `C (M x N) = A (M x K) @ B (K x N)` | 2 FLOPs per multiply-add |
+# | `"attention_naive"` | `(batch, heads, n, d)` | `O = softmax(Q Kᵀ) V` as three kernels: `S = Q Kᵀ`, `P = softmax(S)`, `O = P V` | the two matmuls and the softmax on the scores |
+# | `"attention_tiled"` | `(batch, heads, n, d)` | the same `O`, in one fused kernel (FlashAttention) | the same FLOPs as naive |
+#
+# For attention, `Q`, `K`, `V` and the output `O` are each `(batch, heads, n, d)`, and the scores
+# `S` and probabilities `P` are `(batch, heads, n, n)`: each head multiplies an `n x d` by a
+# `d x n` matrix, softmaxes the `n x n` result row by row, and multiplies it by an `n x d`. The
+# scaling by $1/\sqrt{d}$ is folded into `Q` beforehand and not counted. Naive attention is three
+# separate ops, so `S` and `P` go through memory; tiled attention (Dao et al., FlashAttention,
+# arXiv:2205.14135) computes blocks of `S` and `P` on chip and never stores them: it reads `Q`,
+# `K`, `V` and writes `O`, nothing else. Its online softmax rescales partial results as it goes;
+# those few extra operations are not counted, so both versions do the same FLOPs.
+#
+# The helpers below are given: the bytes per element, and which compute ceiling bounds each op.
+# Matmuls and attention run on the tensor cores at their dtype's rate (fp32 as TF32 when that is
+# allowed); elementwise ops and reductions such as add and softmax run on the ordinary cores, and
+# PyTorch's CUDA kernels compute them in fp32 even for half-precision tensors (its `opmath` type),
+# so their ceiling is fp32's.
+
+# %% nbgrader={"grade_id": "roofline-given"}
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+OPS = ("add", "softmax", "matmul", "attention_naive", "attention_tiled")
+TENSOR_CORE_OPS = ("matmul", "attention_naive", "attention_tiled")
+
+
+def compute_precision(op: str, dtype: str, tf32: bool = False) -> str:
+    """Which of the ceilings' compute rates bounds `op` on tensors of `dtype`."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    if op not in TENSOR_CORE_OPS:
+        return "fp32"
+    if dtype == "fp32":
+        return "tf32" if tf32 else "fp32"
+    return dtype
+
+
+# %% [markdown]
+# ### Exercise 1: FLOPs, bytes and intensity (4 points)
+#
+# Write the three counting functions, for every op in the table, any shape, and the dtypes
+# `"fp16"`, `"bf16"` and `"fp32"`. `math.prod(shape)` multiplies a shape out. Derive the
+# attention counts from the conventions (which tensors does each version read and write?); a
+# sketch of one head on paper helps. Return plain Python numbers.
+
+# %% nbgrader={"grade_id": "roofline-costs", "solution": true}
+def op_flops(op: str, shape: tuple) -> int:
+    """FLOPs of `op` on `shape`, by the course's conventions."""
+    ### BEGIN SOLUTION
+    if op == "add":
+        return math.prod(shape)  # one add per output element
+    if op == "softmax":
+        return 5 * math.prod(shape)  # max, subtract, exp, sum, divide
+    if op == "matmul":
+        m, n, k = shape
+        return 2 * m * n * k  # M*N outputs, K multiply-adds each
+    if op in ("attention_naive", "attention_tiled"):
+        batch, heads, n, d = shape
+        scores = op_flops("matmul", (n, n, d))  # S = Q K^T
+        probabilities = op_flops("softmax", (n, n))  # P = softmax(S)
+        output = op_flops("matmul", (n, d, n))  # O = P V
+        return batch * heads * (scores + probabilities + output)
+    raise ValueError(f"unknown op {op!r}")
+    ### END SOLUTION
+
+
+def op_bytes(op: str, shape: tuple, dtype: str) -> int:
+    """Bytes `op` must move between memory and the chip: each input read once, each output
+    written once; intermediates cost bytes only when they go through memory."""
+    ### BEGIN SOLUTION
+    size = ELEMENT_BYTES[dtype]
+    if op == "add":
+        return 3 * math.prod(shape) * size  # reads x and y, writes z
+    if op == "softmax":
+        return 2 * math.prod(shape) * size  # reads x, writes the result
+    if op == "matmul":
+        m, n, k = shape
+        return (m * k + k * n + m * n) * size  # reads A and B, writes C
+    if op == "attention_tiled":
+        batch, heads, n, d = shape
+        return batch * heads * 4 * n * d * size  # reads Q, K, V, writes O
+    if op == "attention_naive":
+        batch, heads, n, d = shape
+        per_head = (
+            op_bytes("matmul", (n, n, d), dtype)  # reads Q and K, writes S
+            + op_bytes("softmax", (n, n), dtype)  # reads S, writes P
+            + op_bytes("matmul", (n, d, n), dtype)  # reads P and V, writes O
+        )
+        return batch * heads * per_head
+    raise ValueError(f"unknown op {op!r}")
+    ### END SOLUTION
+
+
+def op_intensity(op: str, shape: tuple, dtype: str) -> float:
+    """Arithmetic intensity of `op` in FLOP per byte."""
+    ### BEGIN SOLUTION
+    return op_flops(op, shape) / op_bytes(op, shape, dtype)
+    ### END SOLUTION
+
+
+# %% [markdown]
+# The tests' helpers are given (read-only). Each failure names the case, the convention, the
+# expected and the actual number, and the likeliest cause. The visible tests follow them.
+
+# %% nbgrader={"grade_id": "roofline-expect"}
+H100 = roofline.datasheet_h100()  # the tests' usual roofline: NVIDIA's datasheet figures
+
+
+def case(op, shape, dtype=None, ceilings=None, tf32=False):
+    """'matmul 128x256x64 fp16', and the roofline when there is one."""
+    text = f"{op} {'x'.join(str(s) for s in shape)}" + (f" {dtype}" if dtype else "")
+    text += " with TF32 allowed" if tf32 else ""
+    return text + (f" on the roofline '{ceilings.source}'" if ceilings is not None else "")
+
+
+def number(x):
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e18 else f"{x:.6g}"
+
+
+def is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def expect(fn, args, want, unit, formula, hints=()):
+    """fn(*args) must equal `want`; `hints` pairs known wrong answers with their likely cause."""
+    __tracebackhide__ = True
+    got = checks.call_graded(fn, *args)
+    what = case(*args)
+    if not is_number(got):
+        raise AssertionError(f"{what}: `{fn.__name__}` must return a number of {unit}, got {got!r}")
+    if math.isclose(got, want, rel_tol=1e-9):
+        return
+    hint = next((h for wrong, h in hints if math.isclose(got, wrong, rel_tol=1e-9)),
+                "compare your count with the conventions above")
+    raise AssertionError(f"{what}: expected {formula} = {number(want)} {unit}, got {number(got)}: "
+                         f"{hint}")
+
+
+def yours(op, shape, dtype):
+    """What the student's exercise 1 says about this op, for messages."""
+    try:
+        return op_intensity(op, shape, dtype)
+    except Exception:
+        return None
+
+
+def expect_bound(op, shape, dtype, ceilings, intensity, tf32=False):
+    """classify_bound must compare the op's true `intensity` with the ridge of its ceiling."""
+    __tracebackhide__ = True
+    precision = compute_precision(op, dtype, tf32)
+    ridge = ceilings.ridge(precision)
+    want = "compute" if intensity >= ridge else "memory"
+    got = checks.call_graded(classify_bound, op, shape, dtype, ceilings, tf32=tf32)
+    what = case(op, shape, dtype, ceilings, tf32)
+    if got not in ("memory", "compute"):
+        raise AssertionError(f"{what}: return 'memory' or 'compute', got {got!r}")
+    if got == want:
+        return
+    side = "at or above" if want == "compute" else "below"
+    mine = yours(op, shape, dtype)
+    if mine is not None and not math.isclose(mine, intensity, rel_tol=1e-9):
+        hint = f"your op_intensity gives {mine:.5g}: fix exercise 1 first"
+    elif math.isclose(intensity, ridge, rel_tol=1e-9):
+        hint = "an intensity exactly at the ridge counts as compute"
+    else:
+        hint = (f"compare op_intensity with the {precision} ridge, "
+                f"ceilings.flops[{precision!r}] / ceilings.bandwidth")
+    raise AssertionError(f"{what}: intensity {intensity:.5g} FLOP/B is {side} the {precision} "
+                         f"ridge {ridge:.5g} FLOP/B, so expected {want!r}, got {got!r}: {hint}")
+
+
+def expect_seconds(op, shape, dtype, ceilings, flops, bytes_moved, tf32=False, rtol=0.01):
+    """predict_seconds must return the roofline's lower bound within `rtol` (1%)."""
+    __tracebackhide__ = True
+    precision = compute_precision(op, dtype, tf32)
+    compute = flops / ceilings.flops[precision]
+    memory = bytes_moved / ceilings.bandwidth
+    want = max(compute, memory)
+    got = checks.call_graded(predict_seconds, op, shape, dtype, ceilings, tf32=tf32)
+    what = case(op, shape, dtype, ceilings, tf32)
+    if not is_number(got):
+        raise AssertionError(f"{what}: `predict_seconds` must return seconds, got {got!r}")
+    if abs(got - want) <= rtol * want:
+        return
+    hints = [(compute, "that is the compute floor alone: the bound is the larger of the two"),
+             (memory, "that is the memory floor alone: the bound is the larger of the two"),
+             (compute + memory, "that adds the floors: memory and arithmetic overlap, take the max"),
+             (min(compute, memory), "that is the smaller floor: the bound is the larger one"),
+             (want * 1e3, "that is in milliseconds: return seconds"),
+             (want * 1e6, "that is in microseconds: return seconds"),
+             (2 * memory, "that is twice the memory floor: ceilings.bandwidth already counts "
+              "bytes read plus bytes written")]
+    hints += [(max(flops / rate, memory), f"that uses the {p} rate; this op's ceiling is "
+               f"{precision} (compute_precision(op, dtype, tf32))")
+              for p, rate in ceilings.flops.items() if p != precision]
+    hint = next((h for wrong, h in hints if abs(got - wrong) <= rtol * wrong),
+                "check that FLOPs are divided by the rate of compute_precision(op, dtype, tf32) "
+                "and bytes by ceilings.bandwidth, both per second")
+    raise AssertionError(f"{what}: expected max({flops:.4g} FLOP / {precision} peak, "
+                         f"{bytes_moved:.4g} B / bandwidth) = {want:.4g} s (within {rtol:.0%}), "
+                         f"got {got:.4g} s: {hint}")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-roofline-costs-visible", "points": 1}
+elements = "that counts elements: multiply by the bytes per element"
+expect(op_flops, ("add", (1000,)), 1000, "FLOPs", "n (one add per element)")
+expect(op_bytes, ("add", (1000,), "fp32"), 12000, "bytes", "3 * n * 4 (read x and y, write z)",
+       [(3000, elements), (8000, "did you forget to write the output z?")])
+expect(op_flops, ("matmul", (128, 256, 64)), 4194304, "FLOPs", "2*M*N*K",
+       [(2097152, "did you count the multiply and the add?")])
+expect(op_bytes, ("matmul", (128, 256, 64), "fp16"), 114688, "bytes", "(M*K + K*N + M*N) * 2",
+       [(57344, elements), (229376, "fp16 is 2 bytes per element, not 4"),
+        (49152, "did you forget to write C?"),
+        (98304, "the matrices are not square: use M, N and K")])
+expect(op_intensity, ("matmul", (128, 256, 64), "fp16"), 4194304 / 114688, "FLOP/B",
+       "FLOPs / bytes", [(114688 / 4194304, "that is bytes per FLOP: divide FLOPs by bytes")])
+expect(op_flops, ("softmax", (32, 100)), 16000, "FLOPs", "5 * rows * cols",
+       [(3200, "softmax is 5 FLOPs per element: max, subtract, exp, sum, divide"),
+        (12800, "softmax is 5 FLOPs per element: did you leave out the exp?")])
+print("visible tests passed: add, matmul and softmax")
+
+# %% [markdown]
+# ### Hidden tests
+#
+# When your notebook is graded, this cell checks all five ops over many shapes, with every dtype:
+# non-square and skinny matmuls, softmax over more than two dimensions, fp16 against fp32 byte
+# counts, and attention, naive and tiled, at several sequence lengths and head dimensions.
+
+# %% nbgrader={"grade": true, "grade_id": "test-roofline-costs-hidden", "points": 3}
+### BEGIN HIDDEN TESTS
+def _reference_cost(op, shape, dtype):
+    """(FLOPs, bytes), written out independently of the solution."""
+    s = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+    if op == "add":
+        n = math.prod(shape)
+        return n, 3 * n * s
+    if op == "softmax":
+        n = math.prod(shape)
+        return 5 * n, 2 * n * s
+    if op == "matmul":
+        m, n, k = shape
+        return 2 * m * n * k, (m * k + k * n + m * n) * s
+    b, h, n, d = shape
+    flops = b * h * (4 * n * n * d + 5 * n * n)
+    if op == "attention_naive":
+        return flops, b * h * (4 * n * d + 4 * n * n) * s
+    return flops, b * h * 4 * n * d * s
+
+
+def _wrong_flops(op, shape):
+    """Likely wrong FLOP counts, with what they reveal."""
+    if op == "matmul":
+        return [(math.prod(shape), "did you count the multiply and the add?")]
+    if op == "softmax":
+        n = math.prod(shape)
+        return [(n, "softmax is 5 FLOPs per element"),
+                (4 * n, "softmax is 5 FLOPs per element: did you leave out the exp?")]
+    if op.startswith("attention"):
+        b, h, n, d = shape
+        return [(b * h * 4 * n * n * d, "did you leave out the softmax's FLOPs on the scores?"),
+                (b * h * (2 * n * n * d + 5 * n * n), "count both matmuls at 2 FLOPs per "
+                 "multiply-add"),
+                (b * (4 * n * n * d + 5 * n * n), "count every head: multiply by heads too"),
+                (h * (4 * n * n * d + 5 * n * n), "count every batch: multiply by batch too")]
+    return []
+
+
+def _wrong_bytes(op, shape, dtype):
+    """Likely wrong byte counts, with what they reveal."""
+    s = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+    _, right = _reference_cost(op, shape, dtype)
+    wrong = [(right / s, "that counts elements: multiply by the bytes per element")]
+    if s == 2:
+        wrong.append((right * 2, f"{dtype} is 2 bytes per element, not 4"))
+    if op == "add":
+        wrong.append((2 * math.prod(shape) * s, "did you forget to write the output?"))
+    if op == "softmax":
+        wrong.append((math.prod(shape) * s, "did you forget to write the output?"))
+    if op == "matmul":
+        m, n, k = shape
+        wrong += [((m * k + k * n) * s, "did you forget to write C?"),
+                  (3 * m * m * s, "the matrices are not square: use M, N and K")]
+    if op.startswith("attention"):
+        b, h, n, d = shape
+        wrong += [(b * h * 4 * n * d * s, "naive attention is three kernels: S and P go to "
+                   "memory and come back (write S, read S, write P, read P)"),
+                  (b * h * (4 * n * d + 4 * n * n) * s, "tiled attention keeps S and P on chip: "
+                   "it reads Q, K, V and writes O, nothing else"),
+                  (b * h * 3 * n * d * s, "did you forget to write O?")]
+        wrong = [(v, t) for v, t in wrong if not math.isclose(v, right)]
+    return wrong
+
+
+_FORMULAS = {  # (FLOPs, bytes) as the messages state them; n is the number of elements
+    "add": ("n", "3 * n * size"),
+    "softmax": ("5 * n", "2 * n * size"),
+    "matmul": ("2*M*N*K", "(M*K + K*N + M*N) * size"),
+    "attention_naive": ("batch*heads*(4*n*n*d + 5*n*n)", "batch*heads*(4*n*d + 4*n*n) * size"),
+    "attention_tiled": ("batch*heads*(4*n*n*d + 5*n*n)", "batch*heads*4*n*d * size"),
+}
+_COST_CASES = [
+    ("add", (1,), "fp32"), ("add", (1 << 20,), "fp16"), ("add", (64, 3, 17), "bf16"),
+    ("add", (4096, 4096), "fp32"),
+    ("softmax", (1, 1), "fp32"), ("softmax", (4096, 1000), "fp16"),
+    ("softmax", (8, 128, 50257), "bf16"), ("softmax", (3, 7), "fp32"),
+    ("matmul", (1, 1, 1), "fp32"), ("matmul", (4096, 4096, 4096), "fp16"),
+    ("matmul", (1000, 3, 77), "fp32"), ("matmul", (16, 8192, 4096), "bf16"),
+    ("matmul", (4096, 16, 4096), "fp16"), ("matmul", (512, 1024, 64), "fp32"),
+    ("matmul", (8192, 8192, 128), "bf16"),
+]
+for _n, _d in ((128, 64), (2048, 64), (1000, 128), (4096, 128)):
+    for _op in ("attention_naive", "attention_tiled"):
+        for _dtype, _b, _h in (("fp16", 4, 16), ("fp32", 2, 12), ("bf16", 1, 32)):
+            _COST_CASES.append((_op, (_b, _h, _n, _d), _dtype))
+### END HIDDEN TESTS
+# a check you can run now; the hidden tests around it run when your notebook is graded
+expect(op_bytes, ("softmax", (32, 100), "bf16"), 12800, "bytes", "2 * rows * cols * 2",
+       [(6400, "that counts elements: multiply by the bytes per element")])
+### BEGIN HIDDEN TESTS
+for _op, _shape, _dtype in _COST_CASES:
+    _flops, _bytes = _reference_cost(_op, _shape, _dtype)
+    expect(op_flops, (_op, _shape), _flops, "FLOPs", _FORMULAS[_op][0], _wrong_flops(_op, _shape))
+    expect(op_bytes, (_op, _shape, _dtype), _bytes, "bytes", _FORMULAS[_op][1],
+           _wrong_bytes(_op, _shape, _dtype))
+    expect(op_intensity, (_op, _shape, _dtype), _flops / _bytes, "FLOP/B", "FLOPs / bytes",
+           [(_bytes / _flops, "that is bytes per FLOP: divide FLOPs by bytes")])
+print(f"hidden tests passed: {len(_COST_CASES)} cases over every op and dtype")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## The intensity of common ops
+#
+# With your counts, here is where common ops fall, against the ridges of this roofline. The table
+# uses the sizes of the parameters cell; the plot sweeps the size $N$ (add and softmax on an
+# $N \times N$ tensor, an $N^3$ matmul, attention over $N$ positions with head dimension 64).
+
+# %%
+def intensity_row(label, op, shape):
+    values = "".join(f"{op_intensity(op, shape, dt):>10.3g}" for dt in ("fp16", "fp32"))
+    return f"{label:<30}{values}"
+
+
+print(f"{'op':<30}{'fp16':>10}{'fp32':>10}   FLOP/B")
+print(intensity_row(f"add, {ADD_ELEMENTS} elements", "add", (ADD_ELEMENTS,)))
+print(intensity_row(f"softmax {SOFTMAX_SHAPE}", "softmax", SOFTMAX_SHAPE))
+for n in MATMUL_SIZES:
+    print(intensity_row(f"matmul {n}^3", "matmul", (n, n, n)))
+for op in ("attention_naive", "attention_tiled"):
+    print(intensity_row(f"{op} {ATTENTION_SHAPE}", op, ATTENTION_SHAPE))
+print(f"ridges of '{CEILINGS.source}': fp16 {CEILINGS.ridge('fp16'):.0f}, "
+      f"tf32 {CEILINGS.ridge('tf32'):.0f}, fp32 {CEILINGS.ridge('fp32'):.0f} FLOP/B")
+limit = op_intensity("attention_naive", (1, 1, 1 << 24, 64), "fp16")
+print(f"naive attention, fp16, d=64, at n = 2^24 positions: {limit:.1f} FLOP/B")
+
+sizes = [2**k for k in range(6, 16)]
+fig, ax = plt.subplots(figsize=(7, 4))
+for op, shape_of in (("add", lambda n: (n, n)), ("softmax", lambda n: (n, n)),
+                     ("matmul", lambda n: (n, n, n)),
+                     ("attention_naive", lambda n: (1, 1, n, 64)),
+                     ("attention_tiled", lambda n: (1, 1, n, 64))):
+    ax.plot(sizes, [op_intensity(op, shape_of(n), "fp16") for n in sizes], marker="o", label=op)
+for precision, style in (("fp16", "--"), ("fp32", ":")):
+    ax.axhline(CEILINGS.ridge(precision), color="gray", ls=style, lw=1,
+               label=f"{precision} ridge ({CEILINGS.ridge(precision):.0f} FLOP/B)")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("size N")
+ax.set_ylabel("arithmetic intensity (FLOP/B), fp16")
+ax.set_title(f"Intensity against size; ridges of: {CEILINGS.source}", fontsize=9)
+ax.legend(fontsize=8)
+ax.grid(alpha=0.3, which="both")
+plt.show()
+
+# %% [markdown]
+# What the counts say, before anything is timed:
+#
+# - **Add and softmax** have a constant intensity, far below every ridge: they are memory-bound at
+#   any size, and their best time is their bytes divided by the bandwidth. Halving the bytes
+#   (fp16 instead of fp32) halves that time; doing less arithmetic would change nothing.
+# - **Matmul**'s intensity grows like $N$: $2N^3$ FLOPs on $3N^2$ elements. Small matmuls are
+#   memory-bound, large ones compute-bound, and the crossing is the ridge.
+# - **Naive attention** levels off: its traffic is dominated by the $n \times n$ matrices `S` and
+#   `P` going through memory, which grow as fast as the FLOPs, so its intensity approaches a
+#   limit set by the head dimension (printed above for $n = 2^{24}$) and it stays memory-bound
+#   however long the sequence. **Tiled attention** moves only `Q`, `K`, `V` and `O`, which grow
+#   like $n$ while the FLOPs grow like $n^2$: its intensity grows with $n$ and crosses the ridge.
+#   Same FLOPs, same result; only the bytes changed. That is FlashAttention's idea, and 07 builds
+#   it.
+
+# %% [markdown]
+# ## Exercise 2: memory- or compute-bound? (3 points)
+#
+# Write `classify_bound`: `"memory"` when the op's intensity is below the ridge of the compute
+# ceiling that bounds it, else `"compute"` (an intensity exactly at the ridge counts as compute:
+# both floors are equal there). Which ceiling bounds it is `compute_precision(op, dtype, tf32)`;
+# read the rates from `ceilings.flops[precision]` (FLOP/s) and `ceilings.bandwidth` (bytes/s) and
+# write the comparison yourself, with your functions from exercise 1.
+
+# %% nbgrader={"grade_id": "roofline-bound", "solution": true}
+def classify_bound(op: str, shape: tuple, dtype: str, ceilings: roofline.Ceilings,
+                   tf32: bool = False) -> str:
+    """'memory' or 'compute': which ceiling limits `op` on `ceilings`."""
+    ### BEGIN SOLUTION
+    precision = compute_precision(op, dtype, tf32)
+    ridge = ceilings.flops[precision] / ceilings.bandwidth
+    return "compute" if op_intensity(op, shape, dtype) >= ridge else "memory"
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Visible test
+#
+# On the H100 datasheet roofline: a large fp16 add, a large fp16 matmul, and an fp32 matmul of
+# 256 whose answer depends on whether TF32 is allowed.
+
+# %% nbgrader={"grade": true, "grade_id": "test-roofline-bound-visible", "points": 1}
+expect_bound("add", (1 << 24,), "fp16", H100, intensity=1 / 6)
+expect_bound("matmul", (8192, 8192, 8192), "fp16", H100, intensity=8192 / 3)
+expect_bound("matmul", (256, 256, 256), "fp32", H100, intensity=256 / 6)
+expect_bound("matmul", (256, 256, 256), "fp32", H100, intensity=256 / 6, tf32=True)
+print("visible tests passed: add, matmul fp16, matmul fp32 with and without TF32")
+
+# %% [markdown]
+# ### Hidden tests
+#
+# Far from the ridge and within a fraction of a percent of it, every op, every precision with and
+# without TF32, skinny matmuls, attention at short and long sequences, an op exactly at the ridge,
+# and the same ops on a device with more bandwidth (the H200's datasheet), where the ridge is
+# lower.
+
+# %% nbgrader={"grade": true, "grade_id": "test-roofline-bound-hidden", "points": 2}
+### BEGIN HIDDEN TESTS
+_H200 = roofline.Ceilings(4.8e12, dict(H100.flops), "NVIDIA H200 datasheet (dense rates), not measured")
+_TIE = roofline.Ceilings(1e12, {"fp16": 1000e12, "bf16": 1000e12, "tf32": 200e12, "fp32": 16e12},
+                         "a made-up device whose fp32 ridge is exactly 16 FLOP/B")
+_BOUND_CASES = [
+    # far from the ridge
+    ("add", (1 << 26,), "fp16", H100, False), ("add", (4096, 4096), "fp32", _H200, False),
+    ("softmax", (8192, 8192), "fp16", H100, False), ("softmax", (64, 50257), "bf16", _H200, False),
+    ("matmul", (8192, 8192, 8192), "bf16", H100, False),
+    ("matmul", (4096, 16, 4096), "fp16", H100, False),  # skinny: memory-bound
+    ("matmul", (16, 8192, 4096), "fp32", H100, True),
+    ("attention_naive", (4, 16, 8192, 128), "fp16", H100, False),
+    ("attention_tiled", (4, 16, 8192, 128), "fp16", H100, False),
+    ("attention_tiled", (1, 16, 128, 64), "fp16", H100, False),  # short: memory-bound
+    ("attention_naive", (2, 12, 1024, 64), "fp32", H100, True),
+    ("attention_tiled", (2, 12, 4096, 64), "fp32", H100, True),
+    # within half a percent of the ridge: fp16 295.2, tf32 147.5, fp32 20 FLOP/B on the H100
+    ("matmul", (885, 885, 885), "fp16", H100, False), ("matmul", (886, 886, 886), "fp16", H100, False),
+    ("matmul", (886, 886, 886), "bf16", H100, False),
+    ("matmul", (884, 884, 884), "fp32", H100, True), ("matmul", (886, 886, 886), "fp32", H100, True),
+    ("matmul", (884, 884, 884), "fp32", H100, False),
+    ("matmul", (119, 119, 119), "fp32", H100, False), ("matmul", (121, 121, 121), "fp32", H100, False),
+    # the H200's ridge is lower: compute-bound there, memory-bound on the H100
+    ("matmul", (700, 700, 700), "fp16", _H200, False), ("matmul", (700, 700, 700), "fp16", H100, False),
+    # exactly at the ridge: compute
+    ("matmul", (96, 96, 96), "fp32", _TIE, False),
+    # whatever this notebook's own roofline is
+    ("matmul", (4096, 4096, 4096), "fp16", CEILINGS, False),
+    ("attention_tiled", ATTENTION_SHAPE, "fp16", CEILINGS, False),
+]
+### END HIDDEN TESTS
+# a check you can run now; the hidden tests around it run when your notebook is graded
+expect_bound("softmax", (4096, 4096), "fp32", H100, intensity=5 / 8)
+### BEGIN HIDDEN TESTS
+for _op, _shape, _dtype, _ceilings, _tf32 in _BOUND_CASES:
+    _flops, _bytes = _reference_cost(_op, _shape, _dtype)
+    expect_bound(_op, _shape, _dtype, _ceilings, intensity=_flops / _bytes, tf32=_tf32)
+print(f"hidden tests passed: {len(_BOUND_CASES)} cases near and far from the ridge")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 3: the best possible time (3 points)
+#
+# Write `predict_seconds`: the roofline's lower bound on the time of `op`, in seconds, the larger
+# of its compute floor (FLOPs over the rate of its ceiling) and its memory floor (bytes over the
+# bandwidth). The tests accept answers within 1% of the exact bound. The visible test follows.
+
+# %% nbgrader={"grade_id": "roofline-predict", "solution": true}
+def predict_seconds(op: str, shape: tuple, dtype: str, ceilings: roofline.Ceilings,
+                    tf32: bool = False) -> float:
+    """No implementation of `op` can finish in less time than this on `ceilings`."""
+    ### BEGIN SOLUTION
+    precision = compute_precision(op, dtype, tf32)
+    compute = op_flops(op, shape) / ceilings.flops[precision]
+    memory = op_bytes(op, shape, dtype) / ceilings.bandwidth
+    return max(compute, memory)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-roofline-predict-visible", "points": 1}
+expect_seconds("add", (1 << 24,), "fp32", H100, flops=2**24, bytes_moved=12 * 2**24)
+expect_seconds("matmul", (8192, 8192, 8192), "fp16", H100, flops=2 * 8192**3,
+               bytes_moved=3 * 8192**2 * 2)
+expect_seconds("matmul", (4096, 4096, 4096), "fp32", H100, flops=2 * 4096**3,
+               bytes_moved=3 * 4096**2 * 4, tf32=True)
+print(f"visible tests passed: add 2^24 fp32 needs at least "
+      f"{predict_seconds('add', (1 << 24,), 'fp32', H100) * 1e6:.1f} us on the H100 datasheet")
+
+# %% [markdown]
+# ### Hidden tests
+#
+# Every op and dtype, on both sides of the ridge and right at it, with and without TF32, on the
+# H100 and H200 datasheets and on this notebook's own roofline.
+
+# %% nbgrader={"grade": true, "grade_id": "test-roofline-predict-hidden", "points": 2}
+### BEGIN HIDDEN TESTS
+_PREDICT_CASES = list(_BOUND_CASES) + [
+    ("add", (1,), "fp32", H100, False), ("add", (1 << 20,), "bf16", _H200, False),
+    ("softmax", (8, 128, 50257), "fp32", _H200, False),
+    ("matmul", (1000, 3, 77), "fp32", H100, True), ("matmul", (512, 1024, 64), "fp16", _H200, False),
+    ("matmul", (8192, 8192, 8192), "fp32", H100, False),
+    ("matmul", (8192, 8192, 8192), "fp32", _H200, True),
+    ("attention_naive", (1, 32, 4096, 128), "bf16", _H200, False),
+    ("attention_tiled", (1, 32, 4096, 128), "bf16", _H200, False),
+    ("matmul", (2048, 2048, 2048), "fp16", CEILINGS, False),
+    ("softmax", SOFTMAX_SHAPE, "fp16", CEILINGS, False),
+]
+### END HIDDEN TESTS
+# a check you can run now; the hidden tests around it run when your notebook is graded
+expect_seconds("softmax", (4096, 4096), "fp16", H100, flops=5 * 4096**2,
+               bytes_moved=2 * 4096**2 * 2)
+### BEGIN HIDDEN TESTS
+for _op, _shape, _dtype, _ceilings, _tf32 in _PREDICT_CASES:
+    _flops, _bytes = _reference_cost(_op, _shape, _dtype)
+    expect_seconds(_op, _shape, _dtype, _ceilings, _flops, _bytes, tf32=_tf32)
+print(f"hidden tests passed: {len(_PREDICT_CASES)} predictions within 1%")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## PyTorch's ops on the roofline
+#
+# Now the roofline meets real kernels. On a GPU, the next cell times PyTorch's own ops in fp16
+# (each with `timing.bench`: warm-up, L2 flushed before every call, median of many), counts their
+# FLOPs and bytes with *your* functions, and places each at its measured rate. The naive attention
+# is the three-op formula written out; `scaled_dot_product_attention` dispatches to a fused,
+# tiled kernel (FlashAttention or cuDNN's), so it is counted as `attention_tiled`. The last
+# column, the roofline bound over the measured time, says how close each op comes to the best
+# any kernel could do with *its* traffic.
+
+# %%
+def naive_attention(q, k, v):  # the 1/sqrt(d) scale is taken as folded into q
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+
+RUNS = [  # (label, op and shape to count, the call, the shapes of its fp16 inputs)
+    ("torch.add", "add", (ADD_ELEMENTS,), lambda x, y, z: torch.add(x, y, out=z),
+     [(ADD_ELEMENTS,)] * 3),
+    ("torch.softmax", "softmax", SOFTMAX_SHAPE, lambda s: torch.softmax(s, dim=-1),
+     [SOFTMAX_SHAPE]),
+    *[(f"matmul {n}", "matmul", (n, n, n), torch.matmul, [(n, n)] * 2) for n in MATMUL_SIZES],
+    ("attention, naive", "attention_naive", ATTENTION_SHAPE, naive_attention,
+     [ATTENTION_SHAPE] * 3),
+    ("SDPA (tiled)", "attention_tiled", ATTENTION_SHAPE, F.scaled_dot_product_attention,
+     [ATTENTION_SHAPE] * 3),
+]
+
+points, measured = [], DEVICE.supports("timing") and RUN_BENCHMARKS
+print(f"{'op':<18}{'FLOPs':>10}{'bytes':>10}{'FLOP/B':>9}  {'bound':<8}"
+      f"{'measured':>11}{'roofline':>11}{'of roof':>9}")
+for label, op, shape, call, input_shapes in tqdm(RUNS, disable=not measured, desc="timing"):
+    flops, moved = op_flops(op, shape), op_bytes(op, shape, "fp16")
+    best = predict_seconds(op, shape, "fp16", CEILINGS)
+    if measured:
+        args = [torch.randn(*s, device="cuda", dtype=torch.float16) for s in input_shapes]
+        seconds = timing.bench(lambda call=call, args=args: call(*args)).median_ms * 1e-3
+        del args
+        points.append(roofline.Point(label, flops, moved, seconds))
+        timed = f"{seconds * 1e6:>9.4g}us{best * 1e6:>9.4g}us{best / seconds:>9.0%}"
+    else:  # nothing to time: the point sits on the roof, at the best it could do
+        points.append(roofline.Point(label, flops, moved, best,
+                                     style={"facecolors": "none", "edgecolors": "C3"}))
+        timed = f"{'-':>11}{best * 1e6:>9.4g}us{'-':>9}"
+    print(f"{label:<18}{flops:>10.2e}{moved:>10.2e}{flops / moved:>9.3g}  "
+          f"{classify_bound(op, shape, 'fp16', CEILINGS):<8}{timed}")
+
+if measured:
+    title = f"PyTorch ops in fp16, measured on {DEVICE.name}"
+else:
+    print("\nNothing was timed (no GPU, or RUN_BENCHMARKS is off). The plot is NVIDIA's H100 SXM "
+          "datasheet roofline, not a measurement, with each op drawn on the roof at its "
+          "intensity, the best it could do; on a GPU the points are live timings, on or below "
+          "the roof.")
+    title = "Datasheet roofline (H100 SXM, not measured); ops at their best possible rate"
+ax = roofline.plot(CEILINGS, points, precision="fp16", title=title)
+if not measured:  # points on the flat roof crowd together: turn their labels upwards
+    labels = {p.label for p in points}
+    for text in ax.texts:
+        if text.get_text() in labels:
+            text.set_rotation(60)
+    ax.set_ylim(top=CEILINGS.flops["fp16"] / 1e12 * 30)
+plt.show()
+
+# %% [markdown]
+# How to read it. Points on the slanted part of the roof are memory-bound: the only way up is to
+# move fewer bytes (fuse ops, use a smaller dtype). Points under the flat part are compute-bound:
+# fewer or faster FLOPs (tensor cores, lower precision) are the only way up. The vertical gap
+# between a point and the roof above it is the *headroom*: what a better kernel could still gain.
+# On a GPU, read it with the `of roof` column beside it: the 8192 matmul is the very measurement
+# that set the fp16 roof, so it sits on the roof by construction; the smaller matmuls show what
+# happens when there is too little work to fill the GPU; add and softmax show how close PyTorch's
+# own kernels come to the copy bandwidth; and naive attention sits far to the left of SDPA, the
+# same FLOPs on many times the bytes (compare their two rows of the table).
+#
+# ## Explore
+#
+# Pick an op, a size and a dtype, and watch where it lands on this notebook's roofline (your GPU's
+# measured one, or the H100 datasheet on the CPU). The explorer counts with *your* functions from
+# exercise 1. Things to try: find the matmul size where fp16 crosses the ridge; compare naive and
+# tiled attention at the same size; switch an fp32 matmul between plain fp32 and TF32.
+
+# %%
+explorer = roofline_explorer.explore(CEILINGS, op_flops, op_bytes, compute_precision)
+print(explorer.text())  # the readout at the default settings, for where widgets are not shown
+display(explorer)
+
+# %% [markdown]
+# ## Profile first
+#
+# The roofline says how fast an op *could* be. Before writing any kernel, find out which ops take
+# the time. PyTorch's profiler (`torch.profiler`) records every op a model runs, with its time on
+# the CPU and, on a GPU, the time of the GPU kernels it launched. Here it profiles a small stack
+# of transformer blocks: layernorm, the QKV projection, attention written out as
+# $\mathrm{softmax}(QK^T)V$, the output projection, layernorm, and an MLP with GELU. The table is
+# sorted by *self* time (an op's own work, without the ops it calls). In the interpreter the
+# block runs on the CPU and only CPU time is recorded: the shares show which ops dominate on *this*
+# CPU, which is not what a GPU would show.
+#
+# The table lists ATen ops (PyTorch's operator library): `addmm` and `mm` are the linear layers,
+# `bmm` the two attention matmuls, `_softmax`, `native_layer_norm` and `gelu` what their names
+# say, and `copy_` the copies that reshapes and transposes need. On a GPU the kernels themselves
+# are listed too, under their cuBLAS or PyTorch names. The cell after it groups the ATen ops into
+# the block's parts and gives each part's share of the time.
+
+# %%
+class Block(nn.Module):
+    """A pre-norm transformer block, with attention written out as three ops."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)  # the QKV projection
+        self.proj = nn.Linear(width, width)  # the attention's output projection
+        self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)  # the MLP
+
+    def forward(self, x):  # x: (batch, seq, width)
+        b, t, w = x.shape
+        qkv = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, w // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq, head dim)
+        scores = (q * (w // self.heads) ** -0.5) @ k.transpose(-2, -1)  # (batch, heads, seq, seq)
+        attended = torch.softmax(scores, dim=-1) @ v  # (batch, heads, seq, head dim)
+        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, w))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """The profiler's C++ library logs its start and stop straight to the process's stderr;
+    keep those two lines out of the notebook (Python's own warnings still show)."""
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+P = PROFILE
+dtype = torch.float16 if DEVICE.is_gpu else torch.float32
+model = nn.Sequential(*[Block(P["width"], P["heads"]) for _ in range(P["layers"])])
+model = model.to(DEVICE.torch_device, dtype).eval()
+x = torch.randn(P["batch"], P["seq"], P["width"], device=DEVICE.torch_device, dtype=dtype)
+activities = [torch.profiler.ProfilerActivity.CPU]
+activities += [torch.profiler.ProfilerActivity.CUDA] if DEVICE.is_gpu else []
+STEPS = 3
+with torch.no_grad():
+    for _ in range(2):  # warm-up: first calls pay for library setup and memory allocation
+        model(x)
+    if DEVICE.is_gpu:
+        torch.cuda.synchronize()
+    with native_stderr_silenced(), torch.profiler.profile(activities=activities) as prof:
+        for _ in range(STEPS):
+            model(x)
+        if DEVICE.is_gpu:
+            torch.cuda.synchronize()
+
+SELF_TIME = "self_device_time_total" if DEVICE.is_gpu else "self_cpu_time_total"
+print(f"{STEPS} forward passes of {P['layers']} blocks, {P} in {str(dtype)[6:]}, "
+      f"sorted by self {'GPU' if DEVICE.is_gpu else 'CPU'} time")
+print(prof.key_averages().table(sort_by=SELF_TIME, row_limit=10, max_name_column_width=36))
+
+# %%
+PARTS = {"aten::addmm": "linear layers", "aten::mm": "linear layers",
+         "aten::bmm": "attention", "aten::_softmax": "attention",
+         "aten::native_layer_norm": "layernorm", "aten::gelu": "GELU"}
+aten = [event for event in prof.key_averages() if event.key.startswith("aten::")]
+if not any(getattr(event, SELF_TIME) for event in aten):
+    print("The profiler attributed no GPU time to ATen ops here; using CPU time instead.")
+    SELF_TIME = "self_cpu_time_total"
+share = {}
+for event in aten:
+    part = PARTS.get(event.key, "other (copies, adds, scaling)")
+    share[part] = share.get(part, 0.0) + getattr(event, SELF_TIME) * 1e-6 / STEPS
+total = sum(share.values())
+for part, seconds in sorted(share.items(), key=lambda kv: -kv[1]):
+    print(f"{part:<32}{seconds * 1e3:9.2f} ms per forward {seconds / total:7.1%}")
+
+# %% [markdown]
+# ## When does a custom kernel pay?
+#
+# A custom kernel costs effort long after it first runs: testing on every shape, tuning, keeping
+# it correct and fast as GPUs and libraries change. It pays only when three conditions hold
+# together:
+#
+# 1. **Headroom under the roofline.** The op runs well below the best time its work allows (the
+#    roofline bound of the *cheapest* way to compute it, e.g. tiled rather than naive attention).
+#    An op already at its roof cannot be made faster by any kernel.
+# 2. **A hot op.** It takes a large share of the total time. Amdahl's law (Amdahl, AFIPS 1967)
+#    caps the gain: speeding up a part with share $p$ by $h$ speeds up the whole by
+#    $1 / ((1 - p) + p / h)$, never more than $1 / (1 - p)$.
+# 3. **A stable shape.** The shapes it runs on are known and few, so that the kernel can be
+#    specialised and tuned for them and keeps its speed in production.
+#
+# On a GPU the cell below puts numbers on the first two for the profiled block: each part's
+# measured time per forward against its roofline bound (the linear layers as matmuls; attention
+# as tiled attention, the cheapest way to compute it), and the end-to-end speedup that reaching
+# the bound would give. The block's shapes are fixed, so the third condition holds here.
+
+# %%
+def amdahl(share, headroom):
+    """End-to-end speedup when a part with `share` of the time becomes `headroom` times faster."""
+    return 1 / ((1 - share) + share / headroom)
+
+
+if DEVICE.is_gpu and RUN_BENCHMARKS:
+    tokens, width = P["batch"] * P["seq"], P["width"]
+    matmuls = [(tokens, 3 * width, width), (tokens, width, width),
+               (tokens, 4 * width, width), (tokens, width, 4 * width)]
+    bounds = {
+        "linear layers": P["layers"] * sum(predict_seconds("matmul", s, "fp16", CEILINGS)
+                                           for s in matmuls),
+        "attention": P["layers"] * predict_seconds(
+            "attention_tiled", (P["batch"], P["heads"], P["seq"], width // P["heads"]), "fp16",
+            CEILINGS),
+    }
+    print(f"{'part':<16}{'measured':>11}{'roofline':>11}{'headroom':>10}{'share':>8}"
+          f"{'whole block at most':>21}")
+    for part, best in bounds.items():
+        h, p = share[part] / best, share[part] / total
+        print(f"{part:<16}{share[part] * 1e3:>9.2f}ms{best * 1e3:>9.2f}ms{h:>9.1f}x{p:>8.0%}"
+              f"{amdahl(p, h):>20.2f}x")
+else:
+    print("On a GPU, with RUN_BENCHMARKS on, this cell prints each part's headroom under the "
+          "measured roofline and the whole block's best possible speedup from it. Here there is "
+          "no measured roofline, and the shares above are this machine's CPU times.")
+
+# %% [markdown]
+# Read the GPU numbers with the three conditions in mind. A part whose headroom is close to 1x is
+# done, whatever its share: for the linear layers that is cuBLAS's work, and no kernel of yours
+# will beat its roof. A part with both a large headroom and a large share, on shapes that do not
+# change, is where a kernel pays. Written-out attention measured against the bound of *tiled*
+# attention is the classic case: the kernel that closes that gap is FlashAttention, and 07 has
+# you write it. The small elementwise parts (layernorm, GELU, copies) are memory-bound, and their
+# usual fix is fusing them into their neighbours (02 and 03), which `torch.compile` also does.
+#
+# ## Summary
+#
+# - A kernel's time is bounded below by $\max(W/P, Q/B)$: its FLOPs over the peak rate and its
+#   bytes over the bandwidth. Measure both ceilings on your device: copy bandwidth counts bytes
+#   read plus written, and matmul throughput depends on the precision, with fp32 matmuls running
+#   as TF32 when `torch.backends.cuda.matmul.allow_tf32` is set.
+# - The ridge point $P/B$ separates memory-bound ops (below: move fewer bytes) from compute-bound
+#   ones (above: do fewer or faster FLOPs). Each precision has its own.
+# - Counting conventions: ideal traffic (each input read once, each output written once,
+#   intermediates free only when they stay on chip); a multiply-add is 2 FLOPs.
+# - Add and softmax are memory-bound at any size; matmul crosses the ridge as it grows; naive
+#   attention stays memory-bound because `S` and `P` go through memory, and tiled attention does
+#   the same FLOPs on far fewer bytes.
+# - Profile first, then write a kernel only where there is headroom under the roofline, the op is
+#   hot, and the shape is stable.
+#
+# ## Further exercises
+#
+# 1. Add `"layernorm"` and `"gelu"` to your counting functions (decide the conventions: how many
+#    FLOPs is a `tanh`?) and place `torch.nn.functional.layer_norm` and `F.gelu` on the roofline.
+# 2. Count a *fused* add followed by a ReLU (one kernel) against the two separate ops. How much
+#    lower is the fused version's bound? 02 writes that kernel.
+# 3. Replace the written-out attention in `Block` with `F.scaled_dot_product_attention` and profile
+#    again. How do the shares change, and what does that do to the three conditions?
+# 4. Time `torch.matmul` on fp32 inputs with `allow_tf32` on and off for sizes 256 to 8192 and
+#    place both on the roofline. From which size does TF32 pay, and why not below it?
+# 5. Use `roofline.measure_ceilings(copy_bytes=...)` with copies of 1 MiB to 1 GiB. Where does the
+#    copy bandwidth jump, and what does the 50 MB L2 cache of the H100 (NVIDIA's datasheet) have
+#    to do with it?
