@@ -653,7 +653,11 @@ def load_module(path: str | Path, name: str | None = None, **overrides) -> Modul
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:  # no __pycache__ beside the drafts: course/ must stay as built
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes_bytecode
     for key, value in overrides.items():
         if not hasattr(module, key):
             raise AttributeError(f"{path.name} defines no {key} to override")

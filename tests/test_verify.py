@@ -216,5 +216,6 @@ def test_load_module_overrides_existing_names_only(tmp_path):
     path.write_text("BLOCK_M = 128\n\ndef block():\n    return BLOCK_M\n")
     module = verify.load_module(path, BLOCK_M=32)
     assert module.block() == 32
+    assert not (tmp_path / "__pycache__").exists()  # course/ stays as built
     with pytest.raises(AttributeError, match="defines no BLOCK_Q"):
         verify.load_module(path, BLOCK_Q=32)
