@@ -1,0 +1,305 @@
+"""Attention for 08 · Trust, but verify: the float64 reference, the eager and SDPA baselines,
+tolerances, work and traffic, the audit's sweep of cases, the hidden fuzz cases, and the speed
+problem that grader.integrity measures in a separate process.
+
+Shapes are (batch, heads, N, D): N queries and N keys per head, head dimension D. The kernels
+under test are called as attention(q, k, v, causal=False, sm_scale=None) and return the output.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from grader import checks, device, verify
+
+# Sizes at which a kernel's offsets need 64 bits: 64 * 64 * 8192 * 128 = 2^32 elements per tensor,
+# 8 GiB in fp16. No laptop runs this; offset_review reasons about it instead.
+LARGE_SHAPES = ((64, 64, 8192, 128),)
+
+
+def _scale(d: int, sm_scale: float | None) -> float:
+    return 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+
+
+def _future(n: int, where) -> torch.Tensor:
+    """(n, n) True above the diagonal: the keys a causal query i must not see (j > i)."""
+    return torch.ones(n, n, dtype=torch.bool, device=where).triu(1)
+
+
+def reference(q, k, v, causal=False, sm_scale=None):
+    """softmax(Q Kᵀ · scale) V in float64; with `causal`, query i sees keys j <= i."""
+    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    scores = q @ k.transpose(-2, -1) * _scale(q.shape[-1], sm_scale)  # (B, H, N, N)
+    if causal:
+        scores = scores.masked_fill(_future(q.shape[-2], q.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def naive(q, k, v, causal=False, sm_scale=None):
+    """Eager PyTorch in the inputs' dtype: the N x N scores are written to memory and read back.
+    Traffic: writes and reads B*H*N*N scores several times (matmul, scale, softmax, matmul)."""
+    scores = (q @ k.transpose(-2, -1)) * _scale(q.shape[-1], sm_scale)
+    if causal:
+        scores = scores.masked_fill(_future(q.shape[-2], q.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def flash(q, k, v, causal=False, sm_scale=None):
+    """PyTorch's scaled_dot_product_attention, restricted to its FlashAttention backend."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+
+def flops(batch: int, heads: int, n: int, d: int, causal: bool = False) -> float:
+    """Q Kᵀ and P V: 2 * N * N * D multiply-adds each per head, 4*B*H*N²*D FLOPs; half with a
+    causal mask (the FlashAttention papers count it so)."""
+    total = 4.0 * batch * heads * n * n * d
+    return total / 2 if causal else total
+
+
+def bytes_moved(batch: int, heads: int, n: int, d: int, itemsize: int) -> float:
+    """The least traffic: read Q, K, V and write O once."""
+    return 4.0 * batch * heads * n * d * itemsize
+
+
+def tolerance(dtype: torch.dtype, dev: device.Device | None = None) -> tuple[float, float]:
+    """(rtol, atol) for an attention output of `dtype` against the float64 reference, for V of
+    unit scale.
+
+    A FlashAttention kernel rounds the probabilities P to the input dtype before P V (so that P V
+    runs on tensor cores), and rounds the output: its error is a few units in the last place of
+    that dtype (fp16: 2^-11 = 4.9e-4; bf16: 2^-8 = 3.9e-3), so the tolerance is about four of
+    them. On a GPU, tl.dot rounds fp32 inputs to TF32 (10 mantissa bits, like fp16) by default.
+    """
+    dev = dev or device.current()
+    if dtype == torch.float16:
+        return (2e-3, 2e-3)
+    if dtype == torch.bfloat16:
+        return (2e-2, 2e-2)
+    if dtype == torch.float32:
+        return (5e-3, 5e-3) if dev.is_gpu else (1e-4, 1e-4)
+    return checks.tolerance(dtype)
+
+
+def inputs(
+    batch: int,
+    heads: int,
+    n: int,
+    d: int,
+    dtype: torch.dtype = torch.float32,
+    *,
+    layouts: Sequence[str] = ("contiguous", "contiguous", "contiguous"),
+    scales: Sequence[float] = (1.0, 1.0, 1.0),
+    v_offset: float = 0.0,
+    key_ramp: tuple[float, float] | None = None,
+):
+    """A make_inputs(gen) -> (q, k, v) for the audit.
+
+    layouts: per tensor, "contiguous"; "bnhd" (stored as (B, N, H, D) and transposed, as a model's
+    projections usually are); or "sliced" (the first D of 2*D columns). scales multiply q, k, v;
+    v_offset is added to v; key_ramp multiplies key j by a factor rising linearly along N, so later
+    key blocks hold larger scores.
+    """
+
+    def place(x: torch.Tensor, layout: str) -> torch.Tensor:
+        if layout == "contiguous":
+            return x.to(dtype)
+        if layout == "bnhd":
+            return x.transpose(1, 2).contiguous().to(dtype).transpose(1, 2)
+        if layout == "sliced":
+            wide = torch.zeros((*x.shape[:-1], 2 * d), dtype=torch.float32, device=x.device)
+            wide[..., :d] = x
+            return wide.to(dtype)[..., :d]
+        raise ValueError(f"unknown layout {layout!r}")
+
+    def make(gen: torch.Generator):
+        out = []
+        for which, (layout, scale) in enumerate(zip(layouts, scales, strict=True)):
+            x = checks.randn((batch, heads, n, d), gen=gen, scale=scale)
+            if which == 1 and key_ramp is not None:
+                ramp = torch.linspace(key_ramp[0], key_ramp[1], n, device=x.device)
+                x = x * ramp[:, None]
+            if which == 2:
+                x = x + v_offset
+            out.append(place(x, layout))
+        return tuple(out)
+
+    return make
+
+
+def _case(name, shape, dtype, dev, catches=(), causal=False, sm_scale=None, **inputs_kw):
+    b, h, n, d = shape
+    rtol, atol = tolerance(dtype, dev)
+    kwargs = {"causal": causal} if sm_scale is None else {"causal": causal, "sm_scale": sm_scale}
+    return verify.Case(
+        name, inputs(b, h, n, d, dtype, **inputs_kw), kwargs, tuple(catches), rtol, atol
+    )
+
+
+def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[verify.Case]:
+    """The audit's sweep. Sizes are set relative to `tile`, the block size of the kernels under
+    test: one tile, whole tiles, several key blocks, and ragged tails. Interpreter: tile 32,
+    D 16 and 32, fp32 cases and fp16 ones. GPU: tile 128, D 64 and 128, fp16 cases (tl.dot
+    rounds fp32 to TF32 there, and fp32 tiles of 128 x 128 x D need twice the shared memory),
+    one fp32 case at D=32 and one bf16 case."""
+    dev = dev or device.current()
+    t = tile or dev.pick(gpu=128, interpreter=32)
+    d = dev.pick(gpu=64, interpreter=16)
+    wide = dev.pick(gpu=128, interpreter=32)
+    f32, f16 = torch.float32, torch.float16
+    base = dev.pick(gpu=f16, interpreter=f32)
+    out = [
+        _case("N=1", (1, 1, 1, d), base, dev, ["missing-mask", "uninit-read", "torch-fallback"]),
+        _case(f"N={2 * t}, whole tiles", (1, 2, 2 * t, d), base, dev, ["address-cache"]),
+        _case(
+            f"ragged N={t + 13}",
+            (1, 2, t + 13, d),
+            base,
+            dev,
+            ["missing-mask", "zero-fill", "uninit-read", "torch-fallback"],
+        ),
+        _case(
+            f"causal N={t}, one tile",
+            (1, 2, t, d),
+            base,
+            dev,
+            ["causal-off-by-one", "zero-fill"],
+            causal=True,
+        ),
+        _case(
+            f"causal ragged N={t + 7}",
+            (1, 2, t + 7, d),
+            base,
+            dev,
+            ["causal-off-by-one", "uninit-read", "torch-fallback"],
+            causal=True,
+        ),
+        _case(
+            f"rising scores N={3 * t}",
+            (1, 1, 3 * t, d),
+            base,
+            dev,
+            ["no-rescale"],
+            key_ramp=(0.5, 2.5),
+        ),
+        _case(
+            f"sm_scale=0.3 N={2 * t}", (1, 1, 2 * t, d), base, dev, ["wrong-scale"], sm_scale=0.3
+        ),
+        _case(
+            f"strided views N={2 * t}",
+            (1, 2, 2 * t, d),
+            base,
+            dev,
+            ["assumes-contiguous"],
+            layouts=("bnhd", "sliced", "bnhd"),
+        ),
+        _case(f"fp16 ragged N={t + 5} D={wide}", (1, 2, t + 5, wide), f16, dev, ["missing-mask"]),
+        _case(
+            f"fp16 |V|~1000 flat N={3 * t}",
+            (1, 1, 3 * t, d),
+            f16,
+            dev,
+            ["fp16-accum"],
+            scales=(0.01, 1.0, 100.0),
+            v_offset=1000.0,
+        ),
+        _case(f"fp16 large scores N={2 * t}", (1, 1, 2 * t, d), f16, dev, scales=(4.0, 4.0, 1.0)),
+    ]
+    if dev.is_gpu:
+        out.append(_case(f"fp32 N={2 * t} D=32", (1, 2, 2 * t, 32), f32, dev))
+    if dev.supports("bf16"):
+        out.append(
+            _case(f"bf16 causal N={2 * t}", (1, 2, 2 * t, d), torch.bfloat16, dev, causal=True)
+        )
+    return out
+
+
+def fuzz_cases(
+    dev: device.Device | None = None, *, count: int = 8, seed: int | None = None
+) -> list[verify.Case]:
+    """`count` random cases: ragged N, causal and not, head dims 16/32/64 (interpreter) or 64/128
+    (GPU), batch and heads above 1, fp32 and fp16 (bf16 on a GPU), contiguous or transposed."""
+    dev = dev or device.current()
+    rng = random.Random(checks.new_seed() if seed is None else seed)
+    dims = dev.pick(gpu=(64, 128), interpreter=(16, 32, 64))
+    n_max = dev.pick(gpu=1100, interpreter=120)
+    dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if dev.supports("bf16") else [])
+    out = []
+    for i in range(count):
+        b, h = (2, 3) if i == 0 else (rng.choice((1, 2)), rng.choice((1, 2)))
+        n = rng.randint(1, n_max)
+        d = dims[i % len(dims)]
+        causal = i % 2 == 1
+        dtype = rng.choice(dtypes)
+        layout = rng.choice(("contiguous", "bnhd"))
+        name = (
+            f"fuzz B={b} H={h} N={n} D={d} {str(dtype)[6:]}{' causal' if causal else ''}"
+            f"{' ' + layout if layout != 'contiguous' else ''}"
+        )
+        out.append(_case(name, (b, h, n, d), dtype, dev, causal=causal, layouts=(layout,) * 3))
+    return out
+
+
+@dataclass
+class SpeedProblem:
+    """Attention at one size, for grader.integrity.measure_isolated: fp16 (by default) inputs,
+    a float32 reference computed a few heads at a time, and the baselines to time against."""
+
+    batch: int
+    heads: int
+    n: int
+    d: int
+    dtype: torch.dtype
+
+    variants = {"non-causal": {"causal": False}, "causal": {"causal": True}}
+
+    def inputs(self, gen: torch.Generator):
+        shape = (self.batch, self.heads, self.n, self.d)
+        return tuple(checks.randn(shape, gen=gen, dtype=self.dtype) for _ in range(3))
+
+    def reference(self, q, k, v, causal=False):
+        out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        qf, kf, vf, of = (t.reshape(-1, self.n, self.d) for t in (q, k, v, out))
+        scale = _scale(self.d, None)
+        future = _future(self.n, q.device) if causal else None
+        chunk = max(1, (1 << 28) // (self.n * self.n))  # at most 1 GiB of fp32 scores at once
+        for i in range(0, qf.shape[0], chunk):
+            s = qf[i : i + chunk].float() @ kf[i : i + chunk].float().transpose(-2, -1) * scale
+            if future is not None:
+                s = s.masked_fill(future, float("-inf"))
+            of[i : i + chunk] = torch.softmax(s, dim=-1) @ vf[i : i + chunk].float()
+        return out
+
+    def compare(self, actual, expected):
+        rtol, atol = tolerance(self.dtype)
+        checks.compare(actual, expected, rtol=rtol, atol=atol)
+
+    @property
+    def baselines(self):
+        return {
+            "naive": ("non-causal", lambda q, k, v: naive(q, k, v)),
+            "flash": ("non-causal", lambda q, k, v: flash(q, k, v)),
+            "flash causal": ("causal", lambda q, k, v: flash(q, k, v, causal=True)),
+        }
+
+    def flops(self, variant: str) -> float:
+        return flops(self.batch, self.heads, self.n, self.d, causal=variant == "causal")
+
+    @property
+    def bytes_moved(self) -> float:
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return bytes_moved(self.batch, self.heads, self.n, self.d, itemsize)
+
+
+def speed_problem(
+    batch: int = 4, heads: int = 16, n: int = 4096, d: int = 64, dtype: str = "float16"
+) -> SpeedProblem:
+    return SpeedProblem(batch, heads, n, d, getattr(torch, dtype))

@@ -1,0 +1,461 @@
+"""Integrity of a graded call: the student's Triton kernel must run and the reference must not;
+the output is checked again after timing, on fresh inputs; and speed is measured in a separate
+process that the notebook's state cannot reach.
+
+What each guard catches:
+- `ReferenceWatch` (a `torch.overrides.TorchFunctionMode`) records calls, made through torch's
+  Python API while the graded call runs, to the functions that compute attention or its parts
+  (softmax, matmul and friends, scaled_dot_product_attention): a "fallback" to the reference.
+- `counting_launches` swaps a `LaunchCounter` in for the kernel object in the namespace where the
+  launcher looks up its globals (the notebook's, usually), and restores it afterwards: a launcher
+  that returns without launching the kernel (a cached or precomputed result) is caught.
+- `measure_isolated` sends the source of the kernel and launcher (`inspect.getsource`) to a fresh
+  Python process, which defines them anew, checks them with the guards above on fresh inputs,
+  times them against baselines with `grader.timing`, checks the last timed call's output after
+  every timing pass, refills the inputs with new values between passes, requires a launch for
+  every timed call, and returns the numbers. Patched torch functions, a monkeypatched timer or
+  checker, global caches or pre-warmed tensors in the notebook do not exist there.
+
+What they cannot catch: work that bypasses torch's Python API (`torch.ops.aten`, numpy, ctypes);
+code written to notice the guards and behave differently under them; work on a stream or thread
+that the timer does not see, except where it leaves the checked output wrong; and code in the
+notebook that replaces the grader's own functions before the grading cells run (the isolated
+process protects the measurement, not the notebook's bookkeeping). The kernel and launcher sent
+to the isolated process must be self-contained apart from `math`, `torch`, `triton` and
+`triton.language as tl`; anything else they use must be sent along with them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from grader import checks, device
+
+# Names (func.__name__) of torch functions and methods that compute attention or its parts.
+REFERENCE_OPS = frozenset(
+    {
+        "softmax",
+        "log_softmax",
+        "_softmax",
+        "scaled_dot_product_attention",
+        "multi_head_attention_forward",
+        "matmul",
+        "__matmul__",
+        "__rmatmul__",
+        "mm",
+        "bmm",
+        "baddbmm",
+        "addmm",
+        "addbmm",
+        "einsum",
+        "tensordot",
+        "linear",
+    }
+)
+
+
+class IntegrityError(AssertionError):
+    """The graded call did not do its own work; the message says what it did instead."""
+
+
+def _qualified(func) -> str:
+    module = getattr(func, "__module__", None)
+    name = getattr(func, "__name__", repr(func))
+    if module in (None, "torch._C", "torch._C._VariableFunctions") or module.startswith("torch._"):
+        owner = getattr(func, "__qualname__", name).split(".")[0]
+        if owner in {"TensorBase", "Tensor"}:
+            return f"Tensor.{name}"
+        return f"torch.{name}"
+    return f"{module}.{name}"
+
+
+class ReferenceWatch(TorchFunctionMode):
+    """Records calls, through torch's Python API, to functions named in `forbidden`."""
+
+    def __init__(self, forbidden: Iterable[str] = REFERENCE_OPS):
+        super().__init__()
+        self.forbidden = frozenset(forbidden)
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.forbidden:
+            self.calls.append(_qualified(func))
+        return func(*args, **(kwargs or {}))
+
+
+class LaunchCounter:
+    """Stands in for a Triton kernel (a JITFunction or an Autotuner): `kernel[grid](...)` and
+    `kernel.run(...)` are counted and forwarded; every other attribute is the kernel's own."""
+
+    def __init__(self, kernel, name: str):
+        self.kernel = kernel
+        self.name = name
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+
+        def counted(*args, **kwargs):
+            self.launches += 1
+            return launch(*args, **kwargs)
+
+        return counted
+
+    def run(self, *args, **kwargs):
+        self.launches += 1
+        return self.kernel.run(*args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self.kernel, attr)
+
+    def __repr__(self) -> str:
+        return f"LaunchCounter({self.name}: {self.launches} launches)"
+
+
+@contextmanager
+def counting_launches(namespace: MutableMapping, names: Sequence[str]):
+    """Swap a LaunchCounter in for each kernel `names[i]` in `namespace`; restore on exit.
+    Yields {name: counter}."""
+    missing = [n for n in names if n not in namespace]
+    if missing:
+        raise IntegrityError(
+            f"no kernel named {', '.join(missing)} where the launcher looks up its globals: "
+            "keep the kernel's name as the exercise gives it"
+        )
+    originals = {n: namespace[n] for n in names}
+    counters = {n: LaunchCounter(k, n) for n, k in originals.items()}
+    namespace.update(counters)
+    try:
+        yield counters
+    finally:
+        namespace.update(originals)
+
+
+def checked_call(
+    launcher: Callable,
+    *args,
+    kernels: Sequence[str],
+    forbidden: Iterable[str] = REFERENCE_OPS,
+    namespace: MutableMapping | None = None,
+    **kwargs,
+):
+    """Call launcher(*args, **kwargs) once and return its output, after proving that it launched
+    each kernel in `kernels` and called none of `forbidden`. `namespace` defaults to the
+    launcher's globals, where it looks its kernels up."""
+    __tracebackhide__ = True
+    ns = launcher.__globals__ if namespace is None else namespace
+    who = f"`{getattr(launcher, '__name__', 'the launcher')}`"
+    watch = ReferenceWatch(forbidden)
+    with counting_launches(ns, kernels) as counters, watch:
+        out = checks.call_graded(launcher, *args, **kwargs)
+    if isinstance(out, torch.Tensor) and out.is_cuda:
+        torch.cuda.synchronize()
+    if watch.calls:
+        raise IntegrityError(
+            f"{who} called {', '.join(sorted(set(watch.calls)))} during the graded call: the "
+            "result must come from your kernel, not from PyTorch's attention or its parts"
+        )
+    idle = [n for n, c in counters.items() if c.launches == 0]
+    if idle:
+        raise IntegrityError(
+            f"{who} returned without launching {', '.join(idle)}: every graded call must run "
+            "your Triton kernel (no cached or precomputed results)"
+        )
+    return out
+
+
+# -- measurement in a separate process -------------------------------------------------------------
+
+
+def source_of(obj) -> str:
+    """The source text of a function or Triton kernel, decorators included."""
+    fn = obj
+    for _ in range(4):  # Autotuner -> JITFunction -> function
+        if inspect.isfunction(fn):
+            break
+        fn = getattr(fn, "fn", fn)
+    if not inspect.isfunction(fn):
+        raise TypeError(f"cannot find the source of {obj!r}: pass functions or Triton kernels")
+    return textwrap.dedent(inspect.getsource(fn))
+
+
+@dataclass
+class Measurement:
+    """What the isolated process found: its checks, and per comparison the two median times."""
+
+    ok: bool
+    error: str | None = None
+    device: str = ""
+    checks: list[str] = field(default_factory=list)
+    comparisons: dict[str, dict] = field(default_factory=dict)
+    flops: dict[str, float] = field(default_factory=dict)
+    bytes_moved: float = 0.0
+    note: str = ""
+
+    def seconds(self, variant: str) -> float:
+        """The candidate's median seconds per call for `variant`, over every comparison."""
+        times = [c["candidate_ms"] for c in self.comparisons.values() if c["variant"] == variant]
+        if not times:
+            raise KeyError(f"no timing of variant {variant!r}")
+        return min(times) * 1e-3
+
+    def __str__(self) -> str:
+        if not self.ok:
+            return f"the isolated measurement failed: {self.error}"
+        lines = [f"measured in a separate process on {self.device}"]
+        lines += [f"  check: {c}" for c in self.checks]
+        for name, c in self.comparisons.items():
+            flops = self.flops.get(c["variant"])
+            rate = ""
+            if flops:
+                mine = flops / (c["candidate_ms"] * 1e-3) / 1e12
+                theirs = flops / (c["baseline_ms"] * 1e-3) / 1e12
+                rate = f"  ({mine:.0f} vs {theirs:.0f} TFLOP/s)"
+            lines.append(
+                f"  yours ({c['variant']}) {c['candidate_ms'] * 1e3:.1f} us "
+                f"[spread {c['candidate_spread']:.1%}] vs {name} {c['baseline_ms'] * 1e3:.1f} us "
+                f"[spread {c['baseline_spread']:.1%}]: {c['speedup']:.2f}x{rate}"
+            )
+        if self.note:
+            lines.append(f"  {self.note}")
+        return "\n".join(lines)
+
+
+def measure_isolated(
+    objects: Sequence,
+    *,
+    launcher: str,
+    kernels: Sequence[str],
+    problem: str,
+    params: Mapping | None = None,
+    timeout: float = 600,
+    clock: str = "gpu",
+) -> Measurement:
+    """Check and time the launcher named `launcher` in a fresh Python process.
+
+    `objects` are the functions and kernels whose source is sent (helpers first, the launcher
+    last); `kernels` are the names of the kernels each call must launch. `problem` names a
+    factory, "module:function", called with `params` in the new process; it returns an object
+    with `variants` ({label: launcher kwargs}), `inputs(gen)`, `reference(*inputs, **kwargs)`,
+    `compare(actual, expected)`, `baselines` ({name: (variant, fn(*inputs))}), `flops(variant)`
+    and `bytes_moved`. Timing happens only on a GPU (`clock="cpu"` is for the grader's own
+    tests); elsewhere the process checks and reports. Never raises for the candidate's faults:
+    they come back as `Measurement(ok=False, error=...)`.
+    """
+    spec = {
+        "sources": [source_of(o) for o in objects],
+        "launcher": launcher,
+        "kernels": list(kernels),
+        "problem": problem,
+        "params": dict(params or {}),
+        "mode": device.current().mode,
+        "clock": clock,
+    }
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["COURSE_MODE"] = spec["mode"]
+    with tempfile.TemporaryDirectory(prefix="isolated-") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec_path.write_text(json.dumps(spec))
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "grader.integrity", str(spec_path), str(result_path)],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return Measurement(False, f"the isolated process ran past {timeout:g} s")
+        if not result_path.exists():
+            tail = (done.stderr or done.stdout or "").strip().splitlines()[-6:]
+            return Measurement(
+                False, f"the isolated process died (exit {done.returncode}): " + " | ".join(tail)
+            )
+        raw = json.loads(result_path.read_text())
+    return Measurement(**raw)
+
+
+def grade(
+    measurement: Measurement | None, comparison: str, *, at_least: float, points: float
+) -> float:
+    """Full points when the isolated measurement's `comparison` shows a speedup of `at_least`
+    or more; 0 otherwise, or off the supported GPU class (said out loud, as perf does)."""
+    from grader import perf
+
+    if not device.current().grades_speed:
+        return perf.not_graded_here(points)
+    if measurement is None or not measurement.ok:
+        why = "no measurement" if measurement is None else measurement.error
+        print(f"NOT YET: {why}. 0 of {points:g} points")
+        return 0.0
+    c = measurement.comparisons[comparison]
+    print(
+        f"yours ({c['variant']}): {c['candidate_ms'] * 1e3:.1f} us, {comparison}: "
+        f"{c['baseline_ms'] * 1e3:.1f} us, speedup {c['speedup']:.2f}x"
+    )
+    if c["speedup"] >= at_least:
+        print(f"PASS {c['speedup']:.2f}x {comparison} (needs {at_least:g}x): {points:g} points")
+        return float(points)
+    print(f"NOT YET {c['speedup']:.2f}x {comparison} (needs {at_least:g}x): 0 of {points:g}")
+    return 0.0
+
+
+# -- the isolated process --------------------------------------------------------------------------
+
+PRELUDE = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
+
+
+def _load_sources(sources: Sequence[str], folder: Path):
+    path = folder / "submitted.py"
+    path.write_text(PRELUDE + "\n\n".join(sources) + "\n")
+    spec = importlib.util.spec_from_file_location("submitted", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["submitted"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _resolve(dotted: str):
+    module, _, attr = dotted.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _install_cpu_clock():
+    """For the grader's own tests on machines without a GPU: time with perf_counter."""
+    import time
+
+    from grader import timing
+
+    def sampler(fn, warmup_ms, rep_ms):
+        fn()
+        samples = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return samples
+
+    timing._do_bench = sampler
+    timing.require_gpu = lambda purpose="Timing": None
+
+
+def _measure(spec: dict, folder: Path) -> dict:
+    from grader import perf
+
+    dev = device.current()
+    module = _load_sources(spec["sources"], folder)
+    launcher = getattr(module, spec["launcher"])
+    problem = _resolve(spec["problem"])(**spec["params"])
+    result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}}
+    result["bytes_moved"] = float(problem.bytes_moved)
+    gen = checks.generator(checks.new_seed())
+    args = list(problem.inputs(gen))
+
+    def refresh():
+        fresh = problem.inputs(gen)
+        for old, new in zip(args, fresh, strict=True):
+            old.copy_(new)
+        return {v: problem.reference(*args, **kw) for v, kw in problem.variants.items()}
+
+    expected = refresh()
+    namespace = vars(module)
+    with counting_launches(namespace, spec["kernels"]) as counters:
+
+        def guarded(variant):
+            watch = ReferenceWatch()
+            before = sum(c.launches for c in counters.values())
+            with watch:
+                out = launcher(*args, **problem.variants[variant])
+            if watch.calls:
+                raise IntegrityError(f"called {', '.join(sorted(set(watch.calls)))}")
+            if sum(c.launches for c in counters.values()) == before:
+                raise IntegrityError("returned without launching the kernel")
+            problem.compare(out, expected[variant])
+
+        for variant in problem.variants:
+            guarded(variant)
+            result["flops"][variant] = float(problem.flops(variant))
+            result["checks"].append(f"{variant}: right, launched the kernel, no reference calls")
+        if spec["clock"] == "cpu":
+            _install_cpu_clock()
+        elif not dev.supports("timing"):
+            result["note"] = "timing needs a GPU: checked only"
+            return result
+        for name, (variant, baseline) in problem.baselines.items():
+            state = {"calls": 0, "out": None}
+            kwargs = problem.variants[variant]
+
+            def run(kwargs=kwargs, state=state):
+                state["calls"] += 1
+                state["out"] = launcher(*args, **kwargs)
+
+            def verify(variant=variant, state=state):
+                nonlocal expected
+                problem.compare(state["out"], expected[variant])  # the last timed call's output
+                expected = refresh()  # fresh values, same memory: a stale result shows next time
+                state["calls"] += 1
+                guarded(variant)
+
+            before = sum(c.launches for c in counters.values())
+            comparison = perf.compare(
+                run, lambda baseline=baseline: baseline(*args), names=("yours", name), verify=verify
+            )
+            launched = sum(c.launches for c in counters.values()) - before
+            if launched < state["calls"]:
+                raise IntegrityError(
+                    f"{state['calls']} timed calls launched the kernel only {launched} times"
+                )
+            result["comparisons"][name] = {
+                "variant": variant,
+                "candidate_ms": comparison.candidate.median_ms,
+                "candidate_spread": comparison.candidate.spread,
+                "baseline_ms": comparison.baseline.median_ms,
+                "baseline_spread": comparison.baseline.spread,
+                "speedup": comparison.speedup,
+            }
+        if spec["clock"] == "cpu":
+            result["note"] = "timed with the CPU clock (the grader's own tests): not a GPU speed"
+    return result
+
+
+def _child(spec_path: str, result_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    result: dict = {"ok": False}
+    try:
+        device.setup(spec["mode"])
+        with tempfile.TemporaryDirectory(prefix="submitted-") as folder:
+            result.update(_measure(spec, Path(folder)))
+        result["ok"] = True
+    except BaseException as exc:  # the candidate's failure is the answer, not a crash
+        sentence = None
+        try:
+            from grader import stubs
+
+            sentence = stubs.explain(exc, "the launcher")
+        except Exception:
+            pass
+        result["error"] = sentence or f"{type(exc).__name__}: {exc}"[:2000]
+    Path(result_path).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1], sys.argv[2]))
