@@ -8,6 +8,8 @@ import torch
 from grader import device, integrity
 from tests import integrity_kernels as ik
 
+DEV = device.current().torch_device  # where kernels read their tensors
+
 
 def test_reference_watch_sees_attention_and_its_parts_only():
     q = torch.randn(2, 4, 8)
@@ -37,7 +39,7 @@ def test_reference_watch_sees_attention_and_its_parts_only():
 
 def test_launch_counter_counts_and_forwards():
     counter = integrity.LaunchCounter(ik.scale_kernel, "scale_kernel")
-    x = torch.randn(100)
+    x = torch.randn(100, device=DEV)
     out = torch.empty_like(x)
     counter[(2,)](x, out, 100, 3.0, BLOCK=64)
     assert counter.launches == 1 and torch.allclose(out, 3 * x)
@@ -58,18 +60,20 @@ def test_counting_launches_restores_the_namespace_even_on_error():
 
 
 def test_checked_call_accepts_an_honest_launcher():
-    x = torch.randn(300)
+    x = torch.randn(300, device=DEV)
     out = integrity.checked_call(ik.scale, x, kernels=["scale_kernel"])
     assert torch.allclose(out, 2 * x)
 
 
 def test_checked_call_names_a_reference_call():
     with pytest.raises(integrity.IntegrityError, match="called torch.softmax"):
-        integrity.checked_call(ik.scale_with_torch, torch.randn(10), kernels=["scale_kernel"])
+        integrity.checked_call(
+            ik.scale_with_torch, torch.randn(10, device=DEV), kernels=["scale_kernel"]
+        )
 
 
 def test_checked_call_catches_a_result_made_without_launching():
-    x = torch.randn(10)
+    x = torch.randn(10, device=DEV)
     ik._RESULTS[x.data_ptr()] = 2 * x  # prepared earlier, in the notebook
     try:
         with pytest.raises(integrity.IntegrityError, match="without launching scale_kernel"):
@@ -80,7 +84,7 @@ def test_checked_call_catches_a_result_made_without_launching():
 
 def test_checked_call_explains_a_stub():
     with pytest.raises(AssertionError, match="still holds the exercise stub"):
-        integrity.checked_call(ik.scale_stub, torch.randn(10), kernels=["scale_kernel"])
+        integrity.checked_call(ik.scale_stub, torch.randn(10, device=DEV), kernels=["scale_kernel"])
 
 
 def test_source_of_keeps_the_decorator():
@@ -123,7 +127,7 @@ def test_isolated_process_refuses_a_reference_call_and_a_stub():
 
 
 def test_notebook_state_does_not_reach_the_isolated_process(monkeypatch):
-    x = torch.randn(1000)
+    x = torch.randn(1000, device=DEV)
     ik._RESULTS[x.data_ptr()] = 2 * x
     monkeypatch.setattr(torch, "softmax", lambda *a, **k: None)  # tampering, in this process
     try:
