@@ -6,6 +6,9 @@ What each guard catches:
 - `ReferenceWatch` (a `torch.overrides.TorchFunctionMode`) records calls, made through torch's
   Python API while the graded call runs, to the functions that compute attention or its parts
   (softmax, matmul and friends, scaled_dot_product_attention): a "fallback" to the reference.
+  `forbid(names, why)` refuses such a call on the spot, for notebooks' own test helpers.
+- `allocations()` counts the new tensor storage torch hands out during a call: a kernel that
+  quietly builds an N x N intermediate through torch is seen on the CPU too.
 - `counting_launches` swaps a `LaunchCounter` in for the kernel object in the namespace where the
   launcher looks up its globals (the notebook's, usually), and restores it afterwards: a launcher
   that returns without launching the kernel (a cached or precomputed result) is caught.
@@ -36,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +70,8 @@ REFERENCE_OPS = frozenset(
         "linear",
     }
 )
+# Names of the torch functions that compute a softmax.
+SOFTMAX_OPS = frozenset({"softmax", "_softmax", "log_softmax", "logsumexp"})
 
 
 class IntegrityError(AssertionError):
@@ -85,17 +90,74 @@ def _qualified(func) -> str:
 
 
 class ReferenceWatch(TorchFunctionMode):
-    """Records calls, through torch's Python API, to functions named in `forbidden`."""
+    """Records calls, through torch's Python API, to functions named in `forbidden`; with
+    `refuse`, raises IntegrityError at the first one, saying `refuse` as the reason."""
 
-    def __init__(self, forbidden: Iterable[str] = REFERENCE_OPS):
+    def __init__(self, forbidden: Iterable[str] = REFERENCE_OPS, refuse: str | None = None):
         super().__init__()
         self.forbidden = frozenset(forbidden)
+        self.refuse = refuse
         self.calls: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if getattr(func, "__name__", "") in self.forbidden:
             self.calls.append(_qualified(func))
+            if self.refuse is not None:
+                raise IntegrityError(f"the graded code called {self.calls[-1]}: {self.refuse}")
         return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def forbid(names: Iterable[str] = REFERENCE_OPS, why: str = "compute it with your kernel"):
+    """Raise IntegrityError as soon as code in the block calls a torch function in `names`,
+    through any alias (torch.softmax, Tensor.softmax, F.softmax, an imported name)."""
+    with ReferenceWatch(names, refuse=why):
+        yield
+
+
+def _tensors(value) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _tensors(item)
+
+
+class Allocations(TorchFunctionMode):
+    """Bytes of new tensor storage returned by torch functions called inside the block: a view
+    of, or a write into, an argument is not new. On a GPU, the peak of
+    `torch.cuda.max_memory_allocated` says the same from the allocator's side."""
+
+    def __init__(self):
+        super().__init__()
+        self.storages: dict[int, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in _tensors([*args, *kwargs.values()])
+            if t.layout == torch.strided
+        }
+        for t in _tensors(result):
+            if t.layout == torch.strided and t.untyped_storage().data_ptr() not in inputs:
+                storage = t.untyped_storage()
+                self.storages.setdefault(storage.data_ptr(), storage.nbytes())
+        return result
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.storages.values())
+
+
+@contextmanager
+def allocations() -> Iterator[Allocations]:
+    """`with allocations() as a: ...` then `a.bytes`: new storage torch allocated inside, to
+    check that a kernel builds no large intermediate (an N x N score matrix, say)."""
+    tracker = Allocations()
+    with tracker:
+        yield tracker
 
 
 class LaunchCounter:
@@ -168,7 +230,7 @@ def checked_call(
     if watch.calls:
         raise IntegrityError(
             f"{who} called {', '.join(sorted(set(watch.calls)))} during the graded call: the "
-            "result must come from your kernel, not from PyTorch's attention or its parts"
+            "result must come from your kernel, not from the PyTorch operations it replaces"
         )
     idle = [n for n, c in counters.items() if c.launches == 0]
     if idle:

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader import checks, perf, results, timing
+from grader import checks, integrity, perf, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -543,27 +543,11 @@ def check_fused(shape, dtype=torch.float32, block=None, **input_options):
     checks.check(launch, bias_gelu_scale_reference, fused_inputs(shape, dtype, **input_options))
 
 
-class LaunchCounter:
-    """Stands in for a @triton.jit kernel and counts the launches made through it."""
-
-    def __init__(self, kernel):
-        self.kernel, self.launches = kernel, 0
-
-    def __getitem__(self, grid):
-        self.launches += 1
-        return self.kernel[grid]
-
-
 def launches_of(kernel_name, call):
     """How many times `call()` launches the kernel defined under `kernel_name`."""
-    real = globals()[kernel_name]
-    counter = LaunchCounter(real)
-    globals()[kernel_name] = counter
-    try:
+    with integrity.counting_launches(globals(), [kernel_name]) as counters:
         call()
-    finally:
-        globals()[kernel_name] = real
-    return counter.launches
+    return counters[kernel_name].launches
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-fused-visible", "points": 1}

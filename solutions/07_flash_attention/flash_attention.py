@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader import checks, guards, perf, results, roofline, timing
+from grader import checks, integrity, perf, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 
@@ -405,7 +405,7 @@ def attention_inputs(b, h, n, d, layout="bhnd", v_offset=0.0, scale=1.0):
 def without_torch_attention(fn):
     """fn, refusing calls to torch's matmul, softmax and fused attention while it runs."""
     def run(*args, **kwargs):
-        with guards.forbid(*guards.ATTENTION, why="attention must be computed by your kernel"):
+        with integrity.forbid(why="attention must be computed by your kernel"):
             return fn(*args, **kwargs)
     run.__name__ = getattr(fn, "__name__", "your function")
     return run
@@ -463,7 +463,7 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large val
 # - on a GPU, the peak of `torch.cuda.max_memory_allocated` during the call, beyond what was
 #   allocated before it;
 # - on the CPU, the bytes of every tensor that a torch function creates during the call
-#   (`grader.guards.allocations`, which watches torch's functions through `torch.overrides`).
+#   (`grader.integrity.allocations`, which watches torch's functions through `torch.overrides`).
 #   A kernel cannot allocate memory itself, so an N × N buffer has to be made by torch.
 
 # %% nbgrader={"grade": true, "grade_id": "test-flash-attention-memory", "points": 2}
@@ -477,7 +477,7 @@ if DEVICE.is_gpu:
     extra = peak_extra_bytes(lambda: graded(q_mem, k_mem, v_mem, out_mem))
     how = "peak of torch.cuda.max_memory_allocated"
 else:
-    with guards.allocations() as made:
+    with integrity.allocations() as made:
         graded(q_mem, k_mem, v_mem, out_mem)
     extra, how = made.bytes, "bytes of tensors torch created"
 bound = 8 * q_mem.nbytes
