@@ -62,7 +62,7 @@ def test_pivot_refuses_what_it_cannot_draw(kwargs, message):
 
 
 def test_value_columns_skip_parameters_labels_and_flags():
-    rows = [row(64, 64, 32, 4, 2, tflops=1.0, ok=True, shape="s", note="x", smem_kb=3)]
+    rows = [row(64, 64, 32, 4, 2, tflops=1.0, ok=True, shape="s", note="x", smem_kb=3, GROUP_M=8)]
     assert autotune.value_columns(rows) == ["tflops", "smem_kb"]
 
 

@@ -4,9 +4,9 @@ shown and the problem shape.
 
 `explore(results)` takes the table as a list of dicts, one per config, with the keys BLOCK_M,
 BLOCK_N, BLOCK_K, num_warps, num_stages, one or more numeric value columns (e.g. "tflops",
-"smem_kb") and, optionally, "shape" (a label such as "4096x4096x4096"). A cell shows the best
-(largest) value over the configs that share its row and column; missing values (configs that
-did not fit or did not run) are NaN and drawn grey.
+"smem_kb") and, optionally, "shape" (a label such as "4096x4096x4096"). A cell shows the largest
+value (the best, for a speed) over the configs that share its row and column; missing values
+(configs that did not fit or did not run) are NaN and drawn grey. A GROUP_M column is ignored.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 PARAMETERS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 AXES = ("num_stages", "num_warps", "BLOCK_K")
+NOT_VALUES = (*PARAMETERS, "GROUP_M", "shape")
 
 
 def tile(row: dict) -> str:
@@ -28,7 +29,7 @@ def value_columns(rows: Sequence[dict]) -> list[str]:
     seen = []
     for row in rows:
         for key, v in row.items():
-            if key in PARAMETERS or key == "shape" or key in seen:
+            if key in NOT_VALUES or key in seen:
                 continue
             if isinstance(v, int | float) and not isinstance(v, bool):
                 seen.append(key)
@@ -84,7 +85,7 @@ def draw(rows: Sequence[dict], x: str, value: str, shape: str | None = None, ax=
     ax.set_xlabel(x)
     ax.set_ylabel("tile BLOCK_M x BLOCK_N")
     where = f", {shape}" if shape else ""
-    ax.set_title(f"{value} (best over the other parameters{where})", fontsize=9)
+    ax.set_title(f"{value} (largest over the other parameters{where})", fontsize=9)
     return ax
 
 
