@@ -2,9 +2,9 @@
 # # 05 · Autotuning
 #
 # In 04 the fast settings (128x256 tiles, `BLOCK_K=64`, 8 warps, 3 stages) were handed to you.
-# Where do such numbers come from, and do they hold for a different shape, dtype or GPU? Nobody
-# predicts them reliably from first principles: the compiler, the memory system and the tensor
-# cores interact in ways that are easier to measure than to model. Triton's answer is
+# Where do such numbers come from, and do they hold for a different shape, dtype or GPU? They are
+# hard to predict from first principles: the compiler, the memory system and the tensor cores
+# interact in ways that are easier to measure than to model. Triton's answer is
 # `triton.autotune`: list candidate configurations, and let it time every one on the first call
 # for each new problem size, then remember the winner. This notebook is about doing that well:
 # a small, sensible search space, pruned before anything is compiled, and an honest account of
@@ -55,10 +55,12 @@ RUN_BENCHMARKS = True
 # script (`bench/matmul.py`, run by `make bench`) time exactly the same code. It has one
 # addition: where the layout allows, it loads and stores tiles through **tensor descriptors**
 # (`tl.make_tensor_descriptor`). On Hopper GPUs these become copies by the Tensor Memory
-# Accelerator (TMA), a unit that moves whole tiles between global and shared memory, computing
-# the addresses itself and filling zeros past the edges of the matrix. The conditions are in the
-# Triton documentation of `make_tensor_descriptor`: a 16-byte aligned base, 16-byte multiples for
-# the leading strides, and a contiguous last dimension. `gemm.launch` checks them and otherwise
+# Accelerator (TMA), a unit that moves whole tiles between global and shared memory and computes
+# the addresses itself (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022); loads past
+# the edges of the matrix return zeros (`padding_option="zero"`, the default) and stores there
+# are dropped. The conditions are in the Triton documentation of `make_tensor_descriptor`: a
+# 16-byte aligned base, 16-byte multiples for the leading strides, and a contiguous last
+# dimension. `gemm.launch` checks them and otherwise
 # takes the pointer path of 04; on a GPU older than sm_90 it always does. In the interpreter,
 # descriptors are emulated with the same checks, so both paths are tested here.
 
@@ -301,12 +303,12 @@ if not DEVICE.is_gpu:
 # %% [markdown]
 # ## The config space
 #
-# A good space is small and aimed. Every config costs a compile (seconds) and a timing run per
-# new key, so a list of a few dozen makes the first call of every new shape slow, while a list of
-# one gives up on shapes it does not suit. Guidelines drawn from 04: tiles large enough to feed
-# the tensor cores (`BLOCK_M`, `BLOCK_N` of 64 to 256), `BLOCK_K` of 32 or 64, 4 or 8 warps, 3 or
-# 4 stages, a couple of tile shapes (wide, tall, square) so that problems of different aspect
-# ratios have a good fit, and `GROUP_M=8`.
+# A good space is small and aimed. Every config costs a compile and a timing run per new key
+# (a later section measures both), so a list of a few dozen makes the first call of every new
+# shape slow, while a list of one gives up on shapes it does not suit. Guidelines drawn from 04:
+# tiles large enough to feed the tensor cores (`BLOCK_M`, `BLOCK_N` of 64 to 256), `BLOCK_K` of
+# 32 or 64, 4 or 8 warps, 3 or 4 stages, a couple of tile shapes (wide, tall, square) so that
+# problems of different aspect ratios have a good fit, and `GROUP_M=8`.
 #
 # ### Exercise: a config space that competes with cuBLAS
 #
