@@ -1,11 +1,11 @@
 # %% [markdown]
 # # 04 · The matmul ladder
 #
-# Matrix multiplication is where a GPU spends most of its arithmetic: every linear layer, every
-# attention score, every projection is one. It is also the one operation for which the vendor's
-# library, cuBLAS, is a very high bar. This notebook climbs towards that bar one rung at a time.
-# Each version is a small change to the one before, each is checked for correctness first, and
-# on a GPU each is timed, placed on the roofline you measured in 01, and compared with cuBLAS
+# Matrix multiplication is the workhorse of neural networks: every linear layer, every attention
+# score, every projection is one. It is also an operation for which the vendor's library,
+# cuBLAS, sets a very high bar. This notebook climbs towards that bar one rung at a time. Each
+# version is a small change to the one before, each is checked for correctness first, and on a
+# GPU each is timed, placed on the roofline (measured here as in 01), and compared with cuBLAS
 # in the same run. You write the kernel at the heart of it: the blocked matmul, correct for any
 # shape and any memory layout.
 #
@@ -91,8 +91,9 @@ for n in (1024, 4096, 8192):
 # correct, and it is slow for two reasons you can count:
 #
 # - **No reuse.** Each program reads $2K$ elements to do $2K$ FLOPs, so the kernel *requests*
-#   $2MNK$ elements in all: $K$ times more than the $MK + KN$ that exist. Caches catch some of
-#   the repeats, but the intensity the kernel asks of them is about one FLOP per element loaded.
+#   $2MNK$ elements in all; for square matrices of side $n$ that is $n$ times the $2n^2$ elements
+#   $A$ and $B$ hold. Caches catch some of the repeats, but the intensity the kernel asks of them
+#   is one FLOP per element loaded.
 # - **Uncoalesced reads of $B$.** Walking down a column of a row-major $B$ steps $N$ elements at
 #   a time, so each element comes from a different memory segment (more on this at the end).
 #
@@ -478,7 +479,8 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("
 for dtype in DTYPES:
     for shape in [(1, 1, 1), (37, 53, 71)]:
         check_matmul(matmul, *shape, dtype, trials=1)
-for dtype in (torch.float32, torch.float16):
+# each layout is a separately compiled kernel on a GPU: float32 layouts are checked off the GPU
+for dtype in DEVICE.pick(gpu=(torch.float16,), interpreter=(torch.float32, torch.float16)):
     for layout in [("contiguous", "transposed"), ("transposed", "contiguous"), "strided",
                    "transposed"]:
         check_matmul(lambda a, b, out: matmul(a, b, out, **small), 37, 29, 53, dtype,
@@ -524,8 +526,9 @@ perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
 # ## v2 · L2-aware ordering of the tiles
 #
 # CUDA promises no order in which a grid's programs start, but in practice they start roughly in
-# order of their id, as many at once as fit on the SMs: one *wave*. In **row-major** order (`GROUP_M = 1`), a wave covers a few whole rows of tiles: it
-# needs those rows' blocks of $A$ but *every* column block of $B$. When the wave's blocks fit in
+# order of their id, as many at once as fit on the SMs: one *wave*. In **row-major** order
+# (`GROUP_M = 1`), a wave covers a few whole rows of tiles: it needs those rows' blocks of $A$
+# but *every* column block of $B$. When the wave's blocks fit in
 # the L2 cache, every block comes from device memory once and is then served from L2 to the other
 # programs that need it; when they do not, blocks are evicted before their next use and fetched
 # again.
