@@ -808,8 +808,8 @@ else:
 # The tensor cores multiply narrow formats. float16 and bfloat16 inputs go to them directly.
 # float32 inputs can go to them only after rounding to **TF32**, a 19-bit format with float32's
 # 8 exponent bits but only 10 mantissa bits, as many as float16 (bfloat16 keeps 7; NVIDIA A100
-# Tensor Core GPU Architecture whitepaper, 2020); otherwise they run on the ordinary float32 units, at the datasheet's much lower fp32
-# rate. Two defaults differ here:
+# Tensor Core GPU Architecture whitepaper, 2020); otherwise they run on the ordinary float32
+# units, at the datasheet's much lower fp32 rate. Two defaults differ here:
 #
 # - Triton's `tl.dot` uses TF32 for float32 inputs unless `input_precision="ieee"` (Triton
 #   documentation, `triton.language.dot`).
