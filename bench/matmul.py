@@ -88,7 +88,6 @@ def parse(argv=None) -> argparse.Namespace:
 def measure(args) -> tuple[list[Row], list[Row]]:
     """(reference rows, per-config rows). Needs a GPU."""
     import torch
-    import triton
     from tqdm.auto import tqdm
 
     from grader import gemm, timing
@@ -96,6 +95,8 @@ def measure(args) -> tuple[list[Row], list[Row]]:
     where = device.current().torch_device
     candidates = gemm.configs(full=args.full)
     tuned = gemm.autotuned(candidates)
+    # not used by notebook 05: measured here to see whether a persistent kernel would pay
+    tuned_persistent = gemm.autotuned(candidates, kernel=gemm.matmul_kernel_persistent)
     summary, per_config = [], []
     for dname in args.dtypes:
         dtype = getattr(torch, DTYPES[dname])
@@ -127,21 +128,50 @@ def measure(args) -> tuple[list[Row], list[Row]]:
                 )
             )
             print(summary[-1], flush=True)
+            if gemm.tma_ok(a, b, c):
+                try:
+                    gemm.launch_persistent(tuned_persistent, a, b, c)  # tunes
+                    t = timing.bench(
+                        lambda a=a, b=b, c=c: gemm.launch_persistent(tuned_persistent, a, b, c)
+                    )
+                except Exception as exc:  # a candidate only: report, do not stop the run
+                    print(f"persistent variant failed on {name}: {type(exc).__name__}: {exc}")
+                    t = None
+            if gemm.tma_ok(a, b, c) and t is not None:
+                summary.append(
+                    Row(
+                        dname,
+                        f"{name}: {shape_label(M, N, K)}",
+                        "autotuned persistent (TMA), best "
+                        + gemm.describe(tuned_persistent.best_config),
+                        t.per_second(flops) / 1e12,
+                        cublas.median_ms / t.median_ms,
+                        "not the notebook's kernel: a candidate",
+                    )
+                )
+                print(summary[-1], flush=True)
             if args.no_per_config:
                 continue
-            paths = [True, False] if gemm.tma_ok(a, b, c) else [False]
-            jobs = [(cfg, tma) for cfg in candidates for tma in paths]
-            for cfg, tma in tqdm(jobs, desc=f"{dname} {name}", leave=False):
-                label = f"{gemm.describe(cfg)} {'TMA' if tma else 'pointers'}"
+            paths = ["TMA", "pointers", "persistent"] if gemm.tma_ok(a, b, c) else ["pointers"]
+            jobs = [(cfg, path) for cfg in candidates for path in paths]
+            for cfg, path in tqdm(jobs, desc=f"{dname} {name}", leave=False):
+                label = f"{gemm.describe(cfg)} {path}"
+
+                def run(a=a, b=b, c=c, cfg=cfg, path=path):
+                    if path == "persistent":
+                        kernel = gemm.matmul_kernel_persistent
+                        return gemm.launch_persistent(kernel, a, b, c, **cfg.all_kwargs())
+                    kernel = gemm.matmul_kernel
+                    return gemm.launch(kernel, a, b, c, tma=path == "TMA", **cfg.all_kwargs())
+
                 try:
-                    t = timing.bench(
-                        lambda a=a, b=b, c=c, cfg=cfg, tma=tma: gemm.launch(
-                            gemm.matmul_kernel, a, b, c, tma=tma, **cfg.all_kwargs()
-                        )
+                    t = timing.bench(run)
+                except Exception as exc:  # out of shared memory, or a compile error: note it
+                    note = (
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
                     )
-                except triton.runtime.OutOfResources as exc:
                     per_config.append(
-                        Row(dname, shape_label(M, N, K), label, math.nan, math.nan, str(exc)[:80])
+                        Row(dname, shape_label(M, N, K), label, math.nan, math.nan, note)
                     )
                     continue
                 per_config.append(

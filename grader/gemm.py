@@ -89,6 +89,68 @@ def matmul_kernel(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
+@triton.jit
+def matmul_kernel_persistent(
+    # pointers: A (M, K), B (K, N), C (M, N); all three must suit tensor descriptors (tma_ok)
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    # sizes
+    M,
+    N,
+    K,
+    # strides (elements); the column strides are 1
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    # compile-time constants
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr,  # accepted for a common launcher; this kernel always uses descriptors
+    INPUT_PRECISION: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,  # the grid: one program per SM, each looping over tiles
+):
+    """A persistent variant for comparison in bench/matmul.py (notebook 05 tunes matmul_kernel):
+    each program walks the tiles pid, pid + NUM_PROGRAMS, ... so that the compiler can overlap one
+    tile's stores with the next tile's loads."""
+    start = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    a_desc = tl.make_tensor_descriptor(
+        a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
+    )
+    b_desc = tl.make_tensor_descriptor(
+        b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N]
+    )
+    c_desc = tl.make_tensor_descriptor(
+        c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N]
+    )
+    # the epilogue keeps its own tile counter, as Triton's persistent-matmul tutorial does, so
+    # that the flattened loop does not carry one value from the prologue into the epilogue
+    tile_c = start - NUM_PROGRAMS
+    for tile in tl.range(start, num_tiles, NUM_PROGRAMS, flatten=True):
+        pid_m, pid_n = tl.swizzle2d(
+            tile // num_pid_n, tile % num_pid_n, num_pid_m, num_pid_n, GROUP_M
+        )
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
+        for k in range(0, k_tiles):
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K)
+            b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])  # (BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        tile_c += NUM_PROGRAMS
+        pid_m_c, pid_n_c = tl.swizzle2d(
+            tile_c // num_pid_n, tile_c % num_pid_n, num_pid_m, num_pid_n, GROUP_M
+        )
+        c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
 def _config(block_m, block_n, block_k, num_warps, num_stages, group_m=8):
     return {
         "BLOCK_M": block_m,
@@ -182,7 +244,8 @@ def launch(kernel, a, b, out, *, tma: bool | None = None, tf32: bool = False, **
         triton.set_allocator(_allocate)
 
     def grid(meta_):
-        return (triton.cdiv(M, meta_["BLOCK_M"]) * triton.cdiv(N, meta_["BLOCK_N"]),)
+        tiles = triton.cdiv(M, meta_["BLOCK_M"]) * triton.cdiv(N, meta_["BLOCK_N"])
+        return (min(tiles, meta_["NUM_PROGRAMS"]) if "NUM_PROGRAMS" in meta_ else tiles,)
 
     kernel[grid](
         a,
@@ -204,11 +267,27 @@ def launch(kernel, a, b, out, *, tma: bool | None = None, tf32: bool = False, **
     return out
 
 
-def autotuned(candidates: list[triton.Config], prune=None):
-    """matmul_kernel wrapped in triton.autotune over `candidates`, keyed on the problem size,
-    the path (TMA or pointers) and, implicitly, the dtypes."""
+def num_sms() -> int:
+    """Streaming multiprocessors of this GPU (in the interpreter, a small stand-in)."""
+    if not DEVICE.is_gpu:
+        return 4
+    import torch
+
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def launch_persistent(kernel, a, b, out, **meta):
+    """out = a @ b with matmul_kernel_persistent (or an autotuned wrapper of it): one program
+    per SM. The layout must suit tensor descriptors."""
+    assert tma_ok(a, b, out), "the persistent variant needs layouts that suit tensor descriptors"
+    return launch(kernel, a, b, out, tma=True, NUM_PROGRAMS=num_sms(), **meta)
+
+
+def autotuned(candidates: list[triton.Config], prune=None, kernel=None):
+    """matmul_kernel (or `kernel`) wrapped in triton.autotune over `candidates`, keyed on the
+    problem size, the path (TMA or pointers) and, implicitly, the dtypes."""
     return triton.autotune(
         configs=candidates,
         key=["M", "N", "K", "USE_TMA"],
         prune_configs_by={"early_config_prune": prune} if prune else None,
-    )(matmul_kernel)
+    )(kernel or matmul_kernel)

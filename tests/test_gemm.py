@@ -40,6 +40,22 @@ def test_both_paths_are_correct_on_aligned_shapes(tma, shape):
     )
 
 
+@pytest.mark.parametrize("shape", [(160, 96, 80), (48, 96, 16)])
+def test_the_persistent_variant_is_correct(shape):
+    if not gemm.tma_supported():
+        pytest.skip("the persistent variant uses tensor descriptors: sm_90 (or the interpreter)")
+    tuned = gemm.autotuned([gemm.as_triton(SMALL)], kernel=gemm.matmul_kernel_persistent)
+    for kernel, meta in ((gemm.matmul_kernel_persistent, SMALL), (tuned, {})):
+        checks.check(
+            lambda a, b, out, kernel=kernel, meta=meta: gemm.launch_persistent(
+                kernel, a, b, out, **meta
+            ),
+            reference,
+            inputs(*shape, torch.float16),
+            atol=1e-3,
+        )
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_odd_shapes_and_transposed_operands_take_the_pointer_path(dtype):
     make = inputs(37, 53, 71, dtype, transposed=True)
