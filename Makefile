@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 WHEELHOUSE ?= build/wheelhouse
 WHEEL_PYTHON ?= 3.12
 
-.PHONY: help setup lab test test-gpu release check lint wheelhouse clean
+.PHONY: help setup lab test test-gpu bench release check lint wheelhouse clean
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -21,6 +21,7 @@ help:
 	@echo "make release    build course/ from solutions/"
 	@echo "make check      fail when course/ is stale"
 	@echo "make test-gpu   GPU tests and solution notebooks at full size (needs a CUDA GPU)"
+	@echo "make bench      run the benchmarks in bench/ (needs a CUDA GPU), tables into results/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
@@ -45,8 +46,8 @@ check: setup
 	$(PY) -m grader build --check
 
 lint: setup
-	$(PY) -m ruff check grader tests solutions
-	$(PY) -m ruff format --check grader tests
+	$(PY) -m ruff check grader tests solutions bench
+	$(PY) -m ruff format --check grader tests bench
 
 lab: release
 	$(PY) -m grader lab
@@ -60,6 +61,18 @@ test: setup
 test-gpu:
 	$(PY) -m grader doctor
 	$(PY) -m pytest -m "not tooling" $(PYTEST_ARGS)
+
+# Every script in bench/ (not starting with _) on the GPU, each writing a markdown table to
+# results/bench-<script>-<date>.md. Like test-gpu, it uses $(PY) as it is (no setup).
+bench:
+	@mkdir -p results
+	@for script in bench/*.py; do \
+	  name=$$(basename $$script .py); \
+	  case $$name in _*) continue;; esac; \
+	  echo "== $$script"; \
+	  PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) $$script \
+	    --out results/bench-$$name-$$(date +%Y-%m-%d).md || exit $$?; \
+	done
 
 wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \

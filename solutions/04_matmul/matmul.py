@@ -1,0 +1,989 @@
+# %% [markdown]
+# # 04 · The matmul ladder
+#
+# Matrix multiplication is the workhorse of neural networks: every linear layer, every attention
+# score, every projection is one. It is also an operation for which the vendor's library,
+# cuBLAS, sets a very high bar. This notebook climbs towards that bar one rung at a time. Each
+# version is a small change to the one before, each is checked for correctness first, and on a
+# GPU each is timed, placed on the roofline (measured here as in 01), and compared with cuBLAS
+# in the same run. You write the kernel at the heart of it: the blocked matmul, correct for any
+# shape and any memory layout.
+#
+# **You will learn:** why a naive matmul is slow (and how slow, measured); how tiles held on chip
+# raise arithmetic intensity, and by how much for each tile size; how `tl.dot` puts the tensor
+# cores to work; why the order in which tiles are launched matters for the L2 cache; what
+# software pipelining (`num_stages`) and `num_warps` buy; why "faster than `torch.matmul`" claims
+# on fp32 inputs usually come from TF32, and how to compare like for like; and what a transposed
+# operand costs when the kernel takes strides.
+
+# %%
+from grader import device
+
+DEVICE = device.setup()
+
+import math
+from contextlib import contextmanager
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from tqdm.auto import tqdm
+
+from grader import checks, perf, results, roofline, timing
+
+print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
+
+# %% tags=["parameters"]
+# Sizes adapt to the mode: the interpreter runs every program as Python, so it gets small problems.
+SPEED_N = DEVICE.pick(gpu=4096, interpreter=64)  # the graded speed: SPEED_N^3 in float16
+LADDER_N = DEVICE.pick(gpu=8192, interpreter=64)  # where the versions are compared
+NAIVE_N = DEVICE.pick(gpu=1024, interpreter=12)  # v0 runs only at small sizes (see below)
+DTYPE_N = DEVICE.pick(gpu=4096, interpreter=48)  # fp32 / TF32 / fp16 / bf16 comparison
+RUN_BENCHMARKS = True
+
+# %% [markdown]
+# ## The problem and its cost
+#
+# $C = AB$ with $A$ of shape $M \times K$ and $B$ of shape $K \times N$: each of the $MN$ outputs
+# is a dot product of length $K$, so the work is $2MNK$ floating-point operations (a multiply and
+# an add per term). The least memory traffic any kernel can get away with is reading $A$ and $B$
+# once and writing $C$ once: $(MK + KN + MN)\cdot s$ bytes for elements of $s$ bytes. For square
+# matrices of side $n$ the arithmetic intensity is therefore $2n^3 / (3n^2 s) = 2n/(3s)$ FLOP per
+# byte: it grows with $n$, so a large matmul sits far to the right of the ridge point and is
+# compute bound, *if* the kernel really reads each element only once. Whether it does is what
+# this notebook is about.
+#
+# The ceilings below are measured now on a GPU (copy bandwidth and cuBLAS's rate in each
+# precision, as in 01); on the CPU the H100 SXM datasheet stands in, and says so.
+
+# %%
+def matmul_reference(a, b):  # reads M*K + K*N, writes M*N
+    return a @ b
+
+
+def matmul_flops(M, N, K):
+    return 2 * M * N * K
+
+
+def matmul_bytes(M, N, K, itemsize):
+    """The least traffic: A and B read once, C written once."""
+    return (M * K + K * N + M * N) * itemsize
+
+
+MEASURED = DEVICE.supports("timing") and RUN_BENCHMARKS
+CEILINGS = roofline.measure_ceilings() if MEASURED else roofline.datasheet_h100()
+print(f"ceilings: {CEILINGS.source}")
+print(f"  memory {CEILINGS.bandwidth / 1e12:.2f} TB/s; " + ", ".join(
+    f"{p} {f / 1e12:.0f} TFLOP/s (ridge {CEILINGS.ridge(p):.0f} FLOP/B)"
+    for p, f in CEILINGS.flops.items()))
+for n in (1024, 4096, 8192):
+    ai = roofline.intensity(matmul_flops(n, n, n), matmul_bytes(n, n, n, 2))
+    print(f"n={n} float16: intensity {ai:.0f} FLOP/B -> "
+          f"{CEILINGS.bound(matmul_flops(n, n, n), matmul_bytes(n, n, n, 2))} bound")
+
+# %% [markdown]
+# ## v0 · Naive: one program per output element
+#
+# The most direct kernel gives each output element $C_{mn}$ its own program, which walks along
+# row $m$ of $A$ and column $n$ of $B$ in steps of `BLOCK_K` and sums the products. It is
+# correct, and it is slow for two reasons you can count:
+#
+# - **No reuse.** Each program reads $2K$ elements to do $2K$ FLOPs, so the kernel *requests*
+#   $2MNK$ elements in all; for square matrices of side $n$ that is $n$ times the $2n^2$ elements
+#   $A$ and $B$ hold. Caches catch some of the repeats, but the intensity the kernel asks of them
+#   is one FLOP per element loaded.
+# - **Uncoalesced reads of $B$.** Walking down a column of a row-major $B$ steps $N$ elements at
+#   a time, so each element comes from a different memory segment (more on this at the end).
+#
+# Its run time grows like $MNK$, which is why it runs only at small sizes here: the cell times it
+# at `NAIVE_N` and scales the time up to the graded size rather than waiting for it.
+
+# %%
+@triton.jit
+def matmul_naive_kernel(
+    # pointers
+    a_ptr,  # A, (M, K)
+    b_ptr,  # B, (K, N)
+    c_ptr,  # C, (M, N), written
+    # sizes
+    M, N, K,
+    # strides (elements)
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    # compile-time constants
+    BLOCK_K: tl.constexpr,  # terms of the dot product per step
+):
+    # -- this program computes the single element C[m, n]
+    m = tl.program_id(axis=0)
+    n = tl.program_id(axis=1)
+    acc = tl.zeros((BLOCK_K,), dtype=tl.float32)  # (BLOCK_K,) partial sums
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
+        a = tl.load(a_ptr + m * stride_am + offs_k * stride_ak, mask=offs_k < K, other=0.0)
+        b = tl.load(b_ptr + offs_k * stride_bk + n * stride_bn, mask=offs_k < K, other=0.0)
+        acc += a.to(tl.float32) * b.to(tl.float32)  # (BLOCK_K,)
+    tl.store(c_ptr + m * stride_cm + n * stride_cn, tl.sum(acc))  # reads 2K, writes 1
+
+
+def matmul_naive(a, b, out, block_k=64):
+    M, K = a.shape
+    N = b.shape[1]
+    matmul_naive_kernel[(M, N)](a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride(),
+                                BLOCK_K=block_k, num_warps=1)
+    return out
+
+
+# %%
+checks.check(matmul_naive, matmul_reference,
+             lambda gen: (checks.randn((NAIVE_N, NAIVE_N + 5), gen=gen),
+                          checks.randn((NAIVE_N + 5, NAIVE_N + 1), gen=gen)),
+             trials=1, atol=1e-4)
+print(f"v0 is correct on {NAIVE_N}x{NAIVE_N + 5} @ {NAIVE_N + 5}x{NAIVE_N + 1} (float32).")
+
+LADDER = {}  # version -> roofline.Point, filled by the GPU measurements below
+
+
+def measure(label, fn, M, N, K, dtype=torch.float16):
+    """Time fn, keep it as a point for the roofline, and return the Timing."""
+    t = timing.bench(fn)
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    LADDER[label] = roofline.Point(label, matmul_flops(M, N, K), matmul_bytes(M, N, K, itemsize),
+                                   t.median_ms * 1e-3)
+    return t
+
+
+if MEASURED:
+    n = NAIVE_N
+    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    naive = measure(f"v0 naive ({n})", lambda: matmul_naive(a, b, c), n, n, n)
+    cublas = measure(f"cuBLAS ({n})", lambda: torch.matmul(a, b, out=c), n, n, n)
+    print(f"n={n} float16: v0 {naive.per_second(matmul_flops(n, n, n)) / 1e12:.2f} TFLOP/s, "
+          f"cuBLAS {cublas.per_second(matmul_flops(n, n, n)) / 1e12:.0f} TFLOP/s: v0 runs at "
+          f"{cublas.median_ms / naive.median_ms:.4f}x cuBLAS's speed")
+    scale = (SPEED_N / n) ** 3
+    requested = 2 * SPEED_N**3 * 2
+    print(f"at n={SPEED_N}: the work is {scale:.0f}x larger, so v0 would take about "
+          f"{naive.median_ms * scale / 1e3:.1f} s per call; it requests {requested / 1e9:.0f} GB, "
+          f"{requested / CEILINGS.bandwidth:.2f} s at the copy bandwidth even if none of it hit a cache")
+else:
+    print("On a GPU this cell times v0 against cuBLAS at NAIVE_N and extrapolates its time to "
+          "SPEED_N; here it has been validated only.")
+
+# %% [markdown]
+# ## v1 · Blocked: tiles on chip, `tl.dot` on the tensor cores
+#
+# Give each program a **tile** of $C$ instead: `BLOCK_M` rows by `BLOCK_N` columns. The program
+# walks along $K$ in steps of `BLOCK_K`; at each step it loads a `BLOCK_M x BLOCK_K` block of $A$
+# and a `BLOCK_K x BLOCK_N` block of $B$ into on-chip memory (registers and shared memory) and
+# multiplies them with `tl.dot`, adding into a `BLOCK_M x BLOCK_N` accumulator that never leaves
+# the chip until the end. Every element of the $A$ block is used `BLOCK_N` times and every
+# element of the $B$ block `BLOCK_M` times. Per step:
+#
+# $$\text{intensity} = \frac{2\,B_M B_N B_K}{(B_M B_K + B_K B_N)\,s} = \frac{2\,B_M B_N}{(B_M + B_N)\,s}
+# \ \text{FLOP/byte},$$
+#
+# which for a square tile $T \times T$ is $T/s$: it grows with the tile and does not depend on
+# $B_K$. This is intensity against the traffic the program *requests* from L2 and device memory;
+# v2 is about how much of that request the L2 cache absorbs. The price of a big tile is on-chip
+# memory: each pipeline stage (v3) holds $(B_M + B_N) B_K s$ bytes of shared memory, and an H100
+# gives one block at most 227 KB (NVIDIA H100 datasheet; CUDA C++ Programming Guide, table of
+# compute-capability limits, 9.0), while the fp32 accumulator takes $4 B_M B_N$ bytes of
+# registers.
+#
+# `tl.dot` on float16 or bfloat16 blocks compiles to tensor-core instructions (`mma` on Ampere;
+# on Hopper also the warpgroup-wide `wgmma` when the tile is large enough), which is where the
+# datasheet's fp16 rate comes from; on float32 blocks it uses the tensor cores in TF32 unless told
+# otherwise (the dtypes section below). On a GPU, the measurement cell after v2 counts these
+# instructions in your compiled kernel. The plot works out both sides of the trade-off for every
+# square tile size.
+
+# %%
+def tile_intensity(block_m, block_n, itemsize):
+    """FLOP per byte requested by one K-step of a block_m x block_n tile."""
+    return 2 * block_m * block_n / ((block_m + block_n) * itemsize)
+
+
+def smem_per_stage(block_m, block_n, block_k, itemsize):
+    """Bytes of shared memory for one stage: an A block and a B block."""
+    return (block_m + block_n) * block_k * itemsize
+
+
+SMEM_LIMIT = 227 * 1024  # bytes per block on an H100 (datasheet; CUDA C++ Programming Guide)
+sides = [16, 32, 64, 128, 256, 512]
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+for name, itemsize in (("float16", 2), ("float32", 4)):
+    left.plot(sides, [tile_intensity(t, t, itemsize) for t in sides], marker="o", label=name)
+    right.plot(sides, [3 * smem_per_stage(t, t, 64, itemsize) / 1024 for t in sides], marker="o",
+               label=f"{name}, 3 stages, BLOCK_K=64")
+left.scatter([181], [tile_intensity(128, 256, 2)], color="C0", marker="*", s=120, zorder=3,
+             label=f"128x256 float16: {tile_intensity(128, 256, 2):.0f}")
+for p, style in (("fp16", "--"), ("fp32", ":")):
+    left.axhline(CEILINGS.ridge(p), color="gray", ls=style, lw=1,
+                 label=f"{p} ridge {CEILINGS.ridge(p):.0f} ({'measured' if MEASURED else 'datasheet'})")
+right.axhline(SMEM_LIMIT / 1024, color="red", ls="--", lw=1, label="227 KB per block (H100)")
+for ax in (left, right):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("square tile side T (BLOCK_M = BLOCK_N = T)")
+    ax.set_xticks(sides, [str(t) for t in sides])
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+left.set_ylabel("FLOP per byte requested")
+left.set_title("Intensity of a tile: 2T^2 / (2T s) = T / s")
+right.set_ylabel("KB of shared memory")
+right.set_title("Its shared-memory bill")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Read the two panels together. By the formula, float16 tiles of 128x128, 128x256 and 256x256
+# request 64, 85 and 128 FLOP per byte, and three stages of any of them fit in 227 KB; 512x512
+# does not. Compare those intensities with the ridge lines: a tile below the ridge relies on the
+# L2 cache to serve repeated requests for the same blocks, which is what v2 is about. Float32
+# tiles cost twice the bytes for the same intensity.
+#
+# ### Exercise: the blocked matmul kernel
+#
+# The signature, the launcher and the first lines (which tile this program owns) are written for
+# you. Write the rest:
+#
+# 1. Offsets `offs_m`, `offs_n` (this tile's rows and columns) and `offs_k = tl.arange(0, BLOCK_K)`.
+# 2. Pointers to the first `A` block, `(BLOCK_M, BLOCK_K)`, and `B` block, `(BLOCK_K, BLOCK_N)`,
+#    **using the strides**: element `(i, j)` of `A` is at `a_ptr + i * stride_am + j * stride_ak`.
+#    A transposed or sliced tensor then works without a copy.
+# 3. A float32 accumulator `tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)`, whatever the input
+#    dtype: float16 cannot hold a long sum (its largest finite value is 65504, IEEE 754).
+# 4. A loop over `tl.cdiv(K, BLOCK_K)` steps: load both blocks with masks (rows `< M`, columns
+#    `< N`, and the last step's `k < K`; `other=0.0` so the padding adds nothing), then
+#    `acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)`, then advance both pointers by
+#    `BLOCK_K` along `K`.
+# 5. Store `acc.to(c_ptr.dtype.element_ty)` with the rows `< M` and columns `< N` mask.
+
+# %% nbgrader={"grade_id": "matmul-kernel", "solution": true}
+@triton.jit
+def matmul_kernel(
+    # pointers
+    a_ptr,  # A, (M, K)
+    b_ptr,  # B, (K, N)
+    c_ptr,  # C, (M, N), written
+    # sizes
+    M, N, K,
+    # strides: how many elements to step for one row / one column of each matrix
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    # compile-time constants
+    BLOCK_M: tl.constexpr,  # rows of C per program
+    BLOCK_N: tl.constexpr,  # columns of C per program
+    BLOCK_K: tl.constexpr,  # depth of one step along K
+    GROUP_M: tl.constexpr,  # rows of tiles per group in the launch order (1: row-major; see v2)
+    INPUT_PRECISION: tl.constexpr,  # "ieee" or "tf32": how tl.dot multiplies float32 blocks
+):
+    # -- which tile of C this program owns
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
+    # -- offsets, pointers, the loop over K with tl.dot, the store: reads M*K + K*N (from L2
+    #    and memory, N/BLOCK_N and M/BLOCK_M times over), writes M*N
+    ### BEGIN SOLUTION
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    offs_k = tl.arange(0, BLOCK_K)  # (BLOCK_K,)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak  # (BLOCK_M, BLOCK_K)
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # (BLOCK_K, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K  # columns of A (rows of B) not yet consumed
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)  # (BLOCK_M, BLOCK_N)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # (BLOCK_M, BLOCK_N)
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    ### END SOLUTION
+
+
+# Launch settings per input dtype. Float32 blocks take twice the bytes, so their tiles are smaller.
+DEFAULT_CONFIG = {
+    torch.float16: dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),
+    torch.bfloat16: dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),
+    torch.float32: dict(block_m=128, block_n=128, block_k=32, group_m=8, num_warps=8, num_stages=3),
+}
+
+
+def matmul(a, b, out, *, tf32=False, **config):
+    """out = a @ b computed by matmul_kernel, for any strides; `config` overrides the defaults."""
+    M, K = a.shape
+    K_b, N = b.shape
+    assert K == K_b and tuple(out.shape) == (M, N) and a.dtype == b.dtype, "shapes or dtypes"
+    cfg = {**DEFAULT_CONFIG[a.dtype], **config}
+    grid = (triton.cdiv(M, cfg["block_m"]) * triton.cdiv(N, cfg["block_n"]),)
+    matmul_kernel[grid](
+        a, b, out, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"],
+        GROUP_M=cfg["group_m"], INPUT_PRECISION="tf32" if tf32 else "ieee",
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return out
+
+
+# %% [markdown]
+# ### How your kernel is tested
+#
+# - **Layouts.** Every input is a view into a larger buffer of random numbers: contiguous,
+#   transposed (`torch.randn(K, M).t()`, so `stride_am == 1`), or strided (every other column).
+#   A kernel that ignores the strides, or reads past a mask, reads those other numbers and gets
+#   the wrong answer instead of crashing.
+# - **Guarded output.** `out` is a window in a larger poisoned buffer, with its own row stride;
+#   writing outside it (a missing store mask) is reported as such. Inside the call, torch's own
+#   matrix products are switched off: the work must be done by your kernel.
+# - **Tolerances.** The reference is float64. Your result differs from it by (i) the rounding of
+#   the output to its dtype, covered by that dtype's `rtol`, and (ii) the rounding of a $K$-term
+#   float32 sum. For (ii) the classic bound for a dot product is $|\hat{s} - s| \le \gamma_K
+#   \sum_k |a_k b_k|$ with $\gamma_K \approx K u$ (Higham, *Accuracy and Stability of Numerical
+#   Algorithms*, 2nd ed., 2002, §3.1); rounding errors behave like random signs, so in practice
+#   $\sqrt{K}$ replaces $K$ (Higham and Mary, *SIAM J. Sci. Comput.* 41(5), 2019). The test uses
+#   `atol = 4 * sqrt(K) * u * max(|A| @ |B|)` with $u = 2^{-24}$, float32's unit roundoff.
+# - **TF32.** `tl.dot` multiplies float32 blocks in TF32 unless `input_precision="ieee"` (the
+#   launcher passes `"ieee"` by default). TF32 keeps 10 mantissa bits, so its $u$ is about
+#   $2^{-11}$ per input; where a test asks for TF32 on purpose it says so and uses $u = 2^{-10}$
+#   per product. Off the GPU, the interpreter computes `tl.dot` in full float32 either way.
+#
+# The visible test below uses odd sizes (none a multiple of any block), contiguous inputs,
+# float32 and float16, and the launcher's default tiles.
+
+# %%
+PAD = 256  # wider than any tile: a kernel that reads or writes past a matrix stays in our buffers
+LAYOUTS = ("contiguous", "transposed", "strided")
+
+
+def make_matrix(rows, cols, dtype, layout, gen, values="normal"):
+    """A (rows, cols) matrix of `dtype` with the given layout: a view into a larger buffer of
+    random values, so that reads past its edges find numbers, not unmapped memory.
+
+    values="normal": standard normal. "positive": between about 12 and 30. "cancel": the same
+    magnitudes, positive in the first half of the columns and negative in the second (as A, its
+    running dot products with a positive B climb past 65504 before they cancel)."""
+    if layout == "contiguous":
+        buffer = checks.randn((rows + PAD) * (cols + PAD), gen=gen, dtype=dtype)
+        view = buffer[: rows * cols].view(rows, cols)
+    elif layout == "transposed":
+        buffer = checks.randn((cols + PAD, rows + PAD), gen=gen, dtype=dtype)
+        view = buffer[:cols, :rows].t()
+    elif layout == "strided":
+        buffer = checks.randn((rows + PAD, 2 * (cols + PAD)), gen=gen, dtype=dtype)
+        view = buffer[:rows, : 2 * cols : 2]
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    if values in ("positive", "cancel"):
+        sign = torch.ones(cols, device=buffer.device)
+        if values == "cancel":
+            sign[cols // 2 :] = -1
+        view.copy_((view.float().abs() * 4 + 12) * sign)
+    return view
+
+
+def matmul_inputs(M, N, K, dtype, layout="contiguous", values="normal"):
+    """make_inputs(gen) for checks.check: (A, B) with a layout each (one name, or a pair)."""
+    layout_a, layout_b = (layout, layout) if isinstance(layout, str) else layout
+    values_a, values_b = ("cancel", "positive") if values == "cancel" else (values, values)
+    return lambda gen: (make_matrix(M, K, dtype, layout_a, gen, values_a),
+                        make_matrix(K, N, dtype, layout_b, gen, values_b))
+
+
+def matmul_tolerance(a, b, out_dtype, tf32=False):
+    """(rtol, atol) for C = A @ B in out_dtype against a float64 reference."""
+    K = a.shape[1]
+    rtol, atol_floor = checks.tolerance(out_dtype)
+    u = 2.0**-10 if tf32 else 2.0**-24
+    scale = float((a.double().abs() @ b.double().abs()).max())
+    return rtol, 4 * math.sqrt(K) * u * scale + atol_floor
+
+
+@contextmanager
+def torch_matmul_switched_off():
+    """Inside, torch's matrix products raise: the launcher must compute C with its kernel."""
+    owners = [(torch, "matmul"), (torch, "mm"), (torch, "bmm"), (torch, "einsum"),
+              (torch, "addmm"), (torch.Tensor, "__matmul__"), (torch.Tensor, "matmul"),
+              (torch.Tensor, "mm")]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in owners]
+
+    def refuse(*args, **kwargs):
+        raise checks.KernelCheckError("the launcher called torch's matmul: compute C with the kernel")
+
+    try:
+        for owner, name, _ in saved:
+            setattr(owner, name, refuse)
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def guarded(launch):
+    """launch(a, b, out) run on a window of a poisoned frame; writes outside the window fail."""
+    def run(a, b, out):
+        M, N = out.shape
+        frame = checks.poisoned((M + PAD, N + PAD), out.dtype, where=out.device.type)
+        window = frame[:M, :N]
+        with torch_matmul_switched_off():
+            launch(a, b, window)
+        outside = checks.poison_mask(frame)
+        outside[:M, :N] = True
+        if not bool(outside.all()):
+            raise checks.KernelCheckError(
+                f"the kernel wrote {int((~outside).sum())} elements outside `out` ({M}x{N}): mask "
+                "the store to rows < M and columns < N, and address C with its strides")
+        out.copy_(window)
+    run.__name__ = getattr(launch, "__name__", "matmul")
+    return run
+
+
+def check_matmul(fn, M, N, K, dtype, *, layout="contiguous", values="normal", tf32=False, trials=2):
+    """checks.check on fresh inputs, with the tolerance worked out from each trial's inputs."""
+    for _ in range(trials):
+        seed = checks.new_seed()
+        make = matmul_inputs(M, N, K, dtype, layout, values)
+        rtol, atol = matmul_tolerance(*make(checks.generator(seed)), dtype, tf32=tf32)
+        checks.check(guarded(fn), matmul_reference, make, trials=1, seed=seed, rtol=rtol, atol=atol)
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-matmul-visible", "points": 1}
+for dtype in (torch.float32, torch.float16):
+    check_matmul(matmul, 37, 53, 71, dtype)
+print("visible test passed: 37x71 @ 71x53, float32 and float16")
+
+# %% [markdown]
+# ### Hidden tests
+#
+# When graded: sizes from 1x1x1 up, `K` shorter and longer than a block, transposed and strided
+# operands on either side, several tile shapes and group sizes, bfloat16 on a GPU, TF32 on a GPU
+# with its own tolerance, and float16 inputs whose running sums climb past 65504 before they
+# cancel, which only a float32 accumulator survives.
+
+# %% nbgrader={"grade": true, "grade_id": "test-matmul-hidden", "points": 3}
+check_matmul(matmul, 5, 7, 3, torch.float16, trials=1)  # a tiny case; the hidden tests follow
+### BEGIN HIDDEN TESTS
+small = dict(block_m=16, block_n=16, block_k=16, group_m=1, num_warps=2, num_stages=2)
+grouped_tiles = dict(block_m=32, block_n=64, block_k=32, group_m=2, num_warps=4, num_stages=2)
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
+for dtype in DTYPES:
+    for shape in [(1, 1, 1), (37, 53, 71)]:
+        check_matmul(matmul, *shape, dtype, trials=1)
+# each layout is a separately compiled kernel on a GPU: float32 layouts are checked off the GPU
+for dtype in DEVICE.pick(gpu=(torch.float16,), interpreter=(torch.float32, torch.float16)):
+    for layout in [("contiguous", "transposed"), ("transposed", "contiguous"), "strided",
+                   "transposed"]:
+        check_matmul(lambda a, b, out: matmul(a, b, out, **small), 37, 29, 53, dtype,
+                     layout=layout, trials=1)
+check_matmul(lambda a, b, out: matmul(a, b, out, **small), 20, 18, 5, torch.float16)  # K < BLOCK_K
+check_matmul(lambda a, b, out: matmul(a, b, out, **grouped_tiles), 150, 200, 100, torch.float16,
+             layout=("strided", "contiguous"), trials=1)
+check_matmul(lambda a, b, out: matmul(a, b, out, block_m=16, block_n=16, block_k=64, num_warps=2,
+                                      num_stages=2),
+             16, 16, 1024, torch.float16, values="cancel", trials=1)
+if DEVICE.supports("tf32"):  # TF32 asked for on purpose, with the tolerance TF32 needs
+    check_matmul(lambda a, b, out: matmul(a, b, out, tf32=True), 37, 53, 71, torch.float32,
+                 tf32=True, trials=1)
+print(f"hidden tests passed: dtypes {[str(d)[6:] for d in DTYPES]}, layouts, tiles, long K")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Speed (graded on a GPU)
+#
+# Your kernel, with the launcher's float16 defaults (128x256 tiles, `BLOCK_K=64`, 8 warps,
+# 3 stages, groups of 8), must reach at least 0.6x the speed of cuBLAS (`torch.matmul`) on
+# float16 matrices of side `SPEED_N` = 4096, the two timed alternately in the same run. The
+# output is checked again after timing. v3 below explains these settings. A kernel that casts its
+# blocks to float32 before `tl.dot` (leaving the float16 tensor cores idle) or uses 16x16 tiles
+# is not expected to get near the threshold; the course's own tests check that such kernels
+# score 0 here.
+
+# %% nbgrader={"grade": true, "grade_id": "speed-matmul-vs-cublas", "points": 2}
+n_speed = SPEED_N
+a_speed = torch.randn(n_speed, n_speed, device=DEVICE.torch_device, dtype=torch.float16)
+b_speed = torch.randn(n_speed, n_speed, device=DEVICE.torch_device, dtype=torch.float16)
+c_speed = torch.empty(n_speed, n_speed, device=DEVICE.torch_device, dtype=torch.float16)
+c_cublas = torch.empty_like(c_speed)
+rtol_speed, atol_speed = matmul_tolerance(a_speed, b_speed, torch.float16)
+expected_speed = a_speed.double() @ b_speed.double()
+perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
+                   lambda: torch.matmul(a_speed, b_speed, out=c_cublas),
+                   at_least=0.6, points=2, names=("your matmul", "cuBLAS (torch.matmul)"),
+                   verify=lambda: checks.compare(c_speed, expected_speed, rtol=rtol_speed,
+                                                 atol=atol_speed))
+
+# %% [markdown]
+# ## v2 · L2-aware ordering of the tiles
+#
+# CUDA promises no order in which a grid's programs start, but in practice they start roughly in
+# order of their id, as many at once as fit on the SMs: one *wave*. In **row-major** order
+# (`GROUP_M = 1`), a wave covers a few whole rows of tiles: it needs those rows' blocks of $A$
+# but *every* column block of $B$. When the wave's blocks fit in
+# the L2 cache, every block comes from device memory once and is then served from L2 to the other
+# programs that need it; when they do not, blocks are evicted before their next use and fetched
+# again.
+#
+# **Grouped** order launches tiles in groups of `GROUP_M` rows, walking down the columns within a
+# group: a wave then covers a squarer patch of $C$, needing fewer distinct blocks of $A$ and $B$
+# for the same number of tiles. The kernel does this with `tl.swizzle2d`:
+#
+# ```python
+# pid_m, pid_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
+# ```
+#
+# ### Exercise: the grouped mapping in plain Python
+#
+# Write `grouped_pid(pid, num_pid_m, num_pid_n, group_m)`, returning the tile `(pid_m, pid_n)`
+# that program `pid` computes, exactly as the kernel's first lines do. Program ids run through
+# group 0 first, then group 1, ...; a group has `group_m` rows of tiles (**the last group has
+# fewer when `group_m` does not divide `num_pid_m`**), and inside a group consecutive ids go
+# *down* a column of the group before moving to the next column. The picture below draws your
+# function.
+
+# %% nbgrader={"grade_id": "grouped-pid", "solution": true}
+def grouped_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
+    """(pid_m, pid_n) of the tile that program `pid` computes in grouped launch order."""
+    ### BEGIN SOLUTION
+    tiles_per_group = group_m * num_pid_n
+    group = pid // tiles_per_group
+    first_m = group * group_m
+    rows = min(num_pid_m - first_m, group_m)  # the last group may be shorter
+    within = pid % tiles_per_group
+    return first_m + within % rows, within // rows
+    ### END SOLUTION
+
+
+# %%
+# The ground truth is what the kernel does: this small kernel runs the same tl.swizzle2d line as
+# matmul_kernel and writes down each program's tile.
+@triton.jit
+def launch_order_kernel(out_ptr, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
+    tl.store(out_ptr + 2 * pid, pid_m)
+    tl.store(out_ptr + 2 * pid + 1, pid_n)
+
+
+def kernel_order(num_pid_m, num_pid_n, group_m):
+    """[(pid_m, pid_n) for each pid], as computed on the device by tl.swizzle2d."""
+    out = torch.empty(2 * num_pid_m * num_pid_n, dtype=torch.int32, device=DEVICE.torch_device)
+    launch_order_kernel[(num_pid_m * num_pid_n,)](out, num_pid_m, num_pid_n, GROUP_M=group_m)
+    return [tuple(pair) for pair in out.view(-1, 2).tolist()]
+
+
+def check_order(num_pid_m, num_pid_n, group_m, expected=None):
+    expected = expected or kernel_order(num_pid_m, num_pid_n, group_m)
+    got = [checks.call_graded(grouped_pid, pid, num_pid_m, num_pid_n, group_m)
+           for pid in range(num_pid_m * num_pid_n)]
+    for pid, (mine, want) in enumerate(zip(got, expected, strict=True)):
+        assert all(isinstance(v, int) for v in mine), f"pid {pid}: return Python ints, got {mine!r}"
+        assert tuple(mine) == tuple(want), (
+            f"grid {num_pid_m}x{num_pid_n} tiles, group_m={group_m}: program {pid} should compute "
+            f"tile {tuple(want)}, grouped_pid says {tuple(mine)}")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-grouped-pid-visible", "points": 1}
+check_order(5, 4, 2)  # 5 rows of tiles in groups of 2: the last group has one row
+print("visible test passed: 5x4 tiles, groups of 2")
+
+# %% nbgrader={"grade": true, "grade_id": "test-grouped-pid-hidden", "points": 2}
+check_order(4, 3, 1)  # group_m=1 is row-major; the hidden tests follow
+### BEGIN HIDDEN TESTS
+for case in [(1, 1, 1), (1, 7, 4), (7, 1, 3), (8, 8, 4), (9, 5, 4), (6, 6, 8), (3, 11, 2)]:
+    check_order(*case)
+
+
+def _reference_order(num_pid_m, num_pid_n, group_m):
+    order = []
+    for first in range(0, num_pid_m, group_m):
+        rows = min(group_m, num_pid_m - first)
+        order += [(first + r, c) for c in range(num_pid_n) for r in range(rows)]
+    return order
+
+
+rng = np.random.default_rng()
+for _ in range(200):
+    case = (int(rng.integers(1, 40)), int(rng.integers(1, 40)), int(rng.integers(1, 12)))
+    check_order(*case, expected=_reference_order(*case))
+print("hidden tests passed: edge grids and 200 random ones against an independent reference")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Each cell is a tile of $C$, coloured and numbered by launch order. The first wave, here taken as
+# 16 programs, is outlined; the titles count the distinct blocks of $A$ (tile rows) and $B$ (tile
+# columns) that wave needs. Then the same count at full size: for the float16 default tiles
+# (128x256) at `LADDER_N`, the bytes of distinct $A$ and $B$ blocks one wave needs, one program
+# per SM, in each order. The SM count and L2 size are this GPU's (on the CPU, the H100 SXM
+# datasheet's: 132 SMs, 50 MB).
+
+# %%
+def draw_order(ax, num_pid_m, num_pid_n, group_m, wave):
+    order = [grouped_pid(p, num_pid_m, num_pid_n, group_m) for p in range(num_pid_m * num_pid_n)]
+    grid = np.zeros((num_pid_m, num_pid_n))
+    for pid, (m, n) in enumerate(order):
+        grid[m, n] = pid
+        ax.text(n, m, str(pid), ha="center", va="center", fontsize=7,
+                color="white" if pid < len(order) * 0.6 else "black")
+        if pid < wave:
+            ax.add_patch(plt.Rectangle((n - 0.5, m - 0.5), 1, 1, fill=False, lw=2, ec="red"))
+    ax.imshow(grid, cmap="viridis")
+    rows = {m for m, _ in order[:wave]}
+    cols = {n for _, n in order[:wave]}
+    ax.set_title(f"GROUP_M={group_m}: first {wave} programs read\n{len(rows)} A blocks + "
+                 f"{len(cols)} B blocks = {len(rows) + len(cols)}", fontsize=9)
+    ax.set_xlabel("pid_n")
+    ax.set_ylabel("pid_m")
+
+
+fig, axes = plt.subplots(1, 2, figsize=(9, 4.5))
+draw_order(axes[0], 8, 8, 1, wave=16)
+draw_order(axes[1], 8, 8, 4, wave=16)
+plt.tight_layout()
+plt.show()
+
+
+def wave_bytes(n, block_m, block_n, group_m, programs, itemsize=2):
+    """Bytes of distinct A row-blocks and B column-blocks read by the first `programs` tiles."""
+    num_pid_m, num_pid_n = triton.cdiv(n, block_m), triton.cdiv(n, block_n)
+    tiles = [grouped_pid(p, num_pid_m, num_pid_n, group_m)
+             for p in range(min(programs, num_pid_m * num_pid_n))]
+    rows = len({m for m, _ in tiles})
+    cols = len({c for _, c in tiles})
+    return (rows * block_m * n + cols * block_n * n) * itemsize
+
+
+if DEVICE.is_gpu:
+    props = torch.cuda.get_device_properties(0)
+    sms, l2 = props.multi_processor_count, props.L2_cache_size
+else:
+    sms, l2 = 132, 50 * 2**20  # H100 SXM datasheet
+n = max(LADDER_N, 8192) if not DEVICE.is_gpu else LADDER_N
+for group_m in (1, 8):
+    need = wave_bytes(n, 128, 256, group_m, sms)
+    print(f"n={n}, GROUP_M={group_m}: one wave of {sms} tiles reads {need / 2**20:.0f} MiB of "
+          f"distinct blocks for the same work ({need / l2:.1f}x the {l2 / 2**20:.0f} MiB L2)")
+
+# %% [markdown]
+# ## Measured: v1 against v2
+#
+# v1 and v2 differ only in `GROUP_M`: 128x128 tiles, `BLOCK_K=64`, 4 warps and a single stage
+# (no pipelining yet), at `LADDER_N`. Both are timed against cuBLAS in the same run. The cell
+# also compiles your kernel for float16 and float32 and counts, in its PTX (the GPU assembly
+# Triton generates), the tensor-core instructions (`wgmma.mma_async` on Hopper, `mma.sync`) and
+# the plain float32 fused multiply-adds (`fma.rn.f32`).
+
+# %%
+VERSIONS = {
+    "v1 blocked": dict(block_m=128, block_n=128, block_k=64, group_m=1, num_warps=4, num_stages=1),
+    "v2 grouped": dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=1),
+}
+if MEASURED:
+    n = LADDER_N
+    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    flops = matmul_flops(n, n, n)
+    cublas = measure(f"cuBLAS ({n})", lambda: torch.matmul(a, b, out=c), n, n, n)
+    for name, cfg in VERSIONS.items():
+        t = measure(f"{name} ({n})", lambda cfg=cfg: matmul(a, b, c, **cfg), n, n, n)
+        print(f"{name}: {t.per_second(flops) / 1e12:.0f} TFLOP/s, "
+              f"{cublas.median_ms / t.median_ms:.2f}x cuBLAS ({t})")
+    print(f"cuBLAS: {cublas.per_second(flops) / 1e12:.0f} TFLOP/s\n")
+    ptx_cases = [("float16", torch.float16, False),
+                 ("float32, input_precision='ieee'", torch.float32, False),
+                 ("float32, input_precision='tf32'", torch.float32, True)]
+    for label, dtype, tf32 in ptx_cases if DEVICE.is_gpu else []:  # PTX exists once compiled
+        cfg = DEFAULT_CONFIG[dtype]
+        x = torch.empty(256, 256, device=DEVICE.torch_device, dtype=dtype)
+        compiled = matmul_kernel.warmup(
+            x, x, x, 256, 256, 256, 256, 1, 256, 1, 256, 1, BLOCK_M=cfg["block_m"],
+            BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"],
+            INPUT_PRECISION="tf32" if tf32 else "ieee", num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"], grid=(1,))
+        ptx = compiled.asm["ptx"]
+        counts = ", ".join(f"{ptx.count(op)} {op}" for op in ("wgmma.mma_async", "mma.sync", "fma.rn.f32"))
+        print(f"PTX of matmul_kernel, {label}: {counts}")
+else:
+    for cfg in VERSIONS.values():
+        check_matmul(lambda a, b, out, cfg=cfg: matmul(a, b, out, **cfg), 70, 90, 130,
+                     torch.float16, trials=1)
+    print("v1 and v2 validated in the interpreter; on a GPU this cell times both against cuBLAS.")
+
+# %% [markdown]
+# ## v3 · Software pipelining and warps
+#
+# In v1 and v2 each step of the K loop waits for its blocks to arrive before the tensor cores can
+# start on them. With `num_stages = S`, Triton software-pipelines the loop: it keeps S buffers
+# of $A$ and $B$ blocks in shared memory and issues the loads for later steps while the current
+# step computes, so memory latency hides behind arithmetic (the `triton.Config` documentation:
+# "the number of stages that the compiler should use when software-pipelining loops. Mostly
+# useful for matrix multiplication workloads on SM80+ GPUs"). Each stage costs another
+# $(B_M + B_N) B_K s$ bytes of shared memory.
+#
+# `num_warps` is how many warps (32 threads each) share one program's tile. More warps split the
+# accumulator into smaller pieces per thread (fewer registers each) and give the scheduler more
+# independent work; too many for a small tile leaves each with too little. The sweep below
+# measures every combination on 128x128x64 tiles with groups of 8, then the launcher's default
+# (128x256 tiles, 8 warps, 3 stages).
+
+# %%
+STAGES = [1, 2, 3, 4]
+WARPS = [4, 8]
+if MEASURED:
+    n = LADDER_N
+    flops = matmul_flops(n, n, n)
+    sweep = np.full((len(WARPS), len(STAGES)), np.nan)
+    combos = [(w, s) for w in WARPS for s in STAGES]
+    for w, s in tqdm(combos, desc="num_warps x num_stages"):
+        cfg = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=w, num_stages=s)
+        try:
+            t = timing.bench(lambda cfg=cfg: matmul(a, b, c, **cfg))
+        except triton.runtime.OutOfResources as exc:  # does not fit: leave the cell blank
+            print(f"num_warps={w}, num_stages={s}: {exc}")
+            continue
+        sweep[WARPS.index(w), STAGES.index(s)] = t.per_second(flops) / 1e12
+    best_w, best_s = np.unravel_index(np.nanargmax(sweep), sweep.shape)
+    VERSIONS["v3 pipelined"] = dict(block_m=128, block_n=128, block_k=64, group_m=8,
+                                    num_warps=WARPS[best_w], num_stages=STAGES[best_s])
+    VERSIONS["v3 large tile"] = DEFAULT_CONFIG[torch.float16]
+    for name in ("v3 pipelined", "v3 large tile"):
+        t = measure(f"{name} ({n})", lambda name=name: matmul(a, b, c, **VERSIONS[name]), n, n, n)
+        print(f"{name} {VERSIONS[name]}: {t.per_second(flops) / 1e12:.0f} TFLOP/s, "
+              f"{LADDER[f'cuBLAS ({n})'].seconds * 1e3 / t.median_ms:.2f}x cuBLAS")
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    image = ax.imshow(sweep, cmap="viridis")
+    for (i, j), value in np.ndenumerate(sweep):
+        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.0f}", ha="center", va="center",
+                color="white")
+    ax.set_xticks(range(len(STAGES)), STAGES)
+    ax.set_yticks(range(len(WARPS)), WARPS)
+    ax.set_xlabel("num_stages")
+    ax.set_ylabel("num_warps")
+    ax.set_title(f"TFLOP/s, 128x128x64 tiles, n={n}, float16")
+    fig.colorbar(image, ax=ax)
+    plt.show()
+else:
+    for s, w in [(1, 4), (3, 8)]:
+        cfg = dict(block_m=64, block_n=32, block_k=16, group_m=8, num_warps=w, num_stages=s)
+        check_matmul(lambda a, b, out, cfg=cfg: matmul(a, b, out, **cfg), 70, 90, 40,
+                     torch.float16, trials=1)
+    print("The interpreter ignores num_stages and num_warps (they are compiler settings): the "
+          "results are validated here, and a GPU run measures the sweep.")
+
+# %% [markdown]
+# ## The ladder on the roofline
+#
+# Every version measured above, on the roofline of this GPU, with cuBLAS at the same sizes. The
+# intensity of each point is that of the whole problem (the least traffic), so the versions of
+# one size share an abscissa and differ in height: the gap to the fp16 roof is what each rung
+# left on the table. The fastest version is also kept in your course record for 08.
+
+# %%
+if MEASURED and LADDER:
+    ax = roofline.plot(CEILINGS, list(LADDER.values()), precision="fp16",
+                       title=f"The matmul ladder on {DEVICE.name} (float16)")
+    plt.show()
+    for point in LADDER.values():
+        print(f"{point.label:28s} {point.achieved / 1e12:7.1f} TFLOP/s")
+    best = max((p for p in LADDER.values() if p.label.startswith("v3")), key=lambda p: p.achieved)
+    results.record("04_matmul", f"matmul {best.label}", flops=best.flops,
+                   bytes_moved=best.bytes_moved, seconds=best.seconds, precision="fp16")
+else:
+    print("On a GPU this cell places v0-v3 and cuBLAS on the measured roofline; the interpreter "
+          "has nothing to time.")
+
+# %% [markdown]
+# ## Dtypes: float32, TF32, float16, bfloat16
+#
+# The tensor cores multiply narrow formats. float16 and bfloat16 inputs go to them directly.
+# float32 inputs can go to them only after rounding to **TF32**, a 19-bit format with float32's
+# 8 exponent bits but only 10 mantissa bits, as many as float16 (bfloat16 keeps 7; NVIDIA A100
+# Tensor Core GPU Architecture whitepaper, 2020); otherwise they run on the ordinary float32
+# units, at the datasheet's much lower fp32 rate. Two defaults differ here:
+#
+# - Triton's `tl.dot` uses TF32 for float32 inputs unless `input_precision="ieee"` (Triton
+#   documentation, `triton.language.dot`).
+# - PyTorch's `torch.matmul` on float32 does *not* use TF32 unless
+#   `torch.backends.cuda.matmul.allow_tf32 = True`; the default has been `False` since PyTorch 1.12
+#   (PyTorch documentation, "TensorFloat-32 (TF32) on Ampere (and later) devices").
+#
+# So a Triton kernel written with the defaults and timed against `torch.matmul` on float32 inputs
+# races TF32 against true float32, and "wins". Like for like means TF32 against TF32, or IEEE
+# against IEEE. First, what TF32 costs in accuracy, measured on any machine: round the inputs to
+# each format and compare with the exact product.
+
+# %%
+def round_to_tf32(x):
+    """float32 -> the nearest value with a 10-bit mantissa (round to nearest, ties to even)."""
+    bits = x.contiguous().view(torch.int32)
+    keep = (bits >> 13) & 1
+    rounded = (bits + 0x0FFF + keep) & ~0x1FFF
+    return rounded.view(torch.float32)
+
+
+gen = checks.generator(checks.new_seed(), where="cpu")
+n = 256
+a32 = checks.randn((n, n), gen=gen)
+b32 = checks.randn((n, n), gen=gen)
+exact = a32.double() @ b32.double()
+formats = {
+    "float32": (a32, b32),
+    "TF32 (emulated)": (round_to_tf32(a32), round_to_tf32(b32)),
+    "bfloat16": (a32.bfloat16(), b32.bfloat16()),
+    "float16": (a32.half(), b32.half()),
+}
+print(f"{n}x{n} @ {n}x{n}: inputs rounded to each format, products summed in float32 "
+      "(as the tensor cores accumulate), compared with the exact product:")
+for name, (x, y) in formats.items():
+    err = ((x.float() @ y.float()).double() - exact).abs().max() / exact.abs().max()
+    print(f"  {name:16s} max error / max |C| = {err:.1e}")
+
+
+# %% [markdown]
+# Now the timings. The table runs `torch.matmul` and your kernel in each precision, with the
+# error against float64; the two lines at the end are the misleading comparison and the honest
+# one.
+
+# %%
+@contextmanager
+def torch_tf32(enabled):
+    """torch.matmul on float32 with or without TF32, restored afterwards."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+if MEASURED:
+    n = DTYPE_N
+    flops = matmul_flops(n, n, n)
+    rows = []
+    cases = [("float32 (IEEE)", torch.float32, False), ("float32 via TF32", torch.float32, True),
+             ("float16", torch.float16, False)]
+    cases += [("bfloat16", torch.bfloat16, False)] if DEVICE.supports("bf16") else []
+    times = {}
+    for label, dtype, tf32 in tqdm(cases, desc="dtypes"):
+        a = torch.randn(n, n, device=DEVICE.torch_device).to(dtype)
+        b = torch.randn(n, n, device=DEVICE.torch_device).to(dtype)
+        c = torch.empty(n, n, device=DEVICE.torch_device, dtype=dtype)
+        exact = a.double() @ b.double()
+        with torch_tf32(tf32):
+            theirs = timing.bench(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
+            their_err = float((c.double() - exact).abs().max() / exact.abs().max())
+        mine = timing.bench(lambda a=a, b=b, c=c, tf32=tf32: matmul(a, b, c, tf32=tf32))
+        my_err = float((c.double() - exact).abs().max() / exact.abs().max())
+        times[label] = (mine.median_ms, theirs.median_ms)
+        print(f"{label:18s} torch {theirs.per_second(flops) / 1e12:6.0f} TFLOP/s (error {their_err:.1e})"
+              f"   yours {mine.per_second(flops) / 1e12:6.0f} TFLOP/s (error {my_err:.1e})")
+    misleading = times["float32 (IEEE)"][1] / times["float32 via TF32"][0]
+    honest = times["float32 via TF32"][1] / times["float32 via TF32"][0]
+    print(f"\nyour TF32 kernel against torch's float32 default: {misleading:.2f}x its speed "
+          "(TF32 against IEEE float32: not like for like)")
+    print(f"your TF32 kernel against torch with TF32 allowed: {honest:.2f}x its speed (like for like)")
+else:
+    print("On a GPU this cell times torch.matmul and your kernel in float32 (IEEE), TF32, float16 "
+          "and bfloat16, with the error of each against float64, and shows how a TF32 kernel "
+          "'beats' torch's float32 default; the interpreter cannot time, and computes tl.dot in "
+          "float32 whatever input_precision says.")
+
+# %% [markdown]
+# ## Coalescing in matmul: transposed operands and strides
+#
+# A warp's load is **coalesced** when its threads read consecutive addresses, so the hardware
+# serves them with a few wide memory transactions instead of one per thread (CUDA C++ Best
+# Practices Guide, "Coalesced Access to Global Memory"). Which direction is "consecutive" depends
+# on the layout: for a row-major $B$ it is along a row; for $B$ handed over as the transpose of a
+# row-major $N \times K$ tensor, it is down a column.
+#
+# Because the kernel takes strides, a transposed view needs no copy: `torch.randn(N, K).t()` is
+# the same memory with strides `(1, K)`, and the kernel just steps differently. Triton compiles a
+# separate version of a kernel when an integer argument equals 1 (it becomes a constant) or is a
+# multiple of 16 (`triton/backends/compiler.py` and `python/src/specialize.cc` in Triton's
+# source), so it knows which dimension of each block is contiguous and lays out the loads to
+# match. The naive v0 reads a column of $B$ per program, so it should care about $B$'s layout;
+# the blocked kernel loads whole 2-D blocks, contiguous in one direction or the other. The cell
+# validates a transposed view (no copy) and, on a GPU, measures the cost of each layout.
+
+# %%
+base = checks.randn((19, 37), gen=checks.generator(checks.new_seed()))  # a row-major N x K tensor
+b_t = base.t()  # K x N, the same memory
+print(f"b_t: shape {tuple(b_t.shape)}, strides {b_t.stride()}, contiguous: {b_t.is_contiguous()}, "
+      f"same memory as base: {b_t.data_ptr() == base.data_ptr()}")
+a_small = checks.randn((23, 37), gen=checks.generator(checks.new_seed()))
+out_small = torch.empty(23, 19, device=DEVICE.torch_device)
+rtol_t, atol_t = matmul_tolerance(a_small, b_t, torch.float32)
+checks.compare(matmul(a_small, b_t, out_small), a_small.double() @ b_t.double(), rtol=rtol_t,
+               atol=atol_t)
+print("matmul on the transposed view is correct, and no copy was made")
+
+if MEASURED:
+    layouts = {}
+    n = SPEED_N
+    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    a_col, b_col = a.t().contiguous().t(), b.t().contiguous().t()  # same values, column-major
+    runs = {
+        "A, B row-major": lambda: matmul(a, b, c),
+        "B column-major (transposed view)": lambda: matmul(a, b_col, c),
+        "A column-major (transposed view)": lambda: matmul(a_col, b, c),
+        "B column-major, copied first": lambda: matmul(a, b_col.contiguous(), c),
+    }
+    flops = matmul_flops(n, n, n)
+    for name, fn in tqdm(runs.items(), desc="layouts"):
+        layouts[name] = timing.bench(fn)
+    base_ms = layouts["A, B row-major"].median_ms
+    for name, t in layouts.items():
+        print(f"blocked, n={n}: {name:34s} {t.per_second(flops) / 1e12:5.0f} TFLOP/s "
+              f"({t.median_ms / base_ms:.2f}x the time)")
+    n = NAIVE_N
+    a, b, c = a[:n, :n].contiguous(), b[:n, :n].contiguous(), c[:n, :n].contiguous()
+    b_col = b.t().contiguous().t()
+    row = timing.bench(lambda: matmul_naive(a, b, c))
+    col = timing.bench(lambda: matmul_naive(a, b_col, c))
+    print(f"naive v0, n={n}: B row-major {row.median_ms:.3f} ms, B column-major "
+          f"{col.median_ms:.3f} ms (column-major takes {col.median_ms / row.median_ms:.2f}x the "
+          "time of row-major)")
+else:
+    print("On a GPU this cell times the blocked kernel with each operand row- or column-major "
+          "(and with a copy first), and v0 with B in both layouts.")
+
+# %% [markdown]
+# ## Summary
+#
+# - A matmul does $2MNK$ FLOPs on at least $(MK+KN+MN)s$ bytes: large ones are compute bound,
+#   but only a kernel that reuses what it loads gets there. v0 requests every element $K$ times.
+# - A `BLOCK_M x BLOCK_N` tile requests $2B_MB_N/((B_M+B_N)s)$ FLOP per byte; it costs
+#   $(B_M+B_N)B_K s$ bytes of shared memory per stage and $4B_MB_N$ bytes of accumulator.
+# - `tl.dot` on float16/bfloat16 blocks runs on the tensor cores; accumulate in float32.
+# - Grouped launch order (`tl.swizzle2d`, `GROUP_M`) shrinks the set of blocks a wave of programs
+#   needs, so more of them come from L2.
+# - `num_stages` overlaps loads with compute at a shared-memory price; `num_warps` splits a tile
+#   among threads. Both are measured, not guessed.
+# - `tl.dot` on float32 defaults to TF32; `torch.matmul` does not. Compare TF32 with TF32 and
+#   IEEE with IEEE, and state the precision with every speed claim.
+# - Passing strides makes transposed and sliced operands work without copies; what a layout
+#   costs is a measurement.
+#
+# ## Further exercises
+#
+# 1. Rerun v1 and v2 at `LADDER_N = 4096` and at 8192 and compare with the wave-footprint
+#    numbers. At which size does grouping start to pay on your GPU?
+# 2. Replace the masks on $M$ and $N$ in the loads with `offs_m % M` and `offs_n % N` (rows past
+#    the end then read valid memory whose results are never stored). Is it faster at 4000³?
+# 3. Add a fused epilogue: `out = relu(A @ B + bias)` with `bias` of shape `(N,)`, applied to the
+#    accumulator before the store. How much does it cost compared with the plain matmul?
+# 4. Try `input_precision="tf32x3"` on float32 inputs: measure its speed and its error against
+#    float64, next to `"ieee"` and `"tf32"`.

@@ -1,0 +1,603 @@
+# %% [markdown]
+# # 05 · Autotuning
+#
+# In 04 the fast settings (128x256 tiles, `BLOCK_K=64`, 8 warps, 3 stages) were handed to you.
+# Where do such numbers come from, and do they hold for a different shape, dtype or GPU? They are
+# hard to predict from first principles: the compiler, the memory system and the tensor cores
+# interact in ways that are easier to measure than to model. Triton's answer is
+# `triton.autotune`: list candidate configurations, and let it time every one on the first call
+# for each new problem size, then remember the winner. This notebook is about doing that well:
+# a small, sensible search space, pruned before anything is compiled, and an honest account of
+# what the search costs and when it is not worth it.
+#
+# **You will learn:** how `triton.autotune`, `triton.Config`, `key`, pruning and the cache fit
+# together; how much tuning costs, measured; how to prune configs that cannot fit in shared memory
+# before compiling them; what the config space looks like as a heatmap; how the best config moves
+# with the shape of the problem; and when not to tune at all.
+
+# %%
+from grader import device
+
+DEVICE = device.setup()
+
+import inspect
+import math
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import triton
+from IPython.display import display
+from tqdm.auto import tqdm
+
+from grader import checks, gemm, perf, timing
+from grader.widgets import autotune as autotune_widget
+
+print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
+
+# %% tags=["parameters"]
+# The three float16 problems graded for speed; the interpreter gets small ones of the same kinds.
+SHAPES = DEVICE.pick(
+    gpu={"square": (4096, 4096, 4096), "tall": (16384, 1024, 4096), "odd": (4000, 4000, 4000)},
+    interpreter={"square": (64, 64, 64), "tall": (256, 32, 64), "odd": (40, 40, 40)},
+)
+HEATMAP_N = DEVICE.pick(gpu=4096, interpreter=64)  # side of the square problem in the heatmap
+MORE_SHAPES = [(2048, 2048, 2048), (8192, 8192, 8192)]  # also tuned when comparing winners (GPU)
+FULL_SEARCH = False  # True: the larger config space (40 configs before pruning; minutes to tune)
+RUN_BENCHMARKS = True
+
+# %% [markdown]
+# ## The kernel: 04's, with a second way to move tiles
+#
+# The kernel to tune is the blocked matmul of 04 (grouped launch order, float32 accumulator,
+# masks, strides), kept in `grader/gemm.py` so that this notebook and the course's benchmark
+# script (`bench/matmul.py`, run by `make bench`) time exactly the same code. It has one
+# addition: where the layout allows, it loads and stores tiles through **tensor descriptors**
+# (`tl.make_tensor_descriptor`). On Hopper GPUs these become copies by the Tensor Memory
+# Accelerator (TMA), a unit that moves whole tiles between global and shared memory and computes
+# the addresses itself (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022); loads past
+# the edges of the matrix return zeros (`padding_option="zero"`, the default) and stores there
+# are dropped. The conditions are in the Triton documentation of `make_tensor_descriptor`: a
+# 16-byte aligned base, 16-byte multiples for the leading strides, and a contiguous last
+# dimension. `gemm.launch` checks them and otherwise
+# takes the pointer path of 04; on a GPU older than sm_90 it always does. In the interpreter,
+# descriptors are emulated with the same checks, so both paths are tested here.
+
+# %%
+print(inspect.getsource(gemm.matmul_kernel.fn))
+dev = DEVICE.torch_device
+a = torch.empty(64, 32, dtype=torch.float16, device=dev)
+b = torch.empty(32, 48, dtype=torch.float16, device=dev)
+c = torch.empty(64, 48, dtype=torch.float16, device=dev)
+print("row-major, aligned:      descriptors" if gemm.tma_ok(a, b, c) else
+      "row-major, aligned:      pointers (no TMA on this device)")
+print(f"B transposed view:       {'descriptors' if gemm.tma_ok(a, b.t().contiguous().t(), c) else 'pointers'}")
+print(f"rows of 71 halves (142 bytes): "
+      f"{'descriptors' if gemm.tma_ok(torch.empty(64, 71, dtype=torch.float16, device=dev), b, c) else 'pointers'}")
+
+# %% [markdown]
+# Correctness is checked as in 04: fresh random inputs, a float64 reference, the output rounded to
+# its dtype (`rtol`) plus the rounding of a $K$-term float32 sum,
+# `atol = 4 * sqrt(K) * 2**-24 * max(|A| @ |B|)` (Higham and Mary, *SIAM J. Sci. Comput.* 41(5),
+# 2019: rounding errors of a sum grow like $\sqrt{K}$ in practice).
+
+# %%
+def matmul_reference(a, b):  # reads M*K + K*N, writes M*N
+    return a @ b
+
+
+def matmul_inputs(M, N, K, dtype, transposed=False):
+    """make_inputs(gen) for checks.check; transposed=True hands over B as a transposed view."""
+    def make(gen):
+        a = checks.randn((M, K), gen=gen, dtype=dtype)
+        b = (checks.randn((N, K), gen=gen, dtype=dtype).t() if transposed
+             else checks.randn((K, N), gen=gen, dtype=dtype))
+        return a, b
+    return make
+
+
+def check_matmul(fn, M, N, K, dtype=torch.float16, transposed=False):
+    seed = checks.new_seed()
+    make = matmul_inputs(M, N, K, dtype, transposed)
+    a, b = make(checks.generator(seed))
+    atol = 4 * math.sqrt(K) * 2.0**-24 * float((a.double().abs() @ b.double().abs()).max())
+    checks.check(fn, matmul_reference, make, trials=1, seed=seed,
+                 atol=atol + checks.tolerance(dtype)[1])
+
+
+def flops(M, N, K):
+    return 2 * M * N * K
+
+
+# %% [markdown]
+# ## `triton.autotune` in one picture
+#
+# ```python
+# @triton.autotune(
+#     configs=[triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8},
+#                            num_warps=8, num_stages=3), ...],
+#     key=["M", "N", "K"],                        # re-tune when these arguments change
+#     prune_configs_by={"early_config_prune": f},  # drop configs before compiling them
+# )
+# @triton.jit
+# def kernel(..., M, N, K, ..., BLOCK_M: tl.constexpr, ...): ...
+# ```
+#
+# - A **`triton.Config`** holds values for the kernel's `tl.constexpr` parameters plus the
+#   compiler's `num_warps` and `num_stages`. Each distinct config is a separately compiled kernel.
+# - **`key`** names the arguments whose values select a tuning result. The first call with a new
+#   key compiles and times every (remaining) config with `triton.testing.do_bench` and keeps the
+#   fastest; later calls with the same key go straight to it. Triton also adds the dtypes of the
+#   tensor arguments to the key, so float16 and bfloat16 are tuned separately. Here the key is
+#   `M, N, K` and the path (`USE_TMA`).
+# - **`prune_configs_by={"early_config_prune": f}`** calls `f(configs, named_args, **kwargs)`
+#   before any timing and tunes only what it returns (at least one config).
+# - **The cache** is a dictionary in the autotuner object, one entry per key, for the life of the
+#   process; `cache_results=True` also keeps results on disk between processes, and the
+#   environment variable `TRITON_PRINT_AUTOTUNING=1` prints each decision (Triton documentation
+#   of `triton.autotune`).
+# - What it is **not**: a model or a learned search. It times the listed configs and nothing
+#   else, so the search is only as good as the list.
+#
+# ## Pruning by shared memory
+#
+# A program's software pipeline keeps `num_stages` copies of an $A$ block (`BLOCK_M x BLOCK_K`)
+# and a $B$ block (`BLOCK_K x BLOCK_N`) in shared memory. A config whose buffers exceed the
+# per-block limit cannot run: an H100 allows at most 227 KB per block (NVIDIA H100 datasheet;
+# CUDA C++ Programming Guide, compute capability 9.0), and on a GPU `SMEM_LIMIT` below is read
+# from the device itself. Triton would discover the overflow only after compiling the config;
+# pruning it first saves the compile.
+#
+# ### Exercise: shared-memory pruning
+#
+# 1. `smem_bytes(block_m, block_n, block_k, num_stages, itemsize)`: the bytes of the pipeline's
+#    buffers.
+# 2. `fits(config, itemsize, limit)`: whether a `triton.Config`'s buffers fit in `limit` bytes
+#    (a config that needs exactly `limit` fits). The tile sizes are in `config.kwargs`, the stage
+#    count is `config.num_stages`.
+# 3. `prune_configs(configs, named_args, **kwargs)`: the `early_config_prune` function. The
+#    element size comes from the tensor passed as `a_ptr` (`named_args["a_ptr"].element_size()`);
+#    keep the configs that fit in `SMEM_LIMIT`, in their original order. If none fits, return a
+#    list with the one that needs the least shared memory, so the autotuner still has a config.
+
+# %%
+if DEVICE.is_gpu:
+    props = torch.cuda.get_device_properties(0)
+    SMEM_LIMIT = getattr(props, "shared_memory_per_block_optin", 227 * 1024)
+else:
+    SMEM_LIMIT = 227 * 1024  # H100 (datasheet; CUDA C++ Programming Guide)
+print(f"shared memory per block: {SMEM_LIMIT / 1024:.0f} KB")
+
+# %% nbgrader={"grade_id": "smem-prune", "solution": true}
+def smem_bytes(block_m: int, block_n: int, block_k: int, num_stages: int, itemsize: int) -> int:
+    """Bytes of shared memory for num_stages copies of an A block and a B block."""
+    ### BEGIN SOLUTION
+    return num_stages * (block_m * block_k + block_k * block_n) * itemsize
+    ### END SOLUTION
+
+
+def fits(config: triton.Config, itemsize: int, limit: int) -> bool:
+    """Whether config's pipeline buffers fit in `limit` bytes."""
+    ### BEGIN SOLUTION
+    kw = config.kwargs
+    need = smem_bytes(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], config.num_stages, itemsize)
+    return need <= limit
+    ### END SOLUTION
+
+
+def prune_configs(configs, named_args, **kwargs):
+    """early_config_prune: the configs that fit in SMEM_LIMIT for A's dtype, in order; if none
+    does, the one that needs the least shared memory."""
+    ### BEGIN SOLUTION
+    itemsize = named_args["a_ptr"].element_size()
+    kept = [c for c in configs if fits(c, itemsize, SMEM_LIMIT)]
+    if kept:
+        return kept
+
+    def need(c):
+        kw = c.kwargs
+        return smem_bytes(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], c.num_stages, itemsize)
+
+    return [min(configs, key=need)]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-smem-visible", "points": 1}
+# 128x256x64 in float16: an A block of 128*64*2 = 16 KiB and a B block of 64*256*2 = 32 KiB
+assert checks.call_graded(smem_bytes, 128, 256, 64, 3, 2) == 3 * 48 * 1024, "3 stages of 48 KiB"
+big = triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8},
+                    num_warps=8, num_stages=4)  # 192 KiB in float16, 384 KiB in float32
+assert checks.call_graded(fits, big, 2, 227 * 1024), "192 KiB (float16) fits in 227 KB"
+assert not fits(big, 4, 227 * 1024), "384 KiB (float32) does not fit in 227 KB"
+tensor16 = torch.empty(4, 4, dtype=torch.float16, device=DEVICE.torch_device)
+small = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8})
+kept = checks.call_graded(prune_configs, [big, small], {"a_ptr": tensor16})
+expected = [big, small] if SMEM_LIMIT >= 192 * 1024 else [small]
+assert kept == expected, (f"float16, limit {SMEM_LIMIT / 1024:.0f} KB: kept "
+                          f"{[gemm.describe(c) for c in kept]}, expected "
+                          f"{[gemm.describe(c) for c in expected]}")
+print("visible tests passed")
+
+# %% nbgrader={"grade": true, "grade_id": "test-smem-hidden", "points": 2}
+assert checks.call_graded(smem_bytes, 16, 16, 16, 1, 4) == 2048  # the hidden tests follow
+### BEGIN HIDDEN TESTS
+rng = np.random.default_rng()
+
+
+def _need(bm, bn, bk, s, size):
+    return s * size * bk * (bm + bn)
+
+
+def _config(bm, bn, bk, s):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                         num_warps=4, num_stages=s)
+
+
+powers = [16, 32, 64, 128, 256]
+for _ in range(300):
+    bm, bn, bk = (int(rng.choice(powers)) for _ in range(3))
+    s, size = int(rng.integers(1, 7)), int(rng.choice([1, 2, 4]))
+    assert smem_bytes(bm, bn, bk, s, size) == _need(bm, bn, bk, s, size), (bm, bn, bk, s, size)
+    limit = int(rng.integers(16, 400)) * 1024
+    cfg = _config(bm, bn, bk, s)
+    assert fits(cfg, size, limit) == (_need(bm, bn, bk, s, size) <= limit), (bm, bn, bk, s, size, limit)
+    assert fits(cfg, size, _need(bm, bn, bk, s, size)), "a config that needs exactly the limit fits"
+    assert not fits(cfg, size, _need(bm, bn, bk, s, size) - 1)
+
+saved_limit = SMEM_LIMIT
+try:
+    SMEM_LIMIT = 100 * 1024
+    configs = [_config(128, 128, 64, 3), _config(64, 64, 32, 2), _config(128, 256, 32, 2),
+               _config(32, 32, 32, 3)]  # 96, 16, 48 and 12 KiB in float16
+    t16 = torch.empty(2, 2, dtype=torch.float16, device=DEVICE.torch_device)
+    t32 = torch.empty(2, 2, dtype=torch.float32, device=DEVICE.torch_device)
+    before = list(configs)
+    def names(cs):
+        return [gemm.describe(c) for c in cs]
+
+    def expect(got, want, what):
+        assert got == want, f"{what}: prune_configs kept {names(got)}, expected {names(want)}"
+
+    expect(prune_configs(configs, {"a_ptr": t16, "b_ptr": t16}), configs, "100 KB, float16")
+    assert configs == before, "prune_configs must not change the list it is given"
+    expect(prune_configs(configs, {"a_ptr": t32}), configs[1:], "100 KB, float32 (A's dtype)")
+    SMEM_LIMIT = 8 * 1024
+    expect(prune_configs(configs, {"a_ptr": t16}), [configs[3]], "nothing fits: the smallest")
+    SMEM_LIMIT = 40 * 1024
+    expect(prune_configs(configs[::-1], {"a_ptr": t16}), [configs[3], configs[1]],
+           "40 KB, in the order given")
+finally:
+    SMEM_LIMIT = saved_limit
+print("hidden tests passed: 300 random configs, limits at the boundary, dtypes, the fallback")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# How good is the model? On a GPU the cell compiles each config of the course's default space
+# (without running it) and reads the shared memory the compiler actually allocated
+# (`CompiledKernel.metadata.shared`). The model counts only the pipeline's buffers; the compiler
+# may need more, for example a staging buffer for the output tile on the descriptor path, so the
+# model is a lower bound and configs it passes can still be refused at compile time (the
+# autotuner then skips them).
+
+# %%
+n = DEVICE.pick(gpu=4096, interpreter=64)
+a = torch.empty(n, n, dtype=torch.float16, device=DEVICE.torch_device)
+rows = []
+for cfg in gemm.configs():
+    kw = cfg.kwargs
+    model = smem_bytes(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], cfg.num_stages, 2)
+    compiled = math.nan
+    if DEVICE.is_gpu:
+        kernel = gemm.matmul_kernel.warmup(
+            a, a, a, n, n, n, n, 1, n, 1, n, 1, USE_TMA=gemm.tma_ok(a),
+            INPUT_PRECISION="ieee", grid=(1,), **cfg.all_kwargs())
+        compiled = kernel.metadata.shared
+    rows.append((gemm.describe(cfg), model / 1024, compiled / 1024))
+print(f"{'config (float16)':28s} {'model KB':>9s} {'compiler KB':>12s}   limit {SMEM_LIMIT / 1024:.0f} KB")
+for name, model_kb, compiled_kb in rows:
+    print(f"{name:28s} {model_kb:9.0f} {compiled_kb:12.0f}")
+if not DEVICE.is_gpu:
+    print("(the compiler's column needs a GPU: the interpreter does not compile)")
+
+# %% [markdown]
+# ## The config space
+#
+# A good space is small and aimed. Every config costs a compile and a timing run per new key
+# (a later section measures both), so a list of a few dozen makes the first call of every new
+# shape slow, while a list of one gives up on shapes it does not suit. Guidelines drawn from 04:
+# tiles large enough to feed the tensor cores (`BLOCK_M`, `BLOCK_N` of 64 to 256), `BLOCK_K` of
+# 32 or 64, 4 or 8 warps, 3 or 4 stages, a couple of tile shapes (wide, tall, square) so that
+# problems of different aspect ratios have a good fit, and `GROUP_M=8`.
+#
+# ### Exercise: a config space that competes with cuBLAS
+#
+# Write `config_space(full)`: a list of `triton.Config` for `gemm.matmul_kernel`, each with
+# exactly the meta-parameters `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (powers of two from 16 to 256) and
+# `GROUP_M`, and its `num_warps` and `num_stages`. The default list has **at most 8** configs
+# (the notebook must finish in two minutes on a GPU, tuning included); `full=True` returns a
+# larger one. The graded cells below ask your autotuned matmul for at least 0.85x the speed of
+# cuBLAS on three float16 problems: square, tall and skinny, and a size that is not a multiple of
+# 128.
+
+# %% nbgrader={"grade_id": "config-space", "solution": true}
+def config_space(full: bool = False) -> list[triton.Config]:
+    """Candidate configs for gemm.matmul_kernel; at most 8 unless full."""
+    ### BEGIN SOLUTION
+    # The course's reference space lives in grader/gemm.py (DEFAULT and FULL), where
+    # bench/matmul.py reads it too, so that a benchmark run measures exactly these configs.
+    return gemm.configs(full)
+    ### END SOLUTION
+
+
+# %% [markdown]
+# The autotuned matmul: `matmul_kernel` wrapped in `triton.autotune` over your space, pruned by
+# your `prune_configs`. In the interpreter nothing can be timed, so it keeps only the first
+# config (with a single config the autotuner does not time anything); the tests below still run
+# every config of your space, one by one.
+
+# %%
+SPACE = config_space(FULL_SEARCH)
+matmul_tuned = gemm.autotuned(SPACE if DEVICE.supports("timing") else SPACE[:1], prune=prune_configs)
+
+
+def matmul(a, b, out):
+    """out = a @ b by the autotuned kernel; the first call for each new key tunes."""
+    return gemm.launch(matmul_tuned, a, b, out)
+
+
+def launch_config(config):
+    """A launcher that runs one config of the space, without tuning."""
+    return lambda a, b, out: gemm.launch(gemm.matmul_kernel, a, b, out, **config.all_kwargs())
+
+
+def check_space(space, full_space):
+    """The space's structure, then every config on an aligned and an odd float16 problem."""
+    assert isinstance(space, list) and 1 <= len(space) <= 8, (
+        f"the default space needs 1 to 8 configs, it has {len(space) if isinstance(space, list) else space!r}")
+    assert isinstance(full_space, list) and len(full_space) > len(space), (
+        "config_space(full=True) should be larger than the default space")
+    seen = set()
+    for cfg in space + full_space:
+        assert isinstance(cfg, triton.Config), f"{cfg!r} is not a triton.Config"
+        assert set(cfg.kwargs) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"}, (
+            f"kwargs must be exactly BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M: got {sorted(cfg.kwargs)}")
+        for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+            v = cfg.kwargs[name]
+            assert isinstance(v, int) and 16 <= v <= 256 and v & (v - 1) == 0, (
+                f"{name}={v!r}: a power of two from 16 (tl.dot's smallest block) to 256")
+        assert isinstance(cfg.kwargs["GROUP_M"], int) and cfg.kwargs["GROUP_M"] >= 1
+        assert cfg.num_warps in (1, 2, 4, 8, 16), f"num_warps={cfg.num_warps}: a power of two"
+        assert isinstance(cfg.num_stages, int) and cfg.num_stages >= 1
+    for cfg in space:
+        assert gemm.describe(cfg) not in seen, f"{gemm.describe(cfg)} twice"
+        seen.add(gemm.describe(cfg))
+    assert any(fits(c, 2, 227 * 1024) for c in space), "no config fits an H100's 227 KB in float16"
+    for cfg in space:
+        for shape in [(64, 48, 80), (37, 53, 71)]:  # descriptors where possible; pointers
+            try:
+                check_matmul(launch_config(cfg), *shape)
+            except triton.runtime.OutOfResources:  # too big for this GPU: the autotuner skips it
+                print(f"{gemm.describe(cfg)} does not fit on this GPU; the autotuner skips it")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-config-space-visible", "points": 1}
+space = checks.call_graded(config_space, False)
+full_space = config_space(True)
+check_space(space, full_space)
+check_matmul(matmul, 96, 80, 112)
+print(f"visible tests passed: {len(space)} configs (full: {len(full_space)}), each correct")
+
+# %% nbgrader={"grade": true, "grade_id": "test-config-space-hidden", "points": 2}
+check_matmul(matmul, 37, 53, 71)  # odd sizes through the autotuned launcher; hidden tests follow
+### BEGIN HIDDEN TESTS
+for shape in [(3, 5, 7), (130, 70, 200), (64, 64, 16)]:
+    check_matmul(matmul, *shape)
+if not DEVICE.is_gpu:  # more layouts and dtypes, and a sample of the full space (compiles on a GPU)
+    check_matmul(matmul, 37, 53, 71, transposed=True)
+    check_matmul(matmul, 48, 32, 96, dtype=torch.float32)
+    sample = np.random.default_rng().choice(len(full_space), size=min(4, len(full_space)),
+                                            replace=False)
+    for i in sample:
+        check_matmul(launch_config(full_space[int(i)]), 40, 24, 56)
+print("hidden tests passed")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## The cost of tuning
+#
+# The first call for a new key compiles every config that survives pruning (unless Triton's
+# kernel cache, in memory and on disk, already holds it: the cell comparing the model with the
+# compiler compiled the default space for this problem) and times each with `do_bench`; later
+# calls only look the key up. The cell measures both for the square problem: the first call's
+# wall time, and the kernel's time once tuned.
+
+# %%
+TUNING = {}
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    M, N, K = SHAPES["square"]
+    a = torch.randn(M, K, device=DEVICE.torch_device, dtype=torch.float16)
+    b = torch.randn(K, N, device=DEVICE.torch_device, dtype=torch.float16)
+    c = torch.empty(M, N, device=DEVICE.torch_device, dtype=torch.float16)
+    start = time.perf_counter()
+    matmul(a, b, c)
+    if DEVICE.is_gpu:
+        torch.cuda.synchronize()  # the kernel has finished, not only been queued
+    TUNING["first call s"] = time.perf_counter() - start
+    tuned = timing.bench(lambda: matmul(a, b, c))
+    TUNING["tuned ms"] = tuned.median_ms
+    print(f"{M}x{N}x{K}: the first call took {TUNING['first call s']:.2f} s to compile (what "
+          f"Triton's kernel cache did not hold yet) and time {len(prune_configs(SPACE, {'a_ptr': a}))} "
+          f"configs; later calls "
+          f"{tuned.median_ms * 1e3:.0f} us each, {tuned.per_second(flops(M, N, K)) / 1e12:.0f} TFLOP/s")
+    print(f"the first call cost as much as {TUNING['first call s'] * 1e3 / tuned.median_ms:,.0f} tuned calls")
+    print(f"chosen: {gemm.describe(matmul_tuned.best_config)}; cached keys: {len(matmul_tuned.cache)}")
+else:
+    print("On a GPU this cell times the first, tuning call against the tuned calls; the "
+          "interpreter cannot time anything.")
+
+# %% [markdown]
+# ### Speed (graded on a GPU)
+#
+# Your autotuned matmul against cuBLAS (`torch.matmul`) on three float16 problems, each timed
+# alternately with cuBLAS in the same run, the output checked after timing: at least 0.85x on
+# each. The first call of each problem, which tunes, is made before the timing starts.
+
+# %%
+def grade_shape(name, points=1):
+    M, N, K = SHAPES[name]
+    gen = checks.generator(checks.new_seed())
+    a = checks.randn((M, K), gen=gen, dtype=torch.float16)
+    b = checks.randn((K, N), gen=gen, dtype=torch.float16)
+    c = torch.empty(M, N, device=a.device, dtype=torch.float16)
+    theirs = torch.empty_like(c)
+    expected = a.double() @ b.double()
+    atol = 4 * math.sqrt(K) * 2.0**-24 * float((a.double().abs() @ b.double().abs()).max())
+    return perf.grade_speedup(
+        lambda: matmul(a, b, c), lambda: torch.matmul(a, b, out=theirs), at_least=0.85,
+        points=points, names=(f"autotuned matmul {M}x{N}x{K}", "cuBLAS (torch.matmul)"),
+        verify=lambda: checks.compare(c, expected, atol=atol + 1e-5))
+
+
+# %% nbgrader={"grade": true, "grade_id": "speed-autotuned-square", "points": 1}
+grade_shape("square")
+
+# %% nbgrader={"grade": true, "grade_id": "speed-autotuned-tall", "points": 1}
+grade_shape("tall")
+
+# %% nbgrader={"grade": true, "grade_id": "speed-autotuned-odd", "points": 1}
+grade_shape("odd")
+
+# %% [markdown]
+# ## The config space as a heatmap
+#
+# On a GPU the cell times a grid of configs on the square problem of side `HEATMAP_N`: three tile
+# shapes against 2, 3 and 4 stages (8 warps, `BLOCK_K=64`), with a progress bar, and records for
+# each the TFLOP/s and the modelled shared memory; configs the compiler refuses are left blank.
+# The explorer switches the axis between `num_stages`, `num_warps` and `BLOCK_K`, and the value
+# between the measurement and the model. In the interpreter nothing can be timed, so it shows the
+# model over the full space instead.
+
+# %%
+HEATMAP = []
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    n = HEATMAP_N
+    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+    grid = [(bm, bn, s) for bm, bn in [(128, 128), (128, 256), (256, 128)] for s in (2, 3, 4)]
+    for bm, bn, s in tqdm(grid, desc="configs"):
+        cfg = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8},
+                            num_warps=8, num_stages=s)
+        row = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "num_warps": 8, "num_stages": s,
+               "smem_kb": smem_bytes(bm, bn, 64, s, 2) / 1024, "shape": f"{n}x{n}x{n}"}
+        try:
+            t = timing.bench(lambda cfg=cfg: launch_config(cfg)(a, b, c))
+            row["tflops"] = t.per_second(flops(n, n, n)) / 1e12
+        except triton.runtime.OutOfResources:
+            row["tflops"] = math.nan
+        HEATMAP.append(row)
+    table, value = HEATMAP, "tflops"
+else:  # the model over the full space, 8 warps
+    table = [{**c, "smem_kb": smem_bytes(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"],
+                                         c["num_stages"], 2) / 1024}
+             for c in gemm.FULL if c["num_warps"] == 8]
+    value = "smem_kb"
+autotune_widget.draw(table, "num_stages", value)
+plt.tight_layout()
+plt.show()
+display(autotune_widget.explore(table, value=value))
+
+# %% [markdown]
+# ## How the best config moves with the shape
+#
+# The tuned kernel keeps one decision per key. The cell tunes the sizes in `MORE_SHAPES` as well
+# as the graded problems, then lists the winner for each, with its speed against cuBLAS. Whether the
+# winners differ, and by how much the best beats the first config of your list on each shape,
+# is this GPU's answer to "do I need to tune per shape?".
+
+# %%
+def first_config_time(a, b, c):
+    """The Timing of the first config of the space that runs (no tuning)."""
+    for cfg in prune_configs(SPACE, {"a_ptr": a}):
+        try:
+            return timing.bench(lambda cfg=cfg: launch_config(cfg)(a, b, c))
+        except triton.runtime.OutOfResources:
+            continue
+    raise RuntimeError("no config of the space runs on this GPU")
+
+
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    problems = [*SHAPES.values(), *MORE_SHAPES]
+    for M, N, K in tqdm(problems, desc="shapes"):
+        a = torch.randn(M, K, device=DEVICE.torch_device, dtype=torch.float16)
+        b = torch.randn(K, N, device=DEVICE.torch_device, dtype=torch.float16)
+        c = torch.empty(M, N, device=DEVICE.torch_device, dtype=torch.float16)
+        matmul(a, b, c)  # tunes if this key is new
+        best = gemm.describe(matmul_tuned.best_config)
+        mine = timing.bench(lambda a=a, b=b, c=c: matmul(a, b, c))
+        fixed = first_config_time(a, b, c)
+        theirs = timing.bench(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
+        print(f"{f'{M}x{N}x{K}':>17s} best {best:22s} {mine.per_second(flops(M, N, K)) / 1e12:5.0f} "
+              f"TFLOP/s = {theirs.median_ms / mine.median_ms:.2f}x cuBLAS; the first config of the "
+              f"list takes {fixed.median_ms / mine.median_ms:.2f}x the tuned time")
+        if (M, N, K) == SHAPES["square"]:
+            TUNING["fixed ms"] = fixed.median_ms
+        del a, b, c
+else:
+    print("On a GPU this cell lists the winning config and its speed against cuBLAS for each "
+          "shape; the interpreter cannot time.")
+
+# %% [markdown]
+# ## When not to tune
+#
+# 01 gave a three-condition test for writing a custom kernel at all, and it applies to tuning
+# one as well: there must be **headroom** (the kernel is measurably short of its roofline bound
+# or of the library), the operation must be **hot** (a profile shows it takes a real share of the
+# run time), and the **shape must be stable** (the same keys come back, so the tuning cost is paid
+# once and amortised). A model serving many distinct sequence lengths fails the third: every new
+# length is a new key and pays the full cost again (bucket the shapes, or tune offline with
+# `cache_results=True`). With the numbers measured above, the break-even point is the tuning
+# cost divided by the time saved per call against simply using the first config of the list.
+
+# %%
+if {"first call s", "tuned ms", "fixed ms"} <= TUNING.keys():
+    saved_ms = TUNING["fixed ms"] - TUNING["tuned ms"]
+    if saved_ms > 0:
+        print(f"tuning cost {TUNING['first call s']:.2f} s and saves {saved_ms * 1e3:.1f} us per call "
+              f"on {SHAPES['square']}: it pays after {TUNING['first call s'] * 1e3 / saved_ms:,.0f} calls")
+    else:
+        print(f"on {SHAPES['square']} the first config of the list was already the fastest: the "
+              f"{TUNING['first call s']:.2f} s of tuning bought nothing for this shape")
+else:
+    print("On a GPU this cell divides the measured tuning cost by the time tuning saves per call.")
+
+# %% [markdown]
+# ## Summary
+#
+# - `triton.autotune` times every listed `triton.Config` on the first call for each new key
+#   (plus the tensor dtypes), keeps the fastest in a per-process cache, and reuses it; it does
+#   not search beyond the list.
+# - Pruning (`early_config_prune`) removes configs before they are compiled; shared memory,
+#   `num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * itemsize` bytes for the pipeline, is the first
+#   thing to check against the device's per-block limit. The compiler may need more.
+# - Tuning costs compiles and timing runs on every new key; measure it, and weigh it against the
+#   time saved per call.
+# - A small space aimed by what you know (tile shapes, warps, stages) is worth more than a large
+#   blind one; the best config can change with the shape, which the heatmap and the per-shape
+#   list make visible.
+# - Tune only when there is headroom, the op is hot, and the shapes are stable.
+#
+# ## Further exercises
+#
+# 1. Set `FULL_SEARCH = True` and rerun. How long does tuning take now, and does any shape gain
+#    more than a few percent over the default space?
+# 2. Add `"perf_model"` and `"top_k"` to `prune_configs_by`: estimate each config's time from the
+#    roofline of 01 (FLOPs over the tensor-core rate, bytes requested over bandwidth) and time
+#    only the best two. How often does the estimate pick the real winner?
+# 3. Try the problem 3000x5000x4000. Its rows of 5000 halves are 10000 bytes, a multiple of 16,
+#    but 5000 is not a multiple of 16 elements: which path does the launcher take, and how does
+#    Triton's specialisation on arguments divisible by 16 (04) affect its speed?
+# 4. Make the kernel persistent: launch one program per SM and let each loop over tiles
+#    (`tl.range(pid, num_tiles, num_programs)`). Does it help the tall problem, whose K loop is
+#    short?

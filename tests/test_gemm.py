@@ -1,0 +1,93 @@
+"""The course's tuned matmul (grader.gemm): both paths are correct on awkward shapes and
+layouts, the path is chosen from the layout, and the config lists are well formed. Runs in the
+interpreter here and compiled on a GPU."""
+
+import pytest
+import torch
+import triton
+
+from grader import checks, device, gemm
+
+SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 2}
+
+
+def reference(a, b):
+    return a @ b
+
+
+def inputs(M, N, K, dtype, transposed=False):
+    def make(gen):
+        a = checks.randn((M, K), gen=gen, dtype=dtype)
+        if transposed:
+            b = checks.randn((N, K), gen=gen, dtype=dtype).t()
+        else:
+            b = checks.randn((K, N), gen=gen, dtype=dtype)
+        return a, b
+
+    return make
+
+
+@pytest.mark.parametrize("tma", [True, False], ids=["descriptors", "pointers"])
+@pytest.mark.parametrize("shape", [(64, 48, 80), (48, 96, 16), (80, 32, 112)])
+def test_both_paths_are_correct_on_aligned_shapes(tma, shape):
+    if tma and not gemm.tma_supported():
+        pytest.skip("tensor descriptors need sm_90 (or the interpreter)")
+    checks.check(
+        lambda a, b, out: gemm.launch(gemm.matmul_kernel, a, b, out, tma=tma, **SMALL),
+        reference,
+        inputs(*shape, torch.float16),
+        atol=1e-3,
+    )
+
+
+@pytest.mark.parametrize("shape", [(160, 96, 80), (48, 96, 16)])
+def test_the_persistent_variant_is_correct(shape):
+    if not gemm.tma_supported():
+        pytest.skip("the persistent variant uses tensor descriptors: sm_90 (or the interpreter)")
+    tuned = gemm.autotuned([gemm.as_triton(SMALL)], kernel=gemm.matmul_kernel_persistent)
+    for kernel, meta in ((gemm.matmul_kernel_persistent, SMALL), (tuned, {})):
+        checks.check(
+            lambda a, b, out, kernel=kernel, meta=meta: gemm.launch_persistent(
+                kernel, a, b, out, **meta
+            ),
+            reference,
+            inputs(*shape, torch.float16),
+            atol=1e-3,
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_odd_shapes_and_transposed_operands_take_the_pointer_path(dtype):
+    make = inputs(37, 53, 71, dtype, transposed=True)
+    a, b = make(checks.generator(1))
+    out = torch.empty(37, 53, dtype=dtype, device=a.device)
+    assert not gemm.tma_ok(a, b, out)
+    checks.check(
+        lambda a, b, out: gemm.launch(gemm.matmul_kernel, a, b, out, **SMALL),
+        reference,
+        make,
+        atol=1e-3,
+    )
+
+
+def test_the_layout_decides_the_path():
+    dev = device.current().torch_device
+    a = torch.empty(64, 32, dtype=torch.float16, device=dev)
+    b = torch.empty(32, 48, dtype=torch.float16, device=dev)
+    c = torch.empty(64, 48, dtype=torch.float16, device=dev)
+    assert gemm.tma_ok(a, b, c) == gemm.tma_supported()
+    assert not gemm.tma_ok(a, b.t().contiguous().t(), c)  # column-major B: no unit row stride
+    assert not gemm.tma_ok(torch.empty(64, 33, dtype=torch.float16, device=dev)[:, :32], b, c)
+
+
+def test_config_lists_are_well_formed():
+    for full in (False, True):
+        space = gemm.configs(full)
+        assert all(isinstance(c, triton.Config) for c in space)
+        assert len({gemm.describe(c) for c in space}) == len(space), "duplicates"
+        for c in space:
+            assert set(c.kwargs) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"}
+            for v in (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]):
+                assert v >= 16 and v & (v - 1) == 0
+    assert 4 <= len(gemm.DEFAULT) <= 8 < len(gemm.FULL)
+    assert gemm.describe(gemm.as_triton(gemm.DEFAULT[0])) == "128x256x64 G8 w8 s3"
