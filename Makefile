@@ -79,8 +79,6 @@ wheelhouse:
 	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 --platform any --no-deps -d $(WHEELHOUSE) \
 	  -r grader/wheelhouse.txt
-	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation -w $(WHEELHOUSE) . 2>/dev/null || \
-	  $(PYTHON) -m pip wheel -q --no-deps -w $(WHEELHOUSE) .
 	@echo "wheels in $(WHEELHOUSE): pip install --no-index --no-deps --target DIR $(WHEELHOUSE)/*.whl"
 
 clean:
