@@ -52,8 +52,10 @@ lint: setup
 lab: release
 	$(PY) -m grader lab
 
+# Test files run side by side (pytest-xdist, one worker per core); GPU tests never do, as they
+# time kernels.
 test: setup
-	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu" -n auto --dist loadfile $(PYTEST_ARGS)
 
 # On a GPU: everything but the toolchain tests (build, lint, nbgrader, JupyterLab run in CPU CI):
 # the GPU-marked tests, the checker's tests (they take the compiled path there), and every

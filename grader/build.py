@@ -100,10 +100,10 @@ def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
 def build_sources(build: Path, solutions: Path = SOLUTIONS) -> list[Assignment]:
     """Write build/source/NN_topic/ for every assignment; other files are copied as they are."""
     found = assignments(solutions)
+    if (build / "source").exists():  # a notebook removed from solutions/ leaves no trace
+        shutil.rmtree(build / "source")
     for a in found:
         target = build / "source" / a.name
-        if target.exists():
-            shutil.rmtree(target)
         for path in sorted(a.source.parent.rglob("*")):
             rel = path.relative_to(a.source.parent)
             if path.is_dir() or "__pycache__" in rel.parts:
@@ -143,8 +143,7 @@ def build(build_dir: Path = BUILD, course: Path = COURSE, solutions: Path = SOLU
     release = build_dir / "release"
     if release.exists():
         shutil.rmtree(release)
-    for a in found:
-        nbgrader("generate_assignment", a.name, "--force", root=build_dir)
+    nbgrader("generate_assignment", "*", "--force", root=build_dir)  # every assignment at once
     if course.exists():
         shutil.rmtree(course)
     shutil.copytree(release, course)
@@ -159,17 +158,22 @@ def _tree(folder: Path) -> set[Path]:
     )
 
 
+def differences(course: Path, fresh: Path) -> list[str]:
+    """What differs, byte for byte, between `course` and a `fresh` build of it."""
+    have, want = _tree(course), _tree(fresh)
+    problems = [f"missing from course/: {p}" for p in sorted(want - have)]
+    problems += [f"not built from solutions/: {p}" for p in sorted(have - want)]
+    problems += [
+        f"stale: course/{p}"
+        for p in sorted(have & want)
+        if not filecmp.cmp(course / p, fresh / p, shallow=False)
+    ]
+    return problems
+
+
 def check(course: Path = COURSE, solutions: Path = SOLUTIONS) -> list[str]:
     """Differences between course/ and a fresh build; empty when course/ is up to date."""
     with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
         fresh = Path(tmp) / "course"
         build(Path(tmp) / "build", fresh, solutions)
-        have, want = _tree(course), _tree(fresh)
-        problems = [f"missing from course/: {p}" for p in sorted(want - have)]
-        problems += [f"not built from solutions/: {p}" for p in sorted(have - want)]
-        problems += [
-            f"stale: course/{p}"
-            for p in sorted(have & want)
-            if not filecmp.cmp(course / p, fresh / p, shallow=False)
-        ]
-    return problems
+        return differences(course, fresh)

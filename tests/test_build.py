@@ -59,31 +59,47 @@ def test_metadata_mistakes_name_the_file(tmp_path):
         build.to_notebook(write(tmp_path, SOURCE.replace(', "points": 2', "")))
 
 
-def test_two_builds_are_byte_identical(tmp_path):
-    build.build(tmp_path / "b1", tmp_path / "c1")
-    build.build(tmp_path / "b2", tmp_path / "c2")
-    for sub in ("c1", "b1/source"):
-        first = sorted(p for p in (tmp_path / sub).rglob("*") if p.is_file())
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """One full build of the course, shared by the tests below."""
+    root = tmp_path_factory.mktemp("fresh")
+    build.build(root / "build", root / "course")
+    return root
+
+
+def test_two_builds_are_byte_identical(fresh, tmp_path):
+    build.build(tmp_path / "build", tmp_path / "course")
+    for sub in ("course", "build/source"):
+        first = sorted(p for p in (fresh / sub).rglob("*") if p.is_file())
         assert first, f"nothing built under {sub}"
         for path in first:
-            twin = tmp_path / sub.replace("1", "2") / path.relative_to(tmp_path / sub)
+            twin = tmp_path / sub / path.relative_to(fresh / sub)
             assert path.read_bytes() == twin.read_bytes(), f"{path} differs between builds"
 
 
-def test_course_is_in_step_with_solutions():
-    problems = build.check()
+def test_course_is_in_step_with_solutions(fresh):
+    problems = build.differences(build.COURSE, fresh / "course")
     assert problems == [], "course/ is stale; run `make release`:\n" + "\n".join(problems)
 
 
-def test_drift_is_detected(tmp_path):
+def test_drift_is_detected(fresh, tmp_path):
     stale = tmp_path / "course"
     shutil.copytree(build.COURSE, stale)
     notebook = stale / "00_setup" / "setup.ipynb"  # any notebook would do; this one says "Setup"
     notebook.write_text(notebook.read_text().replace("Setup", "Set up", 1))
     (stale / "stray.txt").write_text("edited by hand")
-    problems = build.check(course=stale)
+    (stale / "01_roofline" / "roofline.ipynb").unlink()
+    problems = build.differences(stale, fresh / "course")
     assert f"stale: course/{notebook.relative_to(stale)}" in problems
     assert "not built from solutions/: stray.txt" in problems
+    assert "missing from course/: 01_roofline/roofline.ipynb" in problems
+
+
+def test_check_builds_afresh_and_finds_a_stale_course(tmp_path):
+    stale = tmp_path / "course"
+    shutil.copytree(build.COURSE, stale)
+    (stale / "stray.txt").write_text("edited by hand")
+    assert build.check(course=stale) == ["not built from solutions/: stray.txt"]
 
 
 def test_every_solution_folder_has_its_notebook(tmp_path):

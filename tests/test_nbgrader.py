@@ -1,32 +1,43 @@
 """The nbgrader round trip: the solution, submitted as a student's notebook, earns every
 correctness point; the blank release earns nothing and grading it does not crash; and
-`nbgrader validate --invert` finds that course/ passes no test."""
+`nbgrader validate --invert` finds that course/ passes no test.
 
+Assignments are graded side by side, each in a course directory (and gradebook) of its own."""
+
+import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from grader import build, device
 
 ASSIGNMENTS = build.assignments()
+WORKERS = max(2, os.cpu_count() or 1)
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
+
+
+def autograde(sources, root, assignment):
+    """Generate `assignment` in its own course directory, submit the solution and the blank
+    release as two students, and autograde both."""
+    shutil.copytree(sources / assignment, root / "source" / assignment)
+    build.nbgrader("generate_assignment", assignment, "--force", root=root)
+    for student, folder in (("solution", "source"), ("blank", "release")):
+        shutil.copytree(root / folder / assignment, root / "submitted" / student / assignment)
+    return build.nbgrader("autograde", assignment, "--force", root=root, check=False)
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """A course directory with two submissions per assignment, autograded."""
-    root = tmp_path_factory.mktemp("course")
-    build.build_sources(root)
-    runs = {}
-    for a in ASSIGNMENTS:
-        build.nbgrader("generate_assignment", a.name, "--force", root=root)
-        for student, folder in (("solution", "source"), ("blank", "release")):
-            target = root / "submitted" / student / a.name
-            shutil.copytree(root / folder / a.name, target)
-        runs[a.name] = build.nbgrader("autograde", a.name, "--force", root=root, check=False)
-    return root, runs
+    """{assignment: (course directory, autograde's completed process)}."""
+    tmp = tmp_path_factory.mktemp("graded")
+    build.build_sources(tmp / "all")
+    roots = {a.name: tmp / a.name for a in ASSIGNMENTS}
+    with ThreadPoolExecutor(WORKERS) as pool:
+        runs = pool.map(lambda name: autograde(tmp / "all" / "source", roots[name], name), roots)
+        return {name: (roots[name], run) for name, run in zip(roots, runs, strict=True)}
 
 
 def scores(root, assignment, student):
@@ -39,8 +50,8 @@ def scores(root, assignment, student):
 
 @pytest.mark.parametrize("assignment", [a.name for a in ASSIGNMENTS])
 def test_solution_earns_every_correctness_point(graded, assignment):
-    root, runs = graded
-    assert runs[assignment].returncode == 0, runs[assignment].stderr[-3000:]
+    root, run = graded[assignment]
+    assert run.returncode == 0, run.stderr[-3000:]
     got = scores(root, assignment, "solution")
     assert got, "no graded cells found"
     for grade_id, (score, max_score) in got.items():
@@ -52,22 +63,32 @@ def test_solution_earns_every_correctness_point(graded, assignment):
 
 @pytest.mark.parametrize("assignment", [a.name for a in ASSIGNMENTS])
 def test_blank_release_earns_nothing_and_grading_survives(graded, assignment):
-    root, runs = graded
-    assert runs[assignment].returncode == 0, runs[assignment].stderr[-3000:]
+    root, run = graded[assignment]
+    assert run.returncode == 0, run.stderr[-3000:]
     assert list((root / "autograded" / "blank" / assignment).glob("*.ipynb"))
     got = scores(root, assignment, "blank")
     assert got and all(score == 0 for score, _ in got.values()), got
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS, ids=lambda a: a.name)
-def test_course_notebooks_pass_no_test(assignment):
-    notebook = build.COURSE / assignment.name / assignment.notebook_name
-    result = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "validate", "--invert", str(notebook)],
-        capture_output=True,
-        text=True,
-        env=build.nbgrader_env(),
-        timeout=600,
-    )
+@pytest.fixture(scope="module")
+def validated():
+    """`nbgrader validate --invert` on every notebook of course/, side by side."""
+
+    def validate(assignment):
+        notebook = build.COURSE / assignment.name / assignment.notebook_name
+        command = [sys.executable, "-m", "nbgrader", "validate", "--invert", str(notebook)]
+        return subprocess.run(
+            command, capture_output=True, text=True, env=build.nbgrader_env(), timeout=600
+        )
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return dict(
+            zip([a.name for a in ASSIGNMENTS], pool.map(validate, ASSIGNMENTS), strict=True)
+        )
+
+
+@pytest.mark.parametrize("assignment", [a.name for a in ASSIGNMENTS])
+def test_course_notebooks_pass_no_test(validated, assignment):
+    result = validated[assignment]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout
