@@ -116,7 +116,10 @@ def test_notebook_length(notebook):
 
 @pytest.mark.parametrize(
     "command",
-    [["check", "grader", "tests", "solutions", "bench"], ["format", "--check", "grader", "tests", "bench"]],
+    [
+        ["check", "grader", "tests", "solutions", "bench"],
+        ["format", "--check", "grader", "tests", "bench"],
+    ],
     ids=["check", "format"],
 )
 def test_ruff_is_clean(root, command):
