@@ -193,7 +193,7 @@ def _upcast(value):
     return value
 
 
-def _refill(old, new):
+def refill(old, new):
     """`new`'s values in `old`'s memory, when the two are tensors of one shape and dtype."""
     if (
         isinstance(old, torch.Tensor)
@@ -258,7 +258,7 @@ def check(
         if first_args is None:
             first_args = args
         else:
-            args = tuple(_refill(old, new) for old, new in zip(first_args, args, strict=True))
+            args = tuple(refill(old, new) for old, new in zip(first_args, args, strict=True))
         expected = reference(*(_upcast(a) for a in args))
         dtype = out_dtype or next(
             (a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()),

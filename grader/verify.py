@@ -328,17 +328,6 @@ def _mismatch(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: f
     return what, max_abs, first
 
 
-def _refill(old, new):
-    if (
-        isinstance(old, torch.Tensor)
-        and isinstance(new, torch.Tensor)
-        and old.shape == new.shape
-        and old.dtype == new.dtype
-    ):
-        return old.copy_(new)
-    return new
-
-
 def _name(fn) -> str:
     module = getattr(fn, "__module__", None) or ""
     qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
@@ -363,7 +352,7 @@ def _run_case(candidate, reference, case: Case, forbid, poison: bool, seed: int 
             if first_args is None:
                 first_args = args
             else:  # new values in the first trial's memory: a cache keyed on addresses goes stale
-                args = tuple(_refill(o, n) for o, n in zip(first_args, args, strict=True))
+                args = tuple(checks.refill(o, n) for o, n in zip(first_args, args, strict=True))
             expected = reference(*(_upcast(a) for a in args), **case.kwargs)
         except Exception as exc:  # a broken case is the harness's fault: say so, keep going
             return Result(case.name, False, tuple(seeds), message=f"case setup failed: {exc}")
