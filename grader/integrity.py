@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader import checks, device
+from grader import checks, device, timing
 
 # Names (func.__name__) of torch functions and methods that compute attention or its parts.
 REFERENCE_OPS = frozenset(
@@ -400,25 +400,6 @@ def _resolve(dotted: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def _install_cpu_clock():
-    """For the grader's own tests on machines without a GPU: time with perf_counter."""
-    import time
-
-    from grader import timing
-
-    def sampler(fn, warmup_ms, rep_ms):
-        fn()
-        samples = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) * 1e3)
-        return samples
-
-    timing._do_bench = sampler
-    timing.require_gpu = lambda purpose="Timing": None
-
-
 def _measure(spec: dict, folder: Path) -> dict:
     from grader import perf
 
@@ -456,9 +437,8 @@ def _measure(spec: dict, folder: Path) -> dict:
             guarded(variant)
             result["flops"][variant] = float(problem.flops(variant))
             result["checks"].append(f"{variant}: right, launched the kernel, no reference calls")
-        if spec["clock"] == "cpu":
-            _install_cpu_clock()
-        elif not dev.supports("timing"):
+        sampler = timing.cpu_sampler if spec["clock"] == "cpu" else None
+        if sampler is None and not dev.supports("timing"):
             result["note"] = "timing needs a GPU: checked only"
             return result
         for name, (variant, baseline) in problem.baselines.items():
@@ -478,7 +458,11 @@ def _measure(spec: dict, folder: Path) -> dict:
 
             before = sum(c.launches for c in counters.values())
             comparison = perf.compare(
-                run, lambda baseline=baseline: baseline(*args), names=("yours", name), verify=verify
+                run,
+                lambda baseline=baseline: baseline(*args),
+                names=("yours", name),
+                verify=verify,
+                sampler=sampler,
             )
             launched = sum(c.launches for c in counters.values()) - before
             if launched < state["calls"]:

@@ -38,21 +38,23 @@ def compare(
     names: tuple[str, str] = ("yours", "baseline"),
     verify: Callable[[], None] | None = None,
     passes: int = 2,
+    sampler: timing.Sampler | None = None,
 ) -> Comparison:
     """Time candidate and baseline alternately (A B A B ...) so drift affects both alike.
 
     `verify`, when given, runs after every timed pass of the candidate: a kernel must still be
-    right after it has been timed.
+    right after it has been timed. `sampler` goes to timing.bench (the GPU's do_bench by default).
     """
-    timing.require_gpu("Comparing speed")
+    if sampler is None:
+        timing.require_gpu("Comparing speed")
     checks.call_graded(candidate, what="the timed code")  # an unfilled stub, said plainly
     mine = theirs = None
     for _ in range(passes):
-        t = timing.bench(candidate)
+        t = timing.bench(candidate, sampler=sampler)
         mine = t if mine is None else mine.pooled(t)
         if verify is not None:
             verify()
-        t = timing.bench(baseline)
+        t = timing.bench(baseline, sampler=sampler)
         theirs = t if theirs is None else theirs.pooled(t)
     return Comparison(names[0], mine, names[1], theirs)
 

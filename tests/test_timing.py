@@ -63,3 +63,10 @@ def test_timing_the_same_kernel_twice_agrees():
     first = timing.bench(lambda: y.copy_(x))
     second = timing.bench(lambda: y.copy_(x))
     assert abs(first.median_ms - second.median_ms) / first.median_ms < 0.03
+
+
+def test_a_given_sampler_replaces_do_bench_and_needs_no_gpu():
+    calls = []
+    t = timing.bench(lambda: calls.append(1), sampler=timing.cpu_sampler)
+    assert t.rounds >= 2 and len(t.samples) >= 6 and all(s >= 0 for s in t.samples)
+    assert len(calls) == 4 * t.rounds  # a warm-up and three timed calls per round
