@@ -1,7 +1,7 @@
 """The course's tuned matmul: the blocked kernel of 04, with a second path that loads and stores
-tiles through tensor descriptors (TMA on Hopper), the candidate autotuning configs, and the
-launcher. Notebook 05's reference solution and bench/matmul.py both take their configs from
-here, so a benchmark run measures exactly what the notebook tunes.
+tiles through tensor descriptors (TMA on Hopper), a persistent variant, the candidate autotuning
+configs, and the launchers. Notebook 05's reference solution and bench/matmul.py both take their
+kernels and configs from here, so a benchmark run measures exactly what the notebook tunes.
 
 Import this module after `grader.device.setup()` (it calls `device.current()` first, so the mode
 is chosen before triton is imported).
@@ -115,9 +115,9 @@ def matmul_kernel_persistent(
     INPUT_PRECISION: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr,  # the grid: one program per SM, each looping over tiles
 ):
-    """A persistent variant for comparison in bench/matmul.py (notebook 05 tunes matmul_kernel):
-    each program walks the tiles pid, pid + NUM_PROGRAMS, ... so that the compiler can overlap one
-    tile's stores with the next tile's loads."""
+    """The persistent variant notebook 05's tuned matmul runs where the layout allows: one
+    program per SM, each walking the tiles pid, pid + NUM_PROGRAMS, ..., so that no program waits
+    to be scheduled and the compiler can overlap one tile's stores with the next tile's loads."""
     start = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -291,3 +291,39 @@ def autotuned(candidates: list[triton.Config], prune=None, kernel=None):
         key=["M", "N", "K", "USE_TMA"],
         prune_configs_by={"early_config_prune": prune} if prune else None,
     )(kernel or matmul_kernel)
+
+
+class Tuned:
+    """Notebook 05's autotuned matmul, called as `tuned(a, b, out)`: the persistent kernel where
+    every matrix suits tensor descriptors (`tma_ok`), the pointer path of matmul_kernel elsewhere.
+    Each is autotuned over the same candidates and keeps its own winner per key."""
+
+    def __init__(self, candidates: list[triton.Config], prune=None):
+        self.persistent = autotuned(candidates, prune, kernel=matmul_kernel_persistent)
+        self.pointers = autotuned(candidates, prune)
+        self.last = None  # the autotuner of the latest call
+
+    def __call__(self, a, b, out):
+        if tma_ok(a, b, out):
+            self.last = self.persistent
+            return launch_persistent(self.persistent, a, b, out)
+        self.last = self.pointers
+        return launch(self.pointers, a, b, out, tma=False)
+
+    @property
+    def best_config(self) -> triton.Config:
+        """The config the latest call ran with."""
+        assert self.last is not None, "call the tuned matmul once first"
+        return self.last.best_config
+
+    @property
+    def cache(self) -> dict:
+        """Every tuned key of both paths, with its winner."""
+        return {**self.pointers.cache, **self.persistent.cache}
+
+
+def launch_config(config: triton.Config, a, b, out):
+    """out = a @ b with one config and no tuning, on the path Tuned takes for these matrices."""
+    if tma_ok(a, b, out):
+        return launch_persistent(matmul_kernel_persistent, a, b, out, **config.all_kwargs())
+    return launch(matmul_kernel, a, b, out, tma=False, **config.all_kwargs())

@@ -26,6 +26,7 @@ def test_geomean_ignores_missing_values():
 def test_markdown_table_and_report():
     rows = [bench.Row("fp16", "square 2048: 2048x2048x2048", "autotuned", 610.0, 0.97, "x")]
     rows.append(bench.Row("bf16", "square 2048: 2048x2048x2048", "autotuned", 590.0, 0.95))
+    rows.append(bench.Row("bf16", "square 2048: 2048x2048x2048", "per tile", 1.0, 0.5, "", True))
     per_config = [
         bench.Row("fp16", "2048x2048x2048", "128x256x64 G8 w8 s4 TMA", math.nan, math.nan)
     ]

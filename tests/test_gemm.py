@@ -91,3 +91,20 @@ def test_config_lists_are_well_formed():
                 assert v >= 16 and v & (v - 1) == 0
     assert 4 <= len(gemm.DEFAULT) <= 8 < len(gemm.FULL)
     assert gemm.describe(gemm.as_triton(gemm.DEFAULT[0])) == "128x256x64 G8 w8 s3"
+
+
+def test_the_tuned_launcher_takes_the_persistent_path_where_descriptors_work():
+    tuned = gemm.Tuned([gemm.as_triton(SMALL)])
+    for transposed, expected in ((False, "persistent"), (True, "pointers")):
+        if not transposed and not gemm.tma_supported():
+            continue  # no descriptors on this GPU: every layout takes the pointer path
+        checks.check(tuned, reference, inputs(96, 80, 48, torch.float16, transposed), atol=1e-3)
+        assert tuned.last is getattr(tuned, expected), f"transposed={transposed}"
+        assert gemm.describe(tuned.best_config) == gemm.describe(gemm.as_triton(SMALL))
+    config = gemm.as_triton(SMALL)
+    checks.check(
+        lambda a, b, out: gemm.launch_config(config, a, b, out),
+        reference,
+        inputs(40, 24, 56, torch.float16),
+        atol=1e-3,
+    )

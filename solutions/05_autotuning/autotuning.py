@@ -331,24 +331,34 @@ def config_space(full: bool = False) -> list[triton.Config]:
 
 
 # %% [markdown]
-# The autotuned matmul: `matmul_kernel` wrapped in `triton.autotune` over your space, pruned by
-# your `prune_configs`. In the interpreter nothing can be timed, so it keeps only the first
-# config (with a single config the autotuner does not time anything); the tests below still run
-# every config of your space, one by one.
+# The autotuned matmul: `gemm.Tuned` wraps two kernels in `triton.autotune` over your space,
+# pruned by your `prune_configs`, and picks one per call from the layout. Where every matrix
+# suits tensor descriptors it runs a **persistent** version of the kernel
+# (`gemm.matmul_kernel_persistent`, printed below): instead of one program per tile of C, it
+# launches one program per SM and lets each walk the tiles `pid, pid + num_programs, ...` in the
+# same grouped order, so that no program waits for a slot to be scheduled and the compiler can
+# overlap one tile's store with the next tile's loads. Elsewhere (a transposed view, rows that
+# are not 16-byte multiples, a GPU older than sm_90) it runs the pointer path of
+# `gemm.matmul_kernel`. Both take the same configs, so your space tunes both. In the interpreter
+# nothing can be timed, so it keeps only the first config (with a single config the autotuner
+# does not time anything); the tests below still run every config of your space, one by one, on
+# the path `matmul` would take. `bench/matmul.py` times each config on every path against
+# cuBLAS, so you can see on your GPU where persistence pays.
 
 # %%
+print(inspect.getsource(gemm.matmul_kernel_persistent.fn))
 SPACE = config_space(FULL_SEARCH)
-matmul_tuned = gemm.autotuned(SPACE if DEVICE.supports("timing") else SPACE[:1], prune=prune_configs)
+matmul_tuned = gemm.Tuned(SPACE if DEVICE.supports("timing") else SPACE[:1], prune=prune_configs)
 
 
 def matmul(a, b, out):
-    """out = a @ b by the autotuned kernel; the first call for each new key tunes."""
-    return gemm.launch(matmul_tuned, a, b, out)
+    """out = a @ b by the autotuned kernels; the first call for each new key tunes."""
+    return matmul_tuned(a, b, out)
 
 
 def launch_config(config):
-    """A launcher that runs one config of the space, without tuning."""
-    return lambda a, b, out: gemm.launch(gemm.matmul_kernel, a, b, out, **config.all_kwargs())
+    """A launcher that runs one config of the space, without tuning, on matmul's path."""
+    return lambda a, b, out: gemm.launch_config(config, a, b, out)
 
 
 def check_space(space, full_space):
@@ -598,6 +608,8 @@ else:
 # 3. Try the problem 3000x5000x4000. Its rows of 5000 halves are 10000 bytes, a multiple of 16,
 #    but 5000 is not a multiple of 16 elements: which path does the launcher take, and how does
 #    Triton's specialisation on arguments divisible by 16 (04) affect its speed?
-# 4. Make the kernel persistent: launch one program per SM and let each loop over tiles
-#    (`tl.range(pid, num_tiles, num_programs)`). Does it help the tall problem, whose K loop is
-#    short?
+# 4. `matmul` runs the persistent kernel wherever descriptors work. For the winning config of
+#    each shape, time it against the one-program-per-tile kernel,
+#    `gemm.launch(gemm.matmul_kernel, a, b, c, tma=True, **config.all_kwargs())`. Where does
+#    persistence pay? Count the tiles of a 2048x2048 output in 128x256 blocks and compare with
+#    the number of SMs (`gemm.num_sms()`): what is left for persistence to improve there?
