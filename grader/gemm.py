@@ -9,6 +9,8 @@ is chosen before triton is imported).
 
 from __future__ import annotations
 
+import functools
+
 from grader import device
 
 DEVICE = device.current()
@@ -267,6 +269,7 @@ def launch(kernel, a, b, out, *, tma: bool | None = None, tf32: bool = False, **
     return out
 
 
+@functools.cache
 def num_sms() -> int:
     """Streaming multiprocessors of this GPU (in the interpreter, a small stand-in)."""
     if not DEVICE.is_gpu:
@@ -304,9 +307,9 @@ class Tuned:
         self.last = None  # the autotuner of the latest call
 
     def __call__(self, a, b, out):
-        if tma_ok(a, b, out):
+        if tma_ok(a, b, out):  # checked once: the call costs host time, which small problems feel
             self.last = self.persistent
-            return launch_persistent(self.persistent, a, b, out)
+            return launch(self.persistent, a, b, out, tma=True, NUM_PROGRAMS=num_sms())
         self.last = self.pointers
         return launch(self.pointers, a, b, out, tma=False)
 
