@@ -344,9 +344,10 @@ def attn_fwd_kernel(
     ### END SOLUTION
 
 
-# Tile sizes (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim, for a GPU; bench/attention.py
-# times alternatives. The interpreter gets one small configuration with several blocks per row.
-GPU_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+# Tile sizes (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim, for a GPU: the fastest of the
+# candidates bench/attention.py timed on an H100 (results/bench-attention-2026-11-21.md). The
+# interpreter gets one small configuration with several blocks per row.
+GPU_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 INTERPRETER_CONFIG = (64, 32, 4, 1)
 
 

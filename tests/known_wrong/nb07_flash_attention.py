@@ -94,7 +94,7 @@ SLOW = {
         # tiles too small for the tensor cores to pay off, and 8x more loop iterations
         "16 x 16 tiles": _edit(
             (
-                "GPU_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}",
+                "GPU_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}",
                 "GPU_CONFIGS = {64: (16, 16, 4, 2), 128: (16, 16, 4, 2)}",
             )
         ),
