@@ -59,6 +59,10 @@ SECONDS_PER_NOTEBOOK_PASS = 45.0
 # swapping a variant in and re-running its exercise's test cells once
 SECONDS_PER_SWAP = 15.0
 TIMED = {"perf.compare", "perf.grade_speedup", "perf.grade_bandwidth"}
+JUPYTER_HINT = (
+    "install jupyter_client, ipykernel and jupytext (offline: `make wheelhouse` on a machine "
+    "with network, then install the wheels as .ci/gpu does)"
+)
 
 
 # -- 1. the same kernel timed twice ----------------------------------------------------------------
@@ -399,8 +403,7 @@ def run_notebook(notebook: str, runs: int, all_variants: bool, path: Path) -> di
         from tests.notebook_session import Session
     except ImportError as exc:
         raise RuntimeError(
-            f"running notebooks needs the Jupyter stack ({exc}): install jupyter_client, "
-            "ipykernel and jupytext (offline: `make wheelhouse`, then as .ci/gpu does)"
+            f"the notebook runs need the Jupyter stack: {exc}; {JUPYTER_HINT}"
         ) from exc
     from grader import device
 
@@ -537,7 +540,13 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def chosen_notebooks(names: list[str]) -> list[str]:
-    known = notebooks_with_variants()
+    """The notebooks asked for ('all': every one with slow variants), checked to exist."""
+    try:
+        known = notebooks_with_variants()
+    except ImportError as exc:  # tests/known_wrong reads notebooks with jupytext
+        raise SystemExit(
+            f"the notebook runs need the Jupyter stack: {exc}; {JUPYTER_HINT}"
+        ) from exc
     if names == ["all"]:
         return known
     unknown = [n for n in names if n not in known]

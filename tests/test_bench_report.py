@@ -295,6 +295,12 @@ def test_producers_are_the_cells_that_bind_what_speed_cells_read():
     assert trust.producers(speed, [measures, unrelated]) == [measures]
 
 
+def test_trust_refuses_an_unknown_notebook():
+    assert trust.chosen_notebooks(["all"]) == trust.notebooks_with_variants()
+    with pytest.raises(SystemExit, match="no slow variants for 09_nothing; known: 00_setup"):
+        trust.chosen_notebooks(["02_first_kernels", "09_nothing"])
+
+
 def test_trust_covers_every_speed_cell_of_every_notebook():
     for a in build.assignments():
         speed = [c for c in _notebook.cells(a.name) if (c.grade_id or "").startswith("speed-")]
