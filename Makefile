@@ -10,6 +10,7 @@ TRITON ?= triton==3.9.0
 PY     ?= $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 WHEELHOUSE ?= build/wheelhouse
 WHEEL_PYTHON ?= 3.12
 
@@ -21,7 +22,7 @@ help:
 	@echo "make release    build course/ from solutions/"
 	@echo "make check      fail when course/ is stale"
 	@echo "make test-gpu   GPU tests and solution notebooks at full size (needs a CUDA GPU)"
-	@echo "make bench      run the benchmarks in bench/ (needs a CUDA GPU), tables into results/"
+	@echo "make bench      the benchmark suite (needs a CUDA GPU): report and plots in build/report/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
@@ -64,17 +65,12 @@ test-gpu:
 	$(PY) -m grader doctor
 	$(PY) -m pytest -m "not tooling" $(PYTEST_ARGS)
 
-# Every script in bench/ (not starting with _) on the GPU, each writing a markdown table to
-# results/bench-<script>-<date>.md. Like test-gpu, it uses $(PY) as it is (no setup).
+# The benchmark suite on a GPU (bench/report.py): every reference kernel against its baselines
+# in one run, the goals, timing trust and plots, into build/report/. Options go in BENCH_ARGS,
+# e.g. BENCH_ARGS="--full --trust 02_first_kernels". Like test-gpu, it uses $(PY) as it is.
 bench:
-	@mkdir -p results
-	@for script in bench/*.py; do \
-	  name=$$(basename $$script .py); \
-	  case $$name in _*) continue;; esac; \
-	  echo "== $$script"; \
-	  PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) $$script \
-	    --out results/bench-$$name-$$(date +%Y-%m-%d).md || exit $$?; \
-	done
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/report.py --out build/report \
+	  $(BENCH_ARGS)
 
 wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \

@@ -22,9 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's grader
 
+from bench import _report  # noqa: E402
 from grader import device  # noqa: E402
 
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+# goal for bench/report.py: the autotuned kernel's speed over cuBLAS's, geometric mean over the
+# square sizes and dtypes
+AT_LEAST = 0.95
 # The shapes notebook 05 grades, and the tall-skinny shape with a short K.
 EXTRA_SHAPES = {
     "tall": (16384, 1024, 4096),
@@ -232,6 +236,39 @@ def report(summary: list[Row], per_config: list[Row], sizes, header: str = "") -
             ),
         ]
     return "\n".join(lines) + "\n"
+
+
+def section(summary: list[Row], per_config: list[Row], sizes) -> _report.Section:
+    """A measure() run as bench/report.py's section: the rows, the goal, and the autotuned kernel
+    at the largest size (float16) for the matmul ladder and the roofline."""
+    out = _report.Section("matmul", "05 · Autotuned matmul (grader.gemm) against cuBLAS")
+    squares = {shape_label(n, n, n) for n in sizes}
+    tuned = [
+        r
+        for r in summary
+        if r.label.startswith("autotuned (") and r.shape.split(": ")[-1] in squares
+    ]
+    goal = out.goal(
+        f"05 autotuned matmul: speed / cuBLAS's, geometric mean over {list(sizes)}, "
+        + " and ".join(sorted({r.dtype for r in tuned})),
+        AT_LEAST,
+    )
+    goal.measured = geomean([r.ratio for r in tuned])
+    goal.detail = ", ".join(f"{r.dtype} {r.shape.split(': ')[-1]} {r.ratio:.2f}" for r in tuned)
+    for r in summary + per_config:
+        out.rows.append(
+            _report.Row(
+                r.label, f"{r.dtype} {r.shape}", "cuBLAS", r.ratio, r.tflops, "TFLOP/s", note=r.note
+            )
+        )
+    n = max(sizes)
+    for r in tuned:
+        if r.dtype == "fp16" and r.shape.endswith(shape_label(n, n, n)):
+            seconds = 2 * n**3 / (r.tflops * 1e12)
+            entry = {"label": f"05 autotuned ({n})", "n": n, "tflops": r.tflops, "ratio": r.ratio}
+            out.data["ladder"] = [entry | {"seconds": seconds}]
+            out.points.append(_report.Point("05 autotuned", 2 * n**3, 3 * n * n * 2, seconds))
+    return out
 
 
 def main(argv=None) -> int:

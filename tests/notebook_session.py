@@ -1,0 +1,62 @@
+"""A Jupyter kernel that has run one solution notebook, and the notebook's cells: the mechanism
+by which tests/test_known_wrong.py swaps exercise cells and bench/trust.py re-runs speed cells."""
+
+from jupyter_client.manager import start_new_kernel
+
+from grader import build
+
+
+class Session:
+    """A kernel that has run one solution notebook, and the notebook's cells."""
+
+    def __init__(self, notebook: str):
+        assignment = next(a for a in build.assignments() if a.name == notebook)
+        self.cells = build.to_notebook(assignment.source).cells
+        self.km, self.kc = start_new_kernel(
+            kernel_name="python3", cwd=str(assignment.source.parent)
+        )
+        try:
+            for cell in self.code_cells(0, len(self.cells)):
+                status, detail = self.run(cell.source)
+                assert status == "ok", f"the solution itself fails in {cell.id}: {detail}"
+                if "parameters" in cell.metadata.get("tags", []):
+                    self.run("RUN_BENCHMARKS = False")  # graded cells only: no sweeps
+        except BaseException:
+            self.close()  # no kernel left running behind a failed start
+            raise
+
+    def code_cells(self, start, stop):
+        return [c for c in self.cells[start:stop] if c.cell_type == "code"]
+
+    def run(self, code, results=None):
+        """Execute code; returns (status, error text). Results and printed text go to `results`."""
+        errors = []
+
+        def hook(msg):
+            if msg["msg_type"] == "error":
+                errors.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+            elif results is not None and msg["msg_type"] == "execute_result":
+                results.append(msg["content"]["data"]["text/plain"])
+            elif results is not None and msg["msg_type"] == "stream":
+                results.append(msg["content"]["text"])
+
+        reply = self.kc.execute_interactive(code, timeout=600, output_hook=hook)
+        return reply["content"]["status"], "; ".join(errors)[:500]
+
+    def span(self, grade_id, speed=False):
+        """The exercise cell's index and the index of its last test cell (speed cells too when
+        `speed`), stopping at the next exercise."""
+        index = next(i for i, c in enumerate(self.cells) if c.id == grade_id)
+        last = index
+        for i in range(index + 1, len(self.cells)):
+            meta = self.cells[i].metadata.get("nbgrader", {})
+            if meta.get("solution"):
+                break
+            if meta.get("grade") and (speed or not meta["grade_id"].startswith("speed-")):
+                last = i
+        assert last > index, f"{grade_id} has no test cell after it"
+        return index, last
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
