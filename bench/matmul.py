@@ -243,11 +243,7 @@ def section(summary: list[Row], per_config: list[Row], sizes) -> _report.Section
     at the largest size (float16) for the matmul ladder and the roofline."""
     out = _report.Section("matmul", "05 · Autotuned matmul (grader.gemm) against cuBLAS")
     squares = {shape_label(n, n, n) for n in sizes}
-    tuned = [
-        r
-        for r in summary
-        if r.label.startswith("autotuned (") and r.shape.split(": ")[-1] in squares
-    ]
+    tuned = [r for r in summary if not r.comparison and r.shape.split(": ")[-1] in squares]
     goal = out.goal(
         f"05 autotuned matmul: speed / cuBLAS's, geometric mean over {list(sizes)}, "
         + " and ".join(sorted({r.dtype for r in tuned})),
