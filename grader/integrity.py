@@ -365,7 +365,11 @@ def grade(
     if not device.current().grades_speed:
         return perf.not_graded_here(points)
     if measurement is None or not measurement.ok:
-        why = "no measurement" if measurement is None else measurement.error
+        why = (
+            "no measurement: run the cell above that measures speed"
+            if measurement is None
+            else measurement.error
+        )
         print(f"NOT YET: {why}. 0 of {points:g} points")
         return 0.0
     c = measurement.comparisons[comparison]

@@ -509,7 +509,7 @@ print("launched attention_kernel, called no reference, right for causal and not"
 
 # %%
 SPEED = None
-if DEVICE.supports("timing") and RUN_BENCHMARKS:
+if DEVICE.supports("timing"):  # graded below, so it runs whatever RUN_BENCHMARKS says
     SPEED = integrity.measure_isolated(
         [attention_inner, attention_kernel, attention],
         launcher="attention",
