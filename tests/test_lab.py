@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from jupyter_client import BlockingKernelClient
 
-from grader import build
+from grader import build, cli
 from tests import lab_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
@@ -21,6 +21,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 def lab(tmp_path_factory):
     with lab_server.running(tmp_path_factory.mktemp("lab")) as lab:
         yield lab
+
+
+def test_students_get_course_and_instructors_the_repository():
+    def served(command):
+        return [a for a in command if a.startswith("--notebook-dir=")]
+
+    assert served(cli.lab_command([])) == [f"--notebook-dir={build.COURSE}"]
+    # the formgrader needs nbgrader's course directory, build/, inside the folder served
+    assert served(cli.lab_command([], instructor=True)) == [f"--notebook-dir={build.ROOT}"]
+    assert build.BUILD.parent == build.ROOT
+    # a folder named on the command line replaces the default instead of clashing with it
+    assert served(cli.lab_command(["--notebook-dir=/x"], instructor=True)) == ["--notebook-dir=/x"]
+    assert served(cli.lab_command(["--ServerApp.root_dir", "/x"])) == []
 
 
 def test_lab_serves_the_course_with_widgets(lab):
