@@ -105,7 +105,7 @@ def start(
         *extra,
     ]
     with open(log, "wb") as out:
-        # its own session: `grader lab` waits on JupyterLab, and stopping the group stops both
+        # a process group of its own: `grader lab` waits on JupyterLab, and stop() ends both
         process = subprocess.Popen(
             command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
