@@ -42,15 +42,29 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def lab_command(extra: list[str], instructor: bool = False) -> list[str]:
+    """The JupyterLab command line: course/ for students; for instructors the repository, which
+    holds nbgrader's course directory build/ (the formgrader refuses one outside the served
+    folder). A folder named in `extra` (--notebook-dir, --ServerApp.root_dir) replaces either."""
+    from grader import build
+
+    named = any(a.split("=")[0] in ("--notebook-dir", "--ServerApp.root_dir") for a in extra)
+    folder = build.ROOT if instructor else build.COURSE
+    command = [sys.executable, "-m", "jupyterlab"]
+    command += [] if named else [f"--notebook-dir={folder}"]
+    command += extra
+    if os.geteuid() == 0:  # containers and CI machines run as root; JupyterLab refuses silently
+        command.append("--allow-root")
+    return command
+
+
 def _lab(args: argparse.Namespace) -> int:
     import subprocess
 
     from grader import build
 
-    command = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={build.COURSE}", *args.extra]
-    if os.geteuid() == 0:  # containers and CI machines run as root; JupyterLab refuses silently
-        command.append("--allow-root")
     # nbgrader's Validate button reads the course's config, as the grader's own runs do
+    command = lab_command(args.extra, args.instructor)
     return subprocess.call(command, env=build.nbgrader_env())
 
 
@@ -69,6 +83,11 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_build)
 
     lab = sub.add_parser("lab", help="start JupyterLab on course/ (other arguments go to it)")
+    lab.add_argument(
+        "--instructor",
+        action="store_true",
+        help="serve the repository instead, so that nbgrader's formgrader finds build/",
+    )
     lab.set_defaults(func=_lab)
 
     r = sub.add_parser("run", help="execute solution notebooks with papermill")
