@@ -15,9 +15,9 @@ from packaging.version import Version
 
 pytestmark = pytest.mark.tooling
 
-# What the runner imports: papermill (and through it nbclient, nbformat), a kernel, widgets, and
-# jupytext for `grader build`.
-RUNNER = ("papermill", "nbclient", "nbformat", "ipykernel", "ipywidgets", "jupytext")
+# What `make test-gpu` imports: papermill (and through it nbclient, nbformat), a kernel, widgets,
+# jupytext for `grader build`, and pytest for the GPU tests.
+RUNNER = ("papermill", "nbclient", "nbformat", "ipykernel", "ipywidgets", "jupytext", "pytest")
 IMAGE = ("torch", "triton", "numpy")  # on every GPU image the course runs on
 IMAGE_USUALLY = ("matplotlib", "tqdm")  # on most: wheelhouse-extras.txt for the others
 # Declared but never imported by anything the runner uses.
@@ -137,7 +137,7 @@ def test_versions_match_pyproject_and_each_other(root, lists, markers):
     }
     pins = default | extras
     shared = set(exact) & set(pins)
-    assert {"papermill", "ipykernel", "ipywidgets", "jupytext", "matplotlib", "tqdm"} <= shared
+    assert {"papermill", "ipykernel", "ipywidgets", "jupytext", "pytest", "matplotlib"} <= shared
     for name in shared:
         assert pins[name] == exact[name], (
             f"{name}: wheelhouse {pins[name]}, pyproject {exact[name]}"
