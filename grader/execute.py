@@ -173,7 +173,7 @@ def run_notebook(
     try:
         papermill.execute_notebook(
             str(source_ipynb),
-            str(output),
+            str(output.resolve()),  # papermill saves from inside the notebook's folder
             parameters=parameters or {},
             kernel_name="python3",
             cwd=str(source_ipynb.parent),
