@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -157,12 +158,18 @@ def run_notebook(
     """
     import papermill
 
+    by_deadline = False  # whether the running cell's limit is what is left of the whole run's
+
     def timeout_for(cell) -> int:
-        limit = cell_timeout if deadline is None else min(cell_timeout, deadline - time.monotonic())
-        return max(1, int(limit))  # nbclient reads 0 and negative numbers as "no limit"
+        nonlocal by_deadline
+        left = None if deadline is None else deadline - time.monotonic()
+        by_deadline = left is not None and left < cell_timeout
+        # nbclient reads 0 and negative numbers as "no limit"
+        return max(1, math.ceil(left if by_deadline else cell_timeout))
 
     name = source_ipynb.parent.name
     output.parent.mkdir(parents=True, exist_ok=True)
+    output.unlink(missing_ok=True)  # an earlier run's copy must not stand in for this one
     logger = logging.getLogger("papermill")
     handler = _Prefixed(name)
     if stream:
@@ -185,7 +192,7 @@ def run_notebook(
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     except TimeoutError as exc:  # nbclient's CellTimeoutError, or the kernel not starting
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        error = f"timed out: {first}"
+        error = f"timed out: {first}" + (" (the whole run's time limit)" if by_deadline else "")
     except Exception as exc:  # a dead kernel or a missing kernelspec must not end the batch
         error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -213,6 +220,7 @@ def run_notebooks(
         name = source.parent.name
         output = out_dir / name / source.name
         if deadline is not None and time.monotonic() >= deadline:
+            output.unlink(missing_ok=True)
             error = f"not run: the whole run's limit of {timeout:g} s had passed"
             outcomes.append(Outcome(name, 0.0, output, error))
             continue
@@ -228,7 +236,8 @@ def run_notebooks(
         )
         if grades_speed is not None:
             outcome = assess(outcome, grades_speed=grades_speed, budget=budget)
-        status = "ok" if outcome.ok else f"FAILED {outcome.error or outcome.problems[0]}"
+        first = (outcome.error or "".join(outcome.problems[:1])).splitlines()[:1]
+        status = "ok" if outcome.ok else f"FAILED {''.join(first)}"
         print(f"{name:24s} {outcome.seconds:7.1f} s  {status}", flush=True)
         outcomes.append(outcome)
     return outcomes

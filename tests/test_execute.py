@@ -94,7 +94,16 @@ def test_a_cell_stops_at_the_cell_timeout(tmp_path):
     source = write_notebook(tmp_path, "sleeps", "import time; time.sleep(60)")
     outcome = execute.run_notebook(source, tmp_path / "out.ipynb", cell_timeout=1)
     assert outcome.error.startswith("timed out"), outcome.error
-    assert outcome.seconds < 30
+    assert "whole run" not in outcome.error and outcome.seconds < 30
+
+
+def test_an_earlier_runs_copy_is_not_read_as_this_runs(tmp_path):
+    output = tmp_path / "out" / "gone" / "gone.ipynb"
+    output.parent.mkdir(parents=True)
+    nbformat.write(notebook(graded("test-a")), output)  # a passing copy from before
+    missing = tmp_path / "gone" / "gone.ipynb"  # this time the source is missing
+    outcome = execute.run_notebooks([missing], tmp_path / "out", grades_speed=False)[0]
+    assert outcome.error and outcome.grades is None and not output.exists()
 
 
 def test_the_run_stops_at_its_timeout_and_reports_the_rest(tmp_path):
@@ -104,6 +113,7 @@ def test_the_run_stops_at_its_timeout_and_reports_the_rest(tmp_path):
     ]
     first, second = execute.run_notebooks(sources, tmp_path / "out", cell_timeout=600, timeout=3)
     assert first.error.startswith("timed out") and first.seconds < 30
+    assert first.error.endswith("(the whole run's time limit)")
     assert second.error.startswith("not run") and not (tmp_path / "out" / "second").exists()
 
 
