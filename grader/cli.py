@@ -116,10 +116,17 @@ def parser() -> argparse.ArgumentParser:
         "(default: none)",
     )
     r.add_argument(
+        "--stream",
+        dest="stream",
+        action="store_true",
+        default=True,
+        help="print each cell's output as it arrives, prefixed with the notebook (the default)",
+    )
+    r.add_argument(
         "--quiet",
         dest="stream",
         action="store_false",
-        help="print one line per notebook instead of streaming each cell's output",
+        help="print one line per notebook instead",
     )
     r.add_argument(
         "--no-check",

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader import execute, run_summary
+from grader import cli, execute, run_summary
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
@@ -138,3 +138,19 @@ def test_budget_and_summary(tmp_path):
     by_name = {n["name"]: n for n in saved["notebooks"]}
     assert by_name["04_quick"]["speed"] == {"speed-a": {"score": 2.0, "points": 2.0}}
     assert by_name["05_broken"]["graded_total"] is None and by_name["03_slow"]["ok"] is False
+
+
+def test_run_options():
+    args = cli.parser().parse_args(["run", "04_matmul"])
+    assert (args.stream, args.check, args.budget, args.timeout) == (True, True, None, 0)
+    assert args.summary == "build/report/notebooks.json" and args.notebooks == ["04_matmul"]
+    args = cli.parser().parse_args(
+        ["run", "--quiet", "--no-check", "--cell-timeout", "5", "--timeout", "60", "--budget", "0"]
+    )
+    assert (args.stream, args.check, args.cell_timeout, args.timeout, args.budget) == (
+        False,
+        False,
+        5.0,
+        60.0,
+        0.0,
+    )
