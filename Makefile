@@ -13,17 +13,26 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 WHEELHOUSE ?= build/wheelhouse
 WHEEL_PYTHON ?= 3.12
+WHEELHOUSE_EXTRAS ?=
+# test-gpu: which notebooks (default: all), a time limit per cell and for the whole notebook run
+# (under the 10 minutes a GPU job may take), and which tests the pytest step runs.
+NOTEBOOKS ?=
+CELL_TIMEOUT ?= 300
+RUN_TIMEOUT ?= 540
+GPU_TESTS ?= gpu or not (slow or tooling)
 
-.PHONY: help setup lab test test-gpu bench release check lint wheelhouse clean
+.PHONY: help setup lab test test-gpu test-gpu-notebooks test-gpu-tests bench release check lint \
+	wheelhouse clean
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
 	@echo "make test       set up if needed, run the CPU test suite (interpreter mode)"
 	@echo "make release    build course/ from solutions/"
 	@echo "make check      fail when course/ is stale"
-	@echo "make test-gpu   GPU tests and solution notebooks at full size (needs a CUDA GPU)"
+	@echo "make test-gpu   solution notebooks at full size, then GPU tests (needs a CUDA GPU)"
 	@echo "make bench      the benchmark suite (needs a CUDA GPU): report and plots in build/report/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
+	@echo "                (WHEELHOUSE_EXTRAS=1 adds matplotlib and tqdm)"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
 setup: $(STAMP)
@@ -58,12 +67,27 @@ lab: release
 test: setup
 	$(PY) -m pytest -m "not gpu" -n auto --dist loadfile $(PYTEST_ARGS)
 
-# On a GPU: everything but the toolchain tests (build, lint, nbgrader, JupyterLab run in CPU CI):
-# the GPU-marked tests, the checker's tests (they take the compiled path there), and every
-# solution notebook at full size. `.ci/gpu` runs this on a machine without a venv.
+# On a GPU, two steps, each short enough for one 10-minute job, both run even when one fails.
+# test-gpu-notebooks: every solution notebook (or NOTEBOOKS="04_matmul 05_autotuning") once, at
+# full size, streaming its output; fails on any failing graded cell or a speed cell short of its
+# points; executed copies in build/executed/, the summary in build/report/notebooks.json.
+# test-gpu-tests: the GPU-marked tests and the fast unit tests, which take the compiled path there;
+# the slow CPU tests (notebooks in the interpreter, known-wrong kernels, the toolchain) are CPU
+# CI's. `.ci/gpu` runs these on a machine without a venv.
 test-gpu:
+	@status=0; \
+	$(MAKE) --no-print-directory test-gpu-notebooks || status=1; \
+	$(MAKE) --no-print-directory test-gpu-tests || status=1; \
+	exit $$status
+
+test-gpu-notebooks:
 	$(PY) -m grader doctor
-	$(PY) -m pytest -m "not tooling" $(PYTEST_ARGS)
+	$(PY) -m grader run --cell-timeout $(CELL_TIMEOUT) --timeout $(RUN_TIMEOUT) \
+	  --out build/executed --summary build/report/notebooks.json $(NOTEBOOKS)
+
+test-gpu-tests:
+	$(PY) -m grader doctor
+	$(PY) -m pytest -m "$(GPU_TESTS)" $(PYTEST_ARGS)
 
 # The benchmark suite on a GPU (bench/report.py): every reference kernel against its baselines
 # in one run, the goals, timing trust and plots, into build/report/. Options go in BENCH_ARGS,
@@ -76,7 +100,7 @@ wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \
 	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 --platform any --no-deps -d $(WHEELHOUSE) \
-	  -r grader/wheelhouse.txt
+	  -r grader/wheelhouse.txt $(if $(WHEELHOUSE_EXTRAS),-r grader/wheelhouse-extras.txt)
 	@echo "wheels in $(WHEELHOUSE): pip install --no-index --no-deps --target DIR $(WHEELHOUSE)/*.whl"
 
 clean:

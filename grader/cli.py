@@ -36,10 +36,30 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from grader import execute
+    from pathlib import Path
 
-    failures = execute.run_solutions(args.notebooks, out_dir=args.out, parameters=args.parameters)
-    return 1 if failures else 0
+    from grader import device, doctor, execute, run_summary
+
+    dev = device.current()
+    budget = execute.budget_for(dev) if args.budget is None else args.budget
+    outcomes = execute.run_solutions(
+        args.notebooks,
+        out_dir=args.out,
+        parameters=args.parameters,
+        cell_timeout=args.cell_timeout,
+        timeout=args.timeout,
+        stream=args.stream,
+        grades_speed=dev.grades_speed if args.check else None,
+        budget=budget,
+    )
+    print()
+    print(run_summary.table(outcomes))
+    if args.summary:
+        versions = {p: doctor.version(p) for p in ("torch", "triton", "papermill")}
+        summary = run_summary.as_dict(outcomes, dev.describe(), versions)
+        run_summary.write(Path(args.summary), summary)
+        print(f"summary: {args.summary}")
+    return 0 if all(o.ok for o in outcomes) else 1
 
 
 def lab_command(extra: list[str], instructor: bool = False) -> list[str]:
@@ -102,6 +122,50 @@ def parser() -> argparse.ArgumentParser:
         metavar=("NAME", "VALUE"),
         default=[],
         help="papermill parameter",
+    )
+    r.add_argument(
+        "--cell-timeout", type=float, default=600, metavar="S", help="limit per cell (600 s)"
+    )
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=0,
+        metavar="S",
+        help="limit for the whole run; notebooks left at that point are reported as not run "
+        "(default: none)",
+    )
+    r.add_argument(
+        "--stream",
+        dest="stream",
+        action="store_true",
+        default=True,
+        help="print each cell's output as it arrives, prefixed with the notebook (the default)",
+    )
+    r.add_argument(
+        "--quiet",
+        dest="stream",
+        action="store_false",
+        help="print one line per notebook instead",
+    )
+    r.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="only report errors: skip the graded-cell checks (stderr, speed scores: full "
+        "points on a GPU that grades speed, 0 elsewhere) and the time budget",
+    )
+    r.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="time budget per notebook (default: 120 s on a GPU, 90 s in the interpreter; 0: none)",
+    )
+    r.add_argument(
+        "--summary",
+        default="build/report/notebooks.json",
+        metavar="PATH",
+        help="where the run's summary goes as JSON ('' for nowhere)",
     )
     r.set_defaults(func=_run)
     return p

@@ -23,9 +23,14 @@ PACKAGES = (
     "papermill",
     "jupytext",
 )
-# The Triton releases the course is tested on: the GPU image's and the newest on PyPI.
-TESTED_TRITON = ("3.6", "3.9")
-MIN_TRITON = (3, 2)
+# The releases the course is tested on (docs/versions.md: the GPU image's and the newest with a
+# CPU build), and the oldest it supports (pyproject.toml's ranges). Others in between are
+# supported but untested.
+TESTED = {"triton": ("3.6", "3.9"), "torch": ("2.11", "2.13")}
+MINIMUM = {"triton": (3, 2), "torch": (2, 5)}
+# Triton's interpreter before 3.7 converts 1-element arrays to Python ints, which NumPy 2.4 refuses:
+# a loop over a runtime bound (`range(tl.cdiv(K, BLOCK_K))`) fails in interpreter mode.
+INTERPRETER_NUMPY_FIX = {"triton": (3, 7), "numpy": (2, 4)}
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,27 @@ def _tuple(v: str | None) -> tuple[int, ...]:
     if not v:
         return ()
     return tuple(int(p) for p in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+def support(package: str, installed: str | None) -> tuple[str, str]:
+    """Whether the course supports this torch or triton release: ("tested" | "untested" |
+    "unsupported" | "missing", one sentence)."""
+    tested = " and ".join(TESTED[package])
+    if installed is None:
+        return "missing", f"{package} is not installed: run `make setup`."
+    have = _tuple(installed)
+    oldest = ".".join(map(str, MINIMUM[package]))
+    if have < MINIMUM[package]:
+        return "unsupported", (
+            f"{package} {installed} is older than the course supports ({oldest}); "
+            f"tested on {tested}. Install a newer {package}."
+        )
+    if ".".join(map(str, have[:2])) in TESTED[package]:
+        return "tested", f"{package} {installed}: tested."
+    return "untested", (
+        f"{package} {installed} is supported ({oldest} or newer) but untested: the course is "
+        f"tested on {tested}. Report what fails."
+    )
 
 
 def torch_wants_triton() -> str | None:
@@ -68,14 +94,22 @@ def findings(
     """Known-bad combinations, from facts passed in (so each rule is testable)."""
     out: list[Finding] = []
     triton_v = _tuple(versions.get("triton"))
-    if versions.get("triton") is None:
-        out.append(Finding("problem", "triton is not installed: run `make setup`."))
-    elif triton_v < MIN_TRITON:
+    for package in ("torch", "triton"):
+        status, message = support(package, versions.get(package))
+        if status != "tested":
+            out.append(Finding("note" if status == "untested" else "problem", message))
+    if (
+        not dev.is_gpu
+        and () < triton_v < INTERPRETER_NUMPY_FIX["triton"]
+        and _tuple(versions.get("numpy")) >= INTERPRETER_NUMPY_FIX["numpy"]
+    ):
         out.append(
             Finding(
                 "problem",
-                f"triton {versions['triton']} is older than the course "
-                f"supports (3.2); tested on {' and '.join(TESTED_TRITON)}.",
+                f"triton {versions['triton']} with numpy {versions['numpy']} in interpreter "
+                "mode: Triton's interpreter before 3.7 cannot take a loop bound from a kernel "
+                "argument under NumPy 2.4 or newer (TypeError: only 0-dimensional arrays can be "
+                "converted to Python scalars). Install numpy==2.3.5 or triton 3.7 or newer.",
             )
         )
     if triton_for_torch and versions.get("triton") and (_tuple(triton_for_torch) != triton_v):
@@ -171,6 +205,7 @@ def collect(env: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], l
             ("CUDA (torch build)", str(torch.version.cuda)),
         ]
     rows += [(p, v or "not installed") for p, v in versions.items()]
+    rows += [(f"{p} support", support(p, versions[p])[0]) for p in ("torch", "triton")]
     rows += [
         ("TRITON_INTERPRET", env_before.get("TRITON_INTERPRET", "unset")),
         ("grades correctness", "yes"),

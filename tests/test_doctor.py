@@ -56,9 +56,58 @@ def test_known_bad_combinations_are_found():
     assert any("older than sm_80" in p for p in problems(T4, cuda_visible=True))
 
 
+def notes(dev=CPU, versions=GOOD):
+    found = doctor.findings(
+        dev,
+        versions,
+        cuda_visible=dev.is_gpu,
+        torch_cuda=None,
+        triton_for_torch=None,
+        env={"TRITON_DEFAULT_FP_FUSION": "1"},
+    )
+    return [f.message for f in found if f.level == "note"]
+
+
+def test_support_tells_tested_untested_and_unsupported_apart():
+    assert doctor.support("triton", "3.6.0")[0] == "tested"
+    assert doctor.support("triton", "3.9.1")[0] == "tested"
+    assert doctor.support("triton", "3.7.1")[0] == "untested"
+    assert doctor.support("triton", "3.10.0")[0] == "untested"
+    assert doctor.support("triton", "3.1.0")[0] == "unsupported"
+    assert doctor.support("triton", None)[0] == "missing"
+    assert doctor.support("torch", "2.11.0+cu130")[0] == "tested"
+    assert doctor.support("torch", "2.13.0+cpu")[0] == "tested"
+    assert doctor.support("torch", "2.15.0")[0] == "untested"
+    assert doctor.support("torch", "2.4.1")[0] == "unsupported"
+
+
+def test_untested_is_a_note_and_unsupported_a_problem():
+    newer = {**GOOD, "torch": "2.15.0", "triton": "3.10.0"}
+    assert problems(versions=newer) == []
+    found = notes(CPU, newer)
+    assert any("torch 2.15.0 is supported (2.5 or newer) but untested" in n for n in found)
+    assert any("triton 3.10.0 is supported" in n for n in found)
+    assert not any("untested" in n for n in notes())
+    assert any(
+        "torch 2.4.1 is older than the course supports (2.5)" in p
+        for p in problems(versions={**GOOD, "torch": "2.4.1"})
+    )
+
+
+def test_old_triton_interpreter_with_numpy_2_4_is_a_problem():
+    bad = {**GOOD, "triton": "3.6.0", "numpy": "2.4.6"}
+    assert any("Install numpy==2.3.5" in p for p in problems(versions=bad))
+    # the compiled path is not affected, nor an older NumPy, nor Triton 3.7 (which fixed it)
+    assert problems(H100, versions=bad, cuda_visible=True) == []
+    assert problems(versions={**bad, "numpy": "2.3.5"}) == []
+    assert problems(versions={**bad, "triton": "3.7.0"}) == []
+
+
 def test_report_lists_versions_and_mode():
     text, _ = doctor.report()
     for word in ("python", "torch", "triton", "mode", "grades speed", "known-bad combinations"):
+        assert word in text
+    for word in ("torch support", "triton support"):
         assert word in text
 
 
