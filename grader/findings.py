@@ -21,6 +21,7 @@ KINDS = {
     "out-of-memory": "out of memory",
     "cell-timeout": "a cell timed out",
     "tampered": "graded cells tampered with",
+    "parameters": "parameters changed",
     "cheating": "cheating flagged",
     "zero-score": "zero score",
     "late": "late",
@@ -74,6 +75,7 @@ class Submitted:
     other_files: list[str] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)
     patches: list[str] = field(default_factory=list)
+    parameters: list[str] = field(default_factory=list)  # lines of the parameters cell changed
     unchanged_solutions: bool = False
 
 
@@ -254,6 +256,27 @@ def grader_patches(submitted, released) -> list[str]:
     return found
 
 
+def changed_parameters(submitted, released) -> list[str]:
+    """The lines of the cell tagged `parameters` that differ from the release: nbgrader grades
+    with what the notebook sets there, and hidden tests use those sizes."""
+
+    def lines(nb) -> list[str]:
+        for c in nb.cells:
+            if "parameters" in c.get("metadata", {}).get("tags", []):
+                return [line.strip() for line in c.source.splitlines() if line.strip()]
+        return []
+
+    given = lines(released)
+    if not given:
+        return []
+    mine = lines(submitted)
+    if not mine:
+        return ["the parameters cell was removed"]
+    return [line for line in mine if line not in given] or (
+        ["lines removed"] if mine != given else []
+    )
+
+
 def solutions_unchanged(submitted, released) -> bool:
     """True when every solution cell is exactly as released: nothing was attempted."""
     from nbgrader import utils
@@ -287,6 +310,7 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
             continue
         result.tampered += tampered_cells(nb, release)
         result.patches += grader_patches(nb, release)
+        result.parameters += changed_parameters(nb, release)
         unchanged.append(solutions_unchanged(nb, release))
     result.unchanged_solutions = bool(unchanged) and all(unchanged)
     return result
@@ -399,6 +423,10 @@ def classify(
                 "tampered",
                 f"{', '.join(submitted.tampered)} (nbgrader graded the released version)",
             )
+        )
+    if submitted.parameters:
+        found.append(
+            Finding("parameters", _short("; ".join(submitted.parameters) + " (graded with these)"))
         )
     cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
     cheats += submitted.patches

@@ -28,6 +28,9 @@ def release():
     return new_notebook(
         cells=[
             new_code_cell("from grader import checks\nimport torch"),
+            new_code_cell(
+                "SIZES = [1, 17, 1025]\nRUN_BENCHMARKS = True", metadata={"tags": ["parameters"]}
+            ),
             solution_cell("def f(x):\n    raise NotImplementedError()", "f-code"),
             graded_cell("checks.check(f, ref, inputs)", "test-f"),
             graded_cell("perf.grade_speedup(f, ref, at_least=2, points=1)", "speed-f"),
@@ -37,7 +40,7 @@ def release():
 
 def answered(release, answer="def f(x):\n    return x"):
     nb = copy.deepcopy(release)
-    nb.cells[1].source = answer
+    nb.cells[2].source = answer
     return nb
 
 
@@ -65,19 +68,19 @@ def test_files_that_are_not_notebooks_are_named(tmp_path, content, why):
 def test_a_notebook_reads(tmp_path, release):
     nbformat.write(release, tmp_path / "setup.ipynb")
     nb, problem = findings.read_notebook(tmp_path / "setup.ipynb")
-    assert problem is None and len(nb.cells) == 4
+    assert problem is None and len(nb.cells) == 5
 
 
 def test_tampering_is_found_by_checksum(release):
     assert findings.tampered_cells(answered(release), release) == []
     edited = answered(release)
-    edited.cells[2].source = "pass"
+    edited.cells[3].source = "pass"
     assert findings.tampered_cells(edited, release) == ["test-f edited"]
     more_points = answered(release)
-    more_points.cells[3].metadata.nbgrader["points"] = 100
+    more_points.cells[4].metadata.nbgrader["points"] = 100
     assert findings.tampered_cells(more_points, release) == ["speed-f edited"]
     deleted = answered(release)
-    del deleted.cells[2]
+    del deleted.cells[3]
     assert findings.tampered_cells(deleted, release) == ["test-f deleted"]
 
 
@@ -106,6 +109,19 @@ def test_ordinary_code_is_not_flagged(release):
     released_code_only.cells[0].source += "\ntorch.backends.cuda.matmul.allow_tf32 = False"
     assert findings.grader_patches(released_code_only, released_code_only) == []
     assert findings.grader_patches(answered(release, "%timeit f(1)\n!ls"), release) == []
+
+
+def test_changed_parameters_are_named(release):
+    assert findings.changed_parameters(answered(release), release) == []
+    smaller = answered(release)
+    smaller.cells[1].source = "SIZES = [1]\nRUN_BENCHMARKS = True"
+    assert findings.changed_parameters(smaller, release) == ["SIZES = [1]"]
+    fewer = answered(release)
+    fewer.cells[1].source = "SIZES = [1, 17, 1025]"
+    assert findings.changed_parameters(fewer, release) == ["lines removed"]
+    untagged = answered(release)
+    untagged.cells[1].metadata["tags"] = []
+    assert findings.changed_parameters(untagged, release) == ["the parameters cell was removed"]
 
 
 def test_unchanged_solutions(release):
@@ -164,9 +180,9 @@ def test_speed_off_the_gpu_is_said_so():
 
 def test_inspect_graded(release):
     nb = answered(release)
-    nb.cells[1] = with_outputs(nb.cells[1], error("CellTimeoutError", ""))
-    nb.cells[2] = with_outputs(nb.cells[2], error("IntegrityError", "called torch.softmax"))
-    nb.cells[3] = with_outputs(nb.cells[3], stdout("PASS 2.5x eager (needs 2x): 1 of 1"))
+    nb.cells[2] = with_outputs(nb.cells[2], error("CellTimeoutError", ""))
+    nb.cells[3] = with_outputs(nb.cells[3], error("IntegrityError", "called torch.softmax"))
+    nb.cells[4] = with_outputs(nb.cells[4], stdout("PASS 2.5x eager (needs 2x): 1 of 1"))
     graded = findings.inspect_graded(nb)
     assert [(e.cell, e.ename) for e in graded.errors] == [
         ("f-code", "CellTimeoutError"),
@@ -208,6 +224,7 @@ def test_a_clean_submission_needs_no_look():
         (OK, findings.Submitted(), [("test-f", "RuntimeError", "an illegal memory access")], 1,
          ["crashed"]),
         (OK, findings.Submitted(tampered=["test-f edited"]), [], 4, ["tampered"]),
+        (OK, findings.Submitted(parameters=["SIZES = [1]"]), [], 4, ["parameters"]),
         (OK, findings.Submitted(patches=["cell x replaces grader.checks.check"]), [], 4,
          ["cheating"]),
         (OK, findings.Submitted(), [("test-f", "IntegrityError", "called torch.mm")], 3,
