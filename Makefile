@@ -12,8 +12,11 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 WHEELHOUSE ?= build/wheelhouse
 WHEEL_PYTHON ?= 3.12
+ASSIGNMENT ?=
+SUBMISSIONS ?=
+AUTOGRADE_ARGS ?=
 
-.PHONY: help setup lab test test-gpu bench release check lint wheelhouse clean
+.PHONY: help setup lab test test-gpu bench release check lint wheelhouse clean autograde
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -23,6 +26,7 @@ help:
 	@echo "make test-gpu   GPU tests and solution notebooks at full size (needs a CUDA GPU)"
 	@echo "make bench      run the benchmarks in bench/ (needs a CUDA GPU), tables into results/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
+	@echo "make autograde  grade a batch: ASSIGNMENT=00_setup SUBMISSIONS=path (docs/instructors.md)"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
 setup: $(STAMP)
@@ -75,6 +79,14 @@ bench:
 	  PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) $$script \
 	    --out results/bench-$$name-$$(date +%Y-%m-%d).md || exit $$?; \
 	done
+
+# Grade every submission of one assignment with nbgrader on this machine's device, e.g.
+#   make autograde ASSIGNMENT=00_setup SUBMISSIONS=~/downloads/setup.zip AUTOGRADE_ARGS="--jobs 4"
+# Outputs go to build/grading/$(ASSIGNMENT)/ (`python -m grader autograde --help`). With PY set to
+# another Python (a GPU image's), it runs there as it is, like test-gpu.
+autograde: $(if $(filter $(VENV)/bin/python,$(PY)),setup)
+	$(if $(ASSIGNMENT),,$(error give ASSIGNMENT=NN_topic, e.g. make autograde ASSIGNMENT=00_setup SUBMISSIONS=path))
+	$(PY) -m grader autograde $(ASSIGNMENT) $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(AUTOGRADE_ARGS)
 
 wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \
