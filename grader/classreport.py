@@ -157,28 +157,24 @@ def speed_measurements(results: ClassResults) -> dict[str, list[Speed]]:
 
 
 def plot_speed(results: ClassResults, path: Path) -> Path | None:
-    """Each speed cell's measured ratio per student against its threshold; None when no speed
-    cell measured anything (off the GPU)."""
+    """Each student's speed in each speed cell, relative to the cell's threshold (1 passes);
+    None when no speed cell measured anything (off the GPU)."""
     measured = speed_measurements(results)
     if not measured:
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(
-        1, len(measured), figsize=(2.6 * len(measured) + 1, 3.6), squeeze=False
-    )
-    for ax, (cell, verdicts) in zip(axes[0], measured.items(), strict=True):
-        values = [v.measured for v in verdicts]
+    fig, ax = plt.subplots(figsize=(1.3 * len(measured) + 3, 4))
+    for i, verdicts in enumerate(measured.values()):
+        values = [v.relative for v in verdicts]
+        offsets = [0.3 * ((k * 0.618) % 1 - 0.5) for k in range(len(values))]  # spread, no overlap
         colors = ["C2" if v.passed else "C3" for v in verdicts]
-        jitter = [0.15 * ((i % 5) - 2) / 2 for i in range(len(values))]
-        ax.scatter(jitter, values, c=colors, s=22, zorder=3)
-        ax.axhline(verdicts[0].needed, color="gray", linestyle="--", label="threshold")
-        ax.set_xlim(-0.5, 0.5)
-        ax.set_xticks([])
-        ax.set_title(cell, fontsize=9)
-        ax.set_ylabel("% of copy bandwidth" if verdicts[0].unit == "%" else "speedup (x)")
-        ax.set_ylim(bottom=0)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{results.assignment}: speed on {results.device} (green: passed)")
+        ax.scatter([i + o for o in offsets], values, c=colors, s=20, zorder=3)
+    ax.axhline(1.0, color="gray", linestyle="--", label="threshold")
+    ax.set_xticks(range(len(measured)), list(measured), rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("measured / threshold")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{results.assignment}: speed on {results.device} (green: passed)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -220,17 +216,22 @@ def _speed_section(results: ClassResults, figure: str | None) -> list[str]:
             "so, and the scores above leave those points out of reach. Grade the submissions "
             "again on a GPU to grade speed."
         ]
-    lines = [f"![speed per speed cell]({figure})", ""] if figure else []
+    lines = [f"![speed relative to each threshold]({figure})", ""] if figure else []
     lines += [
-        "| speed cell | measured | median | threshold | passed |",
-        "|---|---:|---:|---:|---:|",
+        "| speed cell | measured | median | threshold | median / threshold | passed |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for cell, verdicts in measured.items():
-        unit = verdicts[0].unit
-        median = statistics.median(v.measured for v in verdicts)
+        relative = statistics.median(v.relative for v in verdicts)
         passed = sum(v.passed for v in verdicts)
+        first = verdicts[0]
+        if all(v.comparisons == 1 for v in verdicts):
+            median = f"{statistics.median(v.measured for v in verdicts):g}{first.unit}"
+            threshold = f"{first.needed:g}{first.unit}"
+        else:  # several comparisons per cell: only their ratios to the thresholds compare
+            median, threshold = "(several comparisons)", "each its own"
         lines.append(
-            f"| `{cell}` | {len(verdicts)} | {median:g}{unit} | {verdicts[0].needed:g}{unit} "
+            f"| `{cell}` | {len(verdicts)} | {median} | {threshold} | {relative:.2f} "
             f"| {passed} of {len(verdicts)} |"
         )
     return lines

@@ -55,8 +55,9 @@ class CellError:
 
 @dataclass(frozen=True)
 class Speed:
-    """A speed cell's verdict. `measured` and `needed` are as printed: a ratio ("x") or a
-    percentage of the copy bandwidth ("%"); None when the cell measured nothing."""
+    """A speed cell's verdict. `measured` and `needed` are as printed, a speedup ("x") or a
+    share of the copy bandwidth ("%"); for a cell that makes several comparisons, those of the
+    one furthest below (or least above) its threshold. None when the cell measured nothing."""
 
     grade_id: str
     graded_here: bool
@@ -64,6 +65,14 @@ class Speed:
     measured: float | None = None
     needed: float | None = None
     unit: str = ""
+    comparisons: int = 0
+
+    @property
+    def relative(self) -> float | None:
+        """measured / needed: 1 is the threshold, more is faster."""
+        if self.measured is None or not self.needed:
+            return None
+        return self.measured / self.needed
 
 
 @dataclass
@@ -318,29 +327,27 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
 
 # -- autograded notebooks ----------------------------------------------------------------------
 
-_VERDICT = re.compile(
-    r"(?P<verdict>PASS|NOT YET) (?P<measured>\d+(?:\.\d+)?)(?P<unit>x|%)"
-    r"[^\n]*\(needs (?P<needed>\d+(?:\.\d+)?)(?:x|%)\)"
+# "PASS 1.53x eager (needs 1.2x)", "NOT YET 71% of copy bandwidth (needs 80%)" (grader.perf,
+# grader.integrity), and one line per comparison, "...: 0.85x (needs 0.8x) ok", where a cell
+# makes several (07's); the cell's verdict is the last line starting PASS or NOT YET.
+_RATIO = re.compile(
+    r"(?P<measured>\d+(?:\.\d+)?)(?P<unit>x|%)[^\n(]*\(needs (?P<needed>\d+(?:\.\d+)?)(?:x|%)\)"
 )
+_VERDICT = re.compile(r"^(PASS|NOT YET)\b", re.MULTILINE)
 NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
 
 
 def speed_of(grade_id: str, text: str) -> Speed:
-    """A speed cell's verdict from its printed output (grader.perf and grader.integrity)."""
+    """A speed cell's verdict from its printed output."""
     if NOT_GRADED_HERE in text:
         return Speed(grade_id, graded_here=False)
-    verdicts = list(_VERDICT.finditer(text))
-    match = verdicts[-1] if verdicts else None  # the last verdict printed is the cell's
-    if match is None:  # nothing measured (the isolated measurement failed, or the cell did)
-        return Speed(grade_id, graded_here=True)
-    return Speed(
-        grade_id,
-        graded_here=True,
-        passed=match["verdict"] == "PASS",
-        measured=float(match["measured"]),
-        needed=float(match["needed"]),
-        unit=match["unit"],
-    )
+    verdicts = _VERDICT.findall(text)
+    passed = bool(verdicts) and verdicts[-1] == "PASS"
+    ratios = [(float(m["measured"]), float(m["needed"]), m["unit"]) for m in _RATIO.finditer(text)]
+    if not ratios:  # nothing measured (the isolated measurement failed, or the cell did)
+        return Speed(grade_id, graded_here=True, passed=passed)
+    measured, needed, unit = min(ratios, key=lambda r: r[0] / r[1] if r[1] else float("inf"))
+    return Speed(grade_id, True, passed, measured, needed, unit, len(ratios))
 
 
 def inspect_graded(nb) -> Graded:

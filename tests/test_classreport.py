@@ -14,7 +14,7 @@ POINTS = {"test-relu-visible": 1.0, "test-relu-hidden": 2.0, "speed-relu": 1.0}
 def row(student, visible, hidden, speed, *found, late=0.0, penalty=0.0, measured=None):
     verdicts = []
     if measured is not None:
-        verdicts = [Speed("speed-relu", True, measured >= 80, measured, 80.0, "%")]
+        verdicts = [Speed("speed-relu", True, measured >= 80, measured, 80.0, "%", 1)]
     return classreport.StudentRow(
         student,
         {"test-relu-visible": visible, "test-relu-hidden": hidden, "speed-relu": speed},
@@ -97,8 +97,16 @@ def test_report_on_a_gpu_plots_the_speed(tmp_path, gpu_class):
     assert written["speed"].read_bytes().startswith(b"\x89PNG")
     text = written["markdown"].read_text()
     assert "not graded on this device" not in text
-    assert "| `speed-relu` | 3 | 88% | 80% | 2 of 3 |" in text
+    assert "| `speed-relu` | 3 | 88% | 80% | 1.10 | 2 of 3 |" in text
     assert "None: every submission was graded without trouble." in text
+
+
+def test_cells_with_several_comparisons_compare_by_ratio(gpu_class):
+    worst = [(0.9, True), (0.6, False), (1.2, True)]  # the comparison closest to failing
+    for s, (measured, passed) in zip(gpu_class.students, worst, strict=True):
+        s.speed = [Speed("speed-relu", True, passed, measured, 0.8, "x", 4)]
+    text = classreport.render_markdown(gpu_class, {})
+    assert "| `speed-relu` | 3 | (several comparisons) | each its own | 1.12 | 2 of 3 |" in text
 
 
 def test_no_measurement_on_a_gpu_is_not_called_a_cpu(gpu_class):

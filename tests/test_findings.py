@@ -161,16 +161,26 @@ def error(ename, evalue):
 @pytest.mark.parametrize(
     "printed, want",
     [
-        ("PASS 1.53x eager (needs 1.2x): 1 of 1 points", (True, 1.53, 1.2, "x")),
-        ("NOT YET 71% of copy bandwidth (needs 80%): 0 of 1 points", (False, 71, 80, "%")),
-        ("yours: 10 us\nPASS 2.00x naive (needs 3x): 1 points", (True, 2.0, 3.0, "x")),
-        ("NOT YET: the isolated process died (exit 1). 0 of 1 points", (False, None, None, "")),
+        ("speedup 1.53x\nPASS 1.53x eager (needs 1.2x): 1 of 1 points", (True, 1.53, 1.2, "x", 1)),
+        ("NOT YET 71% of copy bandwidth (needs 80%): 0 of 1 points", (False, 71, 80, "%", 1)),
+        (
+            "yours: 10 us, speedup 3.10x\nPASS 3.10x naive (needs 3x): 1 points",
+            (True, 3.1, 3, "x", 1),
+        ),
+        ("NOT YET: the isolated process died (exit 1). 0 of 1 points", (False, None, None, "", 0)),
+        (  # several comparisons in one cell (07): the one closest to failing stands for it
+            "D=64, non-causal vs SDPA flash   :   0.95x (needs 0.8x) ok\n"
+            "D=64, non-causal vs naive eager  :   5.20x (needs 5x) ok\n"
+            "D=128, causal vs SDPA flash      :   0.70x (needs 0.8x) TOO SLOW\n"
+            "NOT YET: 1 comparison(s) short: D=128, causal vs SDPA flash: 0 of 3",
+            (False, 0.7, 0.8, "x", 3),
+        ),
     ],
 )
 def test_speed_verdicts_are_read(printed, want):
     speed = findings.speed_of("speed-f", printed)
     assert speed.graded_here
-    assert (speed.passed, speed.measured, speed.needed, speed.unit) == want
+    assert (speed.passed, speed.measured, speed.needed, speed.unit, speed.comparisons) == want
 
 
 def test_speed_off_the_gpu_is_said_so():
@@ -188,7 +198,8 @@ def test_inspect_graded(release):
         ("f-code", "CellTimeoutError"),
         ("test-f", "IntegrityError"),
     ]
-    assert graded.speed == [findings.Speed("speed-f", True, True, 2.5, 2.0, "x")]
+    assert graded.speed == [findings.Speed("speed-f", True, True, 2.5, 2.0, "x", 1)]
+    assert graded.speed[0].relative == 1.25
 
 
 # -- the verdict -------------------------------------------------------------------------------
