@@ -309,7 +309,11 @@ def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
         futures = {pool.submit(grade_one, batch, s, given): s for s in todo}
         for future in as_completed(futures):
             student = futures[future]
-            runs[student] = run = future.result()
+            try:
+                run = future.result()
+            except Exception as exc:  # the grader's own trouble (a disk, the database): go on
+                run = _save(batch, student, findings.Run("failed", detail=f"not graded: {exc}"))
+            runs[student] = run
             if run.status != "ok":
                 bar.write(f"{student}: {run.status}: {run.detail or run.limit}")
             bar.update()
