@@ -21,8 +21,12 @@ CELL_TIMEOUT ?= 300
 RUN_TIMEOUT ?= 540
 GPU_TESTS ?= gpu or not (slow or tooling)
 
+ASSIGNMENT ?=
+SUBMISSIONS ?=
+AUTOGRADE_ARGS ?=
+
 .PHONY: help setup lab test test-gpu test-gpu-notebooks test-gpu-tests bench release check lint \
-	wheelhouse clean
+	wheelhouse clean autograde
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -33,6 +37,7 @@ help:
 	@echo "make bench      the benchmark suite (needs a CUDA GPU): report and plots in build/report/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
 	@echo "                (WHEELHOUSE_EXTRAS=1 adds matplotlib and tqdm)"
+	@echo "make autograde  grade a batch: ASSIGNMENT=00_setup SUBMISSIONS=path (docs/instructors.md)"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
 setup: $(STAMP)
@@ -95,6 +100,14 @@ test-gpu-tests:
 bench:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/report.py --out build/report \
 	  $(BENCH_ARGS)
+
+# Grade every submission of one assignment with nbgrader on this machine's device, e.g.
+#   make autograde ASSIGNMENT=00_setup SUBMISSIONS=~/downloads/setup.zip AUTOGRADE_ARGS="--jobs 4"
+# Outputs go to build/grading/$(ASSIGNMENT)/ (`python -m grader autograde --help`). With PY set to
+# another Python (a GPU image's), it runs there as it is, like test-gpu.
+autograde: $(if $(filter $(VENV)/bin/python,$(PY)),setup)
+	$(if $(ASSIGNMENT),,$(error give ASSIGNMENT=NN_topic, e.g. make autograde ASSIGNMENT=00_setup SUBMISSIONS=path))
+	$(PY) -m grader autograde $(ASSIGNMENT) $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(AUTOGRADE_ARGS)
 
 wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \

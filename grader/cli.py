@@ -1,12 +1,14 @@
-"""`python -m grader ...`: doctor, build, lab, run (execute notebooks with papermill)."""
+"""`python -m grader ...`: doctor, build, lab, run (execute notebooks with papermill), autograde
+(grade a batch of submissions with nbgrader)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
-from grader import __version__
+from grader import __version__, nbgrader_policy
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -86,6 +88,73 @@ def _lab(args: argparse.Namespace) -> int:
     # nbgrader's Validate button reads the course's config, as the grader's own runs do
     command = lab_command(args.extra, args.instructor)
     return subprocess.call(command, env=build.nbgrader_env())
+
+
+def _autograde(args: argparse.Namespace) -> int:
+    from grader import autograde, device, sandbox
+
+    try:
+        autograde.require_nbgrader()
+        dev = device.setup(args.mode)
+    except (autograde.AutogradeError, device.ModeError) as problem:
+        print(f"autograde: {problem}", file=sys.stderr)
+        return 2
+    jobs = args.jobs or (1 if dev.is_gpu else os.cpu_count() or 1)
+    if dev.is_gpu and jobs > 1:
+        print(
+            f"warning: {jobs} submissions at once on one GPU: their speed cells time kernels "
+            "side by side, and the ratios they measure suffer",
+            file=sys.stderr,
+        )
+    batch = autograde.Batch(
+        args.assignment,
+        dev.mode,
+        root=args.root,
+        db_url=args.db,
+        out=args.out,
+        jobs=jobs,
+        cell_timeout=args.cell_timeout or nbgrader_policy.CELL_TIMEOUT,
+        speed_cell_timeout=args.speed_cell_timeout or nbgrader_policy.SPEED_CELL_TIMEOUT,
+        timeout=args.timeout,
+        memory_limit=int(args.memory_limit * sandbox.GIB)
+        if args.memory_limit
+        else sandbox.default_memory_limit(jobs),
+        force=args.force,
+    )
+    print(
+        f"grading {args.assignment} on {dev.describe()}, {jobs} at a time; outputs in {batch.out}"
+    )
+    try:
+        written = autograde.autograde(
+            batch,
+            submissions=args.submissions,
+            regexp=args.regexp,
+            duedate=args.duedate,
+            device=dev.describe(),
+            grades_speed=dev.grades_speed,
+        )
+    except autograde.AutogradeError as problem:
+        print(f"autograde: {problem}", file=sys.stderr)
+        return 2
+    for what, path in written.items():
+        print(f"{what:9s} {path}")
+    print(f"feedback  {batch.out / 'feedback'}/<student>/")
+    return 0
+
+
+AUTOGRADE_OUTPUTS = """\
+outputs, in --out (default: <root>/grading/<assignment>/, so build/grading/00_setup/):
+  grades.csv        one row per student: id, score, max, a column per graded cell, late
+                    penalty, the reasons for a human look
+  report.md, .html  the class report: score distribution, pass rate per graded cell, speed
+                    per speed cell, the submissions that need a human look and why
+  *.png             its figures
+  feedback/<student>/<notebook>.html   nbgrader's feedback (hidden tests stay hidden)
+  logs/<student>.log, runs/<student>.json   each student's nbgrader run and its outcome
+Scores go to nbgrader's gradebook (<root>/gradebook.db, or --db). Grading is resumable: an
+unchanged submission that was graded before is not graded again (--force regrades all).
+See docs/instructors.md.
+"""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -168,6 +237,73 @@ def parser() -> argparse.ArgumentParser:
         help="where the run's summary goes as JSON ('' for nowhere)",
     )
     r.set_defaults(func=_run)
+
+    a = sub.add_parser(
+        "autograde",
+        help="grade a batch of submissions with nbgrader: feedback, CSV, class report",
+        description="Grade every submission of ASSIGNMENT with nbgrader on this machine's device "
+        "(compiled on a GPU, Triton's interpreter on a CPU), one sandboxed process per student.",
+        epilog=AUTOGRADE_OUTPUTS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument("assignment", help="the assignment, e.g. 00_setup")
+    a.add_argument(
+        "--submissions",
+        type=Path,
+        help="a folder <student>/<assignment>/<notebook>.ipynb (nbgrader's submitted/), or an "
+        "LMS download (a .zip, or a folder of its files) for `nbgrader zip_collect`; "
+        "default: what <root>/submitted/ already holds",
+    )
+    a.add_argument("--root", type=Path, default=Path("build"), help="course directory (build)")
+    a.add_argument("--db", help="gradebook, any SQLAlchemy URL (default: <root>/gradebook.db)")
+    a.add_argument("--out", type=Path, help="output folder (default: <root>/grading/<assignment>)")
+    a.add_argument("--mode", choices=["auto", "gpu", "interpreter"], default=None)
+    a.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        help="students at once (default: 1 on a GPU, one per core on the CPU)",
+    )
+    a.add_argument(
+        "--cell-timeout",
+        type=int,
+        metavar="S",
+        help=f"seconds per cell (default {nbgrader_policy.CELL_TIMEOUT})",
+    )
+    a.add_argument(
+        "--speed-cell-timeout",
+        type=int,
+        metavar="S",
+        help="seconds per speed "
+        f"cell, at least the cell timeout (default {nbgrader_policy.SPEED_CELL_TIMEOUT})",
+    )
+    a.add_argument(
+        "--timeout",
+        type=int,
+        metavar="S",
+        default=nbgrader_policy.SUBMISSION_TIMEOUT,
+        help=f"seconds per whole submission (default {nbgrader_policy.SUBMISSION_TIMEOUT})",
+    )
+    a.add_argument(
+        "--memory-limit",
+        type=float,
+        metavar="GIB",
+        help="memory per submission, "
+        "all its processes together (default: 3/4 of the machine's, shared by --jobs, "
+        "at most 16)",
+    )
+    a.add_argument(
+        "--duedate",
+        help="record the due date first, e.g. '2026-03-01 17:00:00 UTC'; "
+        "later submissions are listed as late (no penalty unless configured)",
+    )
+    a.add_argument(
+        "--regexp",
+        help="zip_collect's file-name pattern, when the LMS's names do not "
+        "match grader/nbgrader_config.py's (named groups student_id and file_id)",
+    )
+    a.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
+    a.set_defaults(func=_autograde)
     return p
 
 

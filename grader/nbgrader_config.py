@@ -1,13 +1,17 @@
 """nbgrader's configuration for this course; found through JUPYTER_CONFIG_PATH=grader."""
 
 import os
+import sys
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # the grader package, also where it is not installed (a GPU image)
+    sys.path.insert(0, ROOT)
+from grader import nbgrader_policy  # noqa: E402
+
 # The course directory defaults to build/ beside this package; commands may pass another root.
-c.CourseDirectory.root = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build"
-)
+c.CourseDirectory.root = os.path.join(ROOT, "build")
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"
@@ -18,8 +22,35 @@ c.CourseDirectory.feedback_directory = "feedback"
 # including inside @triton.jit kernels, and turns it into one sentence.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
-# Interpreter mode runs kernels as Python on the CPU: give cells time. A cell that still runs out
-# of time is interrupted and costs its own points, not the notebook's.
-c.Execute.timeout = 600
+# Interpreter mode runs kernels as Python on the CPU, and on a GPU a cell may compile and autotune:
+# give cells time. nbclient asks timeout_func for each cell's limit (speed cells get longer; see
+# grader/nbgrader_policy.py; COURSE_CELL_TIMEOUT and COURSE_SPEED_CELL_TIMEOUT set them). A cell
+# that runs out of time is interrupted and costs its own points, not the notebook's.
+c.Execute.timeout = nbgrader_policy.CELL_TIMEOUT
+c.Execute.timeout_func = nbgrader_policy.cell_timeout
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "python3"
+
+# A test cell with any stderr output scores 0; library warnings are not the student's failure.
+c.IgnorePattern.enabled = True  # off by default in nbgrader 0.9.6
+c.IgnorePattern.pattern = nbgrader_policy.STDERR_NOISE
+
+# A graded cell deleted from a submission is put back (from the gradebook) and graded.
+c.OverwriteCells.add_missing_cells = True
+
+# Feedback shows the autograded notebook; keep the hidden tests hidden there too, as in course/.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "nbgrader.preprocessors.ClearHiddenTests",
+]
+
+# LMS downloads (`nbgrader zip_collect`): Canvas names files
+# <login>[_late]_<user id>_<submission id>_<file name>; change this for another LMS.
+c.FileNameCollectorPlugin.named_regexp = (
+    r".*/(?P<student_id>[^/_]+)_(?:late_)?\d+_\d+_(?P<file_id>[^/]+)$"
+)
+
+# Late submissions: nbgrader records how late each one is; the penalty is the instructor's call
+# (LateSubmissionPlugin.penalty_method: "none", the default, or "zero", or a plugin of your own).
+c.LateSubmissionPlugin.penalty_method = "none"

@@ -1,0 +1,334 @@
+"""The class report for one graded assignment: grades as CSV for an LMS (one row per student, a
+column per graded cell), and a report in Markdown (and HTML) with plots of the score distribution,
+the pass rate of each graded cell, and the speed measured by the speed cells; then the list of
+submissions that need a human look, and why."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.findings import KINDS, Finding, Speed
+
+FIGURES = {
+    "scores": "scores.png",
+    "cells": "pass_rate.png",
+    "speed": "speed.png",
+}
+
+
+@dataclass
+class StudentRow:
+    """One student's result: scores per graded cell (None where nothing was recorded), what
+    the speed cells measured, and every reason for a human look."""
+
+    student: str
+    scores: dict[str, float | None]
+    findings: list[Finding] = field(default_factory=list)
+    speed: list[Speed] = field(default_factory=list)
+    seconds_late: float = 0.0
+    penalty: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return max(0.0, sum(s or 0.0 for s in self.scores.values()) - self.penalty)
+
+
+@dataclass
+class ClassResults:
+    """Everything the report shows. `max_scores` lists the graded cells in notebook order."""
+
+    assignment: str
+    device: str
+    grades_speed: bool
+    max_scores: dict[str, float]
+    students: list[StudentRow]
+
+    @property
+    def max_total(self) -> float:
+        return sum(self.max_scores.values())
+
+    def needs_look(self) -> list[StudentRow]:
+        return [s for s in self.students if s.findings]
+
+
+def _number(x: float) -> str:
+    return f"{x:g}"
+
+
+def write_csv(results: ClassResults, path: Path) -> Path:
+    """One row per student: id, score (after any late penalty), max, a column per graded cell,
+    the late penalty, and the reasons for a human look (empty when none)."""
+    cells = list(results.max_scores)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", "score", "max_score", *cells, "late_penalty", "needs_review"])
+        for s in sorted(results.students, key=lambda s: s.student):
+            per_cell = [_number(s.scores[c]) if s.scores.get(c) is not None else "" for c in cells]
+            review = "; ".join(str(f) for f in s.findings)
+            w.writerow(
+                [s.student, _number(s.total), _number(results.max_total), *per_cell]
+                + [_number(s.penalty), review]
+            )
+    return path
+
+
+# -- plots -----------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, on machines without a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_scores(results: ClassResults, path: Path) -> Path:
+    plt = _pyplot()
+    totals = [s.total for s in results.students]
+    top = results.max_total or 1.0
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    bins = [top * i / 10 for i in range(11)]
+    ax.hist(totals, bins=bins, color="C0", edgecolor="white")
+    if totals:
+        mean = statistics.fmean(totals)
+        ax.axvline(mean, color="C3", linestyle="--", label=f"mean {mean:.2f}")
+        ax.legend()
+    ax.set_xlim(0, top)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel(f"score (of {_number(top)})")
+    ax.set_ylabel("students")
+    ax.set_title(f"{results.assignment}: scores of {len(totals)} submissions")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def pass_rates(results: ClassResults) -> dict[str, float]:
+    """{grade_id: fraction of students with every point of that cell}."""
+    n = len(results.students) or 1
+    return {
+        cell: sum(1 for s in results.students if (s.scores.get(cell) or 0.0) >= top) / n
+        for cell, top in results.max_scores.items()
+    }
+
+
+def plot_pass_rates(results: ClassResults, path: Path) -> Path:
+    plt = _pyplot()
+    rates = pass_rates(results)
+    cells = list(rates)
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(cells) + 1.2))
+    for i, cell in enumerate(cells):
+        ungraded = cell.startswith("speed-") and not results.grades_speed
+        ax.barh(
+            i,
+            rates[cell],
+            color="lightgray" if ungraded else "C2",
+            hatch="//" if ungraded else None,
+            edgecolor="gray" if ungraded else None,
+        )
+        label = "not graded on this device" if ungraded else f"{rates[cell]:.0%}"
+        ax.text(rates[cell] + 0.01, i, label, va="center", fontsize=8)
+    ax.set_yticks(range(len(cells)), cells)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.2)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0%", "25%", "50%", "75%", "100%"])
+    ax.set_xlabel("students with full points")
+    ax.set_title(f"{results.assignment}: pass rate per graded cell")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def speed_measurements(results: ClassResults) -> dict[str, list[Speed]]:
+    """{speed cell: the verdicts that measured something}, cells in notebook order."""
+    found: dict[str, list[Speed]] = {c: [] for c in results.max_scores if c.startswith("speed-")}
+    for s in results.students:
+        for v in s.speed:
+            if v.graded_here and v.measured is not None:
+                found.setdefault(v.grade_id, []).append(v)
+    return {c: v for c, v in found.items() if v}
+
+
+def plot_speed(results: ClassResults, path: Path) -> Path | None:
+    """Each student's speed in each speed cell, relative to the cell's threshold (1 passes);
+    None when no speed cell measured anything (off the GPU)."""
+    measured = speed_measurements(results)
+    if not measured:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.3 * len(measured) + 3, 4))
+    for i, verdicts in enumerate(measured.values()):
+        values = [v.relative for v in verdicts]
+        offsets = [0.3 * ((k * 0.618) % 1 - 0.5) for k in range(len(values))]  # spread, no overlap
+        colors = ["C2" if v.passed else "C3" for v in verdicts]
+        ax.scatter([i + o for o in offsets], values, c=colors, s=20, zorder=3)
+    ax.axhline(1.0, color="gray", linestyle="--", label="threshold")
+    ax.set_xticks(range(len(measured)), list(measured), rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("measured / threshold")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{results.assignment}: speed on {results.device} (green: passed)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def _cell_table(results: ClassResults) -> list[str]:
+    rates = pass_rates(results)
+    lines = ["| graded cell | points | full points | mean score |", "|---|---:|---:|---:|"]
+    for cell, top in results.max_scores.items():
+        scores = [s.scores.get(cell) or 0.0 for s in results.students]
+        mean = statistics.fmean(scores) if scores else 0.0
+        note = (
+            " (not graded on this device)"
+            if cell.startswith("speed-") and not (results.grades_speed)
+            else ""
+        )
+        lines.append(f"| `{cell}`{note} | {_number(top)} | {rates[cell]:.0%} | {mean:.2f} |")
+    return lines
+
+
+def _speed_section(results: ClassResults, figure: str | None) -> list[str]:
+    speed_cells = [c for c in results.max_scores if c.startswith("speed-")]
+    if not speed_cells:
+        return ["This assignment has no speed cells."]
+    measured = speed_measurements(results)
+    if not measured:
+        why = (
+            "the grading device is not a GPU of the supported class (NVIDIA, sm_80 or newer)"
+            if not results.grades_speed
+            else "no speed cell printed a measurement (see the feedback of each student)"
+        )
+        return [
+            f"**Speed was not graded on this device** ({results.device}): {why}. Every speed "
+            f"cell ({', '.join(f'`{c}`' for c in speed_cells)}) scored 0 with a message saying "
+            "so, and the scores above leave those points out of reach. Grade the submissions "
+            "again on a GPU to grade speed."
+        ]
+    lines = [f"![speed relative to each threshold]({figure})", ""] if figure else []
+    lines += [
+        "| speed cell | measured | median | threshold | median / threshold | passed |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for cell, verdicts in measured.items():
+        relative = statistics.median(v.relative for v in verdicts)
+        passed = sum(v.passed for v in verdicts)
+        first = verdicts[0]
+        if all(v.comparisons == 1 for v in verdicts):
+            median = f"{statistics.median(v.measured for v in verdicts):g}{first.unit}"
+            threshold = f"{first.needed:g}{first.unit}"
+        else:  # several comparisons per cell: only their ratios to the thresholds compare
+            median, threshold = "(several comparisons)", "each its own"
+        lines.append(
+            f"| `{cell}` | {len(verdicts)} | {median} | {threshold} | {relative:.2f} "
+            f"| {passed} of {len(verdicts)} |"
+        )
+    return lines
+
+
+def _review_section(results: ClassResults) -> list[str]:
+    flagged = results.needs_look()
+    if not flagged:
+        return ["None: every submission was graded without trouble."]
+    counts = {k: sum(1 for s in flagged if any(f.kind == k for f in s.findings)) for k in KINDS}
+    lines = [
+        "Scores of these submissions are in the gradebook and the CSV as nbgrader gave them; "
+        "look at each before releasing grades.",
+        "",
+        ", ".join(f"{label}: {counts[k]}" for k, label in KINDS.items() if counts[k]),
+        "",
+        "| student | score | why |",
+        "|---|---:|---|",
+    ]
+    for s in sorted(flagged, key=lambda s: s.student):
+        why = "<br>".join(str(f).replace("|", "\\|") for f in s.findings)
+        lines.append(f"| {s.student} | {_number(s.total)} | {why} |")
+    return lines
+
+
+def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> str:
+    """The report as Markdown; `figures` maps "scores", "cells" and "speed" to image paths
+    relative to the report (None where there is no figure)."""
+    totals = [s.total for s in results.students]
+    top = results.max_total
+    full = sum(1 for t in totals if t >= top > 0)
+    lines = [
+        f"# {results.assignment}: class report",
+        "",
+        f"Graded on {results.device}. {len(totals)} submissions, "
+        f"{len(results.needs_look())} of them need a human look.",
+        "",
+        "| | |",
+        "|---|---:|",
+        f"| submissions | {len(totals)} |",
+        f"| points available | {_number(top)} |",
+    ]
+    if totals:
+        lines += [
+            f"| mean score | {statistics.fmean(totals):.2f} |",
+            f"| median score | {statistics.median(totals):g} |",
+            f"| full marks | {full} |",
+        ]
+    lines += ["", "## Scores", ""]
+    if figures.get("scores"):
+        lines += [f"![score distribution]({figures['scores']})", ""]
+    lines += ["## Graded cells", ""]
+    if figures.get("cells"):
+        lines += [f"![pass rate per graded cell]({figures['cells']})", ""]
+    lines += _cell_table(results)
+    lines += ["", "## Speed", ""] + _speed_section(results, figures.get("speed"))
+    lines += ["", "## Needs a human look", ""] + _review_section(results)
+    return "\n".join(lines) + "\n"
+
+
+def render_html(markdown: str, title: str) -> str | None:
+    """The Markdown report as a standalone HTML page (mistune comes with nbconvert); None
+    when mistune is not installed."""
+    try:
+        import mistune
+    except ImportError:
+        return None
+    body = mistune.create_markdown(plugins=["table"], escape=False)(markdown)
+    style = (
+        "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em}"
+        "img{max-width:100%}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{style}</style></head>\n<body>\n{body}</body></html>\n"
+    )
+
+
+def write(results: ClassResults, out: Path) -> dict[str, Path]:
+    """grades.csv, report.md, report.html and the figures, into `out`; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"csv": write_csv(results, out / "grades.csv")}
+    figures: dict[str, str | None] = {}
+    if results.students:
+        written["scores"] = plot_scores(results, out / FIGURES["scores"])
+        written["cells"] = plot_pass_rates(results, out / FIGURES["cells"])
+        figures = {"scores": FIGURES["scores"], "cells": FIGURES["cells"]}
+        speed = plot_speed(results, out / FIGURES["speed"])
+        if speed is not None:
+            written["speed"] = speed
+            figures["speed"] = FIGURES["speed"]
+    markdown = render_markdown(results, figures)
+    (out / "report.md").write_text(markdown, encoding="utf-8")
+    written["markdown"] = out / "report.md"
+    html = render_html(markdown, f"{results.assignment}: class report")
+    if html is not None:
+        (out / "report.html").write_text(html, encoding="utf-8")
+        written["html"] = out / "report.html"
+    return written

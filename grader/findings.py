@@ -1,0 +1,464 @@
+"""What a human should look at in one student's submission, and why, read from its files: the
+submitted notebooks (readable at all? graded cells edited or deleted? the grader's modules
+replaced?), the autograded notebooks (cells that timed out, ran out of memory, or tripped the
+grader's integrity checks; speed measured by the speed cells), how the grading run ended, and the
+scores nbgrader recorded."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Every reason a submission needs a human look, in the order the report lists them.
+KINDS = {
+    "not-a-notebook": "not a notebook",
+    "missing-notebook": "missing notebook",
+    "crashed": "crashed",
+    "timed-out": "timed out",
+    "out-of-memory": "out of memory",
+    "cell-timeout": "a cell timed out",
+    "tampered": "graded cells tampered with",
+    "parameters": "parameters changed",
+    "cheating": "cheating flagged",
+    "zero-score": "zero score",
+    "late": "late",
+}
+WATCHED_MODULES = ("grader", "torch", "triton")  # replacing their functions can fake a result
+OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
+OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
+GPU_FAULT_TEXT = ("illegal memory access", "misaligned address", "unspecified launch failure")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason for a human look: `kind` is a key of KINDS, `detail` says what was seen."""
+
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{KINDS[self.kind]}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class CellError:
+    cell: str  # grade_id, else the cell's id
+    ename: str
+    evalue: str
+
+    def __str__(self) -> str:
+        return f"cell {self.cell}: {self.ename}: {self.evalue}".rstrip(": ")
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A speed cell's verdict. `measured` and `needed` are as printed, a speedup ("x") or a
+    share of the copy bandwidth ("%"); for a cell that makes several comparisons, those of the
+    one furthest below (or least above) its threshold. None when the cell measured nothing."""
+
+    grade_id: str
+    graded_here: bool
+    passed: bool = False
+    measured: float | None = None
+    needed: float | None = None
+    unit: str = ""
+    comparisons: int = 0
+
+    @property
+    def relative(self) -> float | None:
+        """measured / needed: 1 is the threshold, more is faster."""
+        if self.measured is None or not self.needed:
+            return None
+        return self.measured / self.needed
+
+
+@dataclass
+class Submitted:
+    """What the student handed in, compared with the released notebooks."""
+
+    unreadable: dict[str, str] = field(default_factory=dict)  # notebook -> why
+    missing: list[str] = field(default_factory=list)
+    other_files: list[str] = field(default_factory=list)
+    tampered: list[str] = field(default_factory=list)
+    patches: list[str] = field(default_factory=list)
+    parameters: list[str] = field(default_factory=list)  # lines of the parameters cell changed
+    unchanged_solutions: bool = False
+
+
+@dataclass
+class Graded:
+    """What the autograded notebooks show."""
+
+    errors: list[CellError] = field(default_factory=list)
+    speed: list[Speed] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Run:
+    """How the grading run for one student ended: "ok", "failed", "timeout", "memory", or
+    "not-graded" (no readable notebook to run)."""
+
+    status: str
+    seconds: float = 0.0
+    detail: str = ""
+    limit: str = ""
+
+
+# -- reading files ---------------------------------------------------------------------------
+
+
+def read_notebook(path: Path):
+    """(notebook, None), or (None, why it is not a notebook)."""
+    import nbformat
+
+    data = path.read_bytes()
+    if data.startswith(b"%PDF"):
+        return None, "a PDF file with an .ipynb name"
+    if data.startswith(b"PK\x03\x04"):
+        return None, "a zip archive with an .ipynb name"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "a binary file, not text"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    if not isinstance(raw, dict) or "cells" not in raw:
+        return None, "JSON, but not a Jupyter notebook (no cells)"
+    try:
+        return nbformat.reads(text, as_version=4), None
+    except Exception as exc:  # nbformat's own reasons, whichever they are
+        return None, f"not a readable Jupyter notebook ({exc})"
+
+
+def cell_label(cell, index: int) -> str:
+    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    return grade_id or cell.get("id") or f"#{index}"
+
+
+def _locked(nb) -> dict:
+    from nbgrader import utils
+
+    return {
+        c.metadata.nbgrader["grade_id"]: c
+        for c in nb.cells
+        if "grade_id" in c.get("metadata", {}).get("nbgrader", {}) and utils.is_locked(c)
+    }
+
+
+def tampered_cells(submitted, released) -> list[str]:
+    """The locked cells (tests and read-only cells) of `released` that `submitted` changed or
+    lost, compared with nbgrader's checksums (source, type, flags and points)."""
+    from nbgrader import utils
+
+    mine = {
+        c.metadata.nbgrader["grade_id"]: c
+        for c in submitted.cells
+        if "grade_id" in c.get("metadata", {}).get("nbgrader", {})
+    }
+    found = []
+    for grade_id, cell in _locked(released).items():
+        if grade_id not in mine:
+            found.append(f"{grade_id} deleted")
+        elif utils.compute_checksum(mine[grade_id]) != utils.compute_checksum(cell):
+            found.append(f"{grade_id} edited")
+    return found
+
+
+def _code(source: str) -> str:
+    """Cell source as Python: IPython magics and shell escapes commented out."""
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
+    )
+
+
+def _dotted(node) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def module_aliases(sources: list[str]) -> dict[str, str]:
+    """{local name: module} for the watched modules imported anywhere in `sources`."""
+    aliases = {}
+    for source in sources:
+        try:
+            tree = ast.parse(_code(source))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in WATCHED_MODULES:
+                        local = a.asname or a.name.split(".")[0]
+                        aliases[local] = a.name if a.asname else local
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.split(".")[0] in WATCHED_MODULES:
+                    for a in node.names:
+                        aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+def replaced_names(source: str, aliases: dict[str, str]) -> list[str]:
+    """What `source` replaces in the watched modules: assignments to their attributes or to
+    the names they were imported under, setattr/delattr on them, and mock.patch of them."""
+    try:
+        tree = ast.parse(_code(source))
+    except SyntaxError:
+        return []
+
+    def watched(name: str | None) -> str | None:
+        if not name:
+            return None
+        root, _, rest = name.partition(".")
+        if root in aliases:
+            return aliases[root] + ("." + rest if rest else "")
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Delete) else [node.target]
+        for target in targets:
+            for t in target.elts if isinstance(target, ast.Tuple | ast.List) else [target]:
+                hit = watched(_dotted(t))
+                if hit:
+                    found.append(hit)
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func) or ""
+            args = node.args
+            if name.split(".")[-1] in ("setattr", "delattr", "object") and args:
+                hit = watched(_dotted(args[0]))
+                if hit and len(args) > 1 and isinstance(args[1], ast.Constant):
+                    found.append(f"{hit}.{args[1].value}")
+                elif hit:
+                    found.append(hit)
+            elif name.split(".")[-1] == "patch" and args and isinstance(args[0], ast.Constant):
+                target = str(args[0].value)
+                if target.split(".")[0] in WATCHED_MODULES:
+                    found.append(target)
+    return sorted(set(found))
+
+
+def grader_patches(submitted, released) -> list[str]:
+    """The student's own code (cells not found as released) that replaces functions or flags of
+    grader, torch or triton, e.g. "cell relu-kernel replaces grader.checks.check"."""
+    released_code = {c.source.strip() for c in released.cells if c.cell_type == "code"}
+    code = [c for c in submitted.cells if c.cell_type == "code"]
+    aliases = module_aliases([c.source for c in code])
+    found = []
+    for i, cell in enumerate(submitted.cells):
+        if cell.cell_type != "code" or cell.source.strip() in released_code:
+            continue
+        for name in replaced_names(cell.source, aliases):
+            found.append(f"cell {cell_label(cell, i)} replaces {name}")
+    return found
+
+
+def changed_parameters(submitted, released) -> list[str]:
+    """The lines of the cell tagged `parameters` that differ from the release: nbgrader grades
+    with what the notebook sets there, and hidden tests use those sizes."""
+
+    def lines(nb) -> list[str]:
+        for c in nb.cells:
+            if "parameters" in c.get("metadata", {}).get("tags", []):
+                return [line.strip() for line in c.source.splitlines() if line.strip()]
+        return []
+
+    given = lines(released)
+    if not given:
+        return []
+    mine = lines(submitted)
+    if not mine:
+        return ["the parameters cell was removed"]
+    return [line for line in mine if line not in given] or (
+        ["lines removed"] if mine != given else []
+    )
+
+
+def solutions_unchanged(submitted, released) -> bool:
+    """True when every solution cell is exactly as released: nothing was attempted."""
+    from nbgrader import utils
+
+    def solutions(nb):
+        return {
+            c.metadata.nbgrader["grade_id"]: c.source.strip()
+            for c in nb.cells
+            if utils.is_solution(c) and "grade_id" in c.metadata.nbgrader
+        }
+
+    given = solutions(released)
+    return bool(given) and all(solutions(submitted).get(k) == v for k, v in given.items())
+
+
+def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
+    """Compare a student's submission folder with the released notebooks {name: notebook}."""
+    result = Submitted()
+    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    expected = {f"{name}.ipynb" for name in released}
+    result.other_files = [p for p in present if p not in expected and p != "timestamp.txt"]
+    unchanged = []
+    for name, release in released.items():
+        path = folder / f"{name}.ipynb"
+        if not path.is_file():
+            result.missing.append(name)
+            continue
+        nb, why = read_notebook(path)
+        if nb is None:
+            result.unreadable[name] = why
+            continue
+        result.tampered += tampered_cells(nb, release)
+        result.patches += grader_patches(nb, release)
+        result.parameters += changed_parameters(nb, release)
+        unchanged.append(solutions_unchanged(nb, release))
+    result.unchanged_solutions = bool(unchanged) and all(unchanged)
+    return result
+
+
+# -- autograded notebooks ----------------------------------------------------------------------
+
+# "PASS 1.53x eager (needs 1.2x)", "NOT YET 71% of copy bandwidth (needs 80%)" (grader.perf,
+# grader.integrity), and one line per comparison, "...: 0.85x (needs 0.8x) ok", where a cell
+# makes several (07's); the cell's verdict is the last line starting PASS or NOT YET.
+_RATIO = re.compile(
+    r"(?P<measured>\d+(?:\.\d+)?)(?P<unit>x|%)[^\n(]*\(needs (?P<needed>\d+(?:\.\d+)?)(?:x|%)\)"
+)
+_VERDICT = re.compile(r"^(PASS|NOT YET)\b", re.MULTILINE)
+NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
+
+
+def speed_of(grade_id: str, text: str) -> Speed:
+    """A speed cell's verdict from its printed output."""
+    if NOT_GRADED_HERE in text:
+        return Speed(grade_id, graded_here=False)
+    verdicts = _VERDICT.findall(text)
+    passed = bool(verdicts) and verdicts[-1] == "PASS"
+    ratios = [(float(m["measured"]), float(m["needed"]), m["unit"]) for m in _RATIO.finditer(text)]
+    if not ratios:  # nothing measured (the isolated measurement failed, or the cell did)
+        return Speed(grade_id, graded_here=True, passed=passed)
+    measured, needed, unit = min(ratios, key=lambda r: r[0] / r[1] if r[1] else float("inf"))
+    return Speed(grade_id, True, passed, measured, needed, unit, len(ratios))
+
+
+def inspect_graded(nb) -> Graded:
+    """Errors and speed verdicts in an autograded notebook."""
+    result = Graded()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        label = cell_label(cell, i)
+        text = "".join(
+            o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream"
+        )
+        for o in cell.get("outputs", []):
+            if o.output_type == "error":
+                result.errors.append(CellError(label, o.get("ename", ""), o.get("evalue", "")))
+        if label.startswith("speed-") and "grade_id" in cell.metadata.get("nbgrader", {}):
+            result.speed.append(speed_of(label, text))
+    return result
+
+
+# -- the verdict -------------------------------------------------------------------------------
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{max(1, minutes)} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours // 24} days"
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def classify(
+    *,
+    run: Run | None,
+    submitted: Submitted,
+    graded: Graded | None,
+    score: float | None,
+    max_score: float,
+    seconds_late: float = 0.0,
+    penalty: float = 0.0,
+) -> list[Finding]:
+    """Every reason this submission needs a human look; empty when it needs none."""
+    found = []
+    for name, why in submitted.unreadable.items():
+        found.append(Finding("not-a-notebook", f"{name}.ipynb is {why}"))
+    for name in submitted.missing:
+        others = f"; handed in: {', '.join(submitted.other_files)}" if submitted.other_files else ""
+        found.append(Finding("missing-notebook", f"no {name}.ipynb{others}"))
+    readable = not submitted.unreadable and not submitted.missing
+    if run is not None and run.status == "timeout":
+        found.append(
+            Finding("timed-out", run.detail or f"grading ran past {run.limit}; it was stopped")
+        )
+    elif run is not None and run.status == "memory":
+        found.append(
+            Finding("out-of-memory", f"the grading processes used more than {run.limit}; stopped")
+        )
+    elif run is not None and run.status == "failed" and readable:
+        found.append(Finding("crashed", run.detail or "nbgrader failed; see the log"))
+    errors = graded.errors if graded else []
+    timeouts = [e.cell for e in errors if e.ename == "CellTimeoutError"]
+    if timeouts:
+        found.append(Finding("cell-timeout", f"interrupted: {', '.join(dict.fromkeys(timeouts))}"))
+    memory = [
+        e for e in errors if e.ename in OOM_ERRORS or any(t in e.evalue.lower() for t in OOM_TEXT)
+    ]
+    if memory:
+        found.append(Finding("out-of-memory", _short(str(memory[0]))))
+    faults = [e for e in errors if any(t in e.evalue.lower() for t in GPU_FAULT_TEXT)]
+    if faults:
+        found.append(Finding("crashed", _short(f"{faults[0]} (the GPU context is lost after it)")))
+    if submitted.tampered:
+        found.append(
+            Finding(
+                "tampered",
+                f"{', '.join(submitted.tampered)} (nbgrader graded the released version)",
+            )
+        )
+    if submitted.parameters:
+        found.append(
+            Finding("parameters", _short("; ".join(submitted.parameters) + " (graded with these)"))
+        )
+    cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
+    cheats += submitted.patches
+    if cheats:
+        found.append(Finding("cheating", "; ".join(cheats)))
+    if score is not None and score <= 0 < max_score and readable and run and run.status == "ok":
+        if submitted.unchanged_solutions:
+            why = "no solution filled in: every solution cell is as released"
+        elif errors:
+            first = next((e for e in errors if e.ename != "CellTimeoutError"), errors[0])
+            why = _short(f"first error: {first}")
+        else:
+            why = "every graded cell failed"
+        found.append(Finding("zero-score", why))
+    if seconds_late > 0:
+        applied = f"a penalty of {penalty:g} points" if penalty else "no penalty"
+        found.append(Finding("late", f"{_duration(seconds_late)} after the due date; {applied}"))
+    return found
+
+
+def crash_detail(log: str) -> str:
+    """One sentence on why nbgrader failed, from its log."""
+    if "DeadKernelError" in log or "Kernel died" in log:
+        return "the kernel died (os._exit, a segfault, or the system ran out of memory)"
+    if "UnresponsiveKernelError" in log or "became unresponsive" in log:
+        return "the kernel stopped responding and could not be interrupted"
+    lines = [line for line in log.splitlines() if re.search(r"\w+(Error|Exception)\b", line)]
+    return _short(lines[-1]) if lines else "nbgrader failed; see the log"

@@ -1,0 +1,305 @@
+"""grader.findings: why a submission needs a human look, from its files and its grading run.
+Each check must fire on the fault it names and stay quiet on a clean submission."""
+
+import copy
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from grader import findings
+
+pytestmark = pytest.mark.tooling  # nbgrader's checksums
+
+
+def graded_cell(source, grade_id, points=1, **flags):
+    meta = {"grade": True, "grade_id": grade_id, "locked": True, "points": points}
+    meta |= {"solution": False, "schema_version": 3, **flags}
+    return new_code_cell(source, metadata={"nbgrader": meta})
+
+
+def solution_cell(source, grade_id):
+    meta = {"grade": False, "grade_id": grade_id, "locked": False, "solution": True}
+    return new_code_cell(source, metadata={"nbgrader": {**meta, "schema_version": 3}})
+
+
+@pytest.fixture
+def release():
+    return new_notebook(
+        cells=[
+            new_code_cell("from grader import checks\nimport torch"),
+            new_code_cell(
+                "SIZES = [1, 17, 1025]\nRUN_BENCHMARKS = True", metadata={"tags": ["parameters"]}
+            ),
+            solution_cell("def f(x):\n    raise NotImplementedError()", "f-code"),
+            graded_cell("checks.check(f, ref, inputs)", "test-f"),
+            graded_cell("perf.grade_speedup(f, ref, at_least=2, points=1)", "speed-f"),
+        ]
+    )
+
+
+def answered(release, answer="def f(x):\n    return x"):
+    nb = copy.deepcopy(release)
+    nb.cells[2].source = answer
+    return nb
+
+
+# -- the submitted files -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"%PDF-1.5\n%\xb5\xb5\n", "PDF"),
+        (b"PK\x03\x04rest-of-a-zip", "zip archive"),
+        (b"\xff\xfe\x00binary", "binary"),
+        (b'{"cells": [', "not valid JSON"),
+        (b'["a", "list"]', "not a Jupyter notebook"),
+        (b'{"cells": "nope", "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', "readable"),
+    ],
+)
+def test_files_that_are_not_notebooks_are_named(tmp_path, content, why):
+    path = tmp_path / "setup.ipynb"
+    path.write_bytes(content)
+    nb, problem = findings.read_notebook(path)
+    assert nb is None and why in problem
+
+
+def test_a_notebook_reads(tmp_path, release):
+    nbformat.write(release, tmp_path / "setup.ipynb")
+    nb, problem = findings.read_notebook(tmp_path / "setup.ipynb")
+    assert problem is None and len(nb.cells) == 5
+
+
+def test_tampering_is_found_by_checksum(release):
+    assert findings.tampered_cells(answered(release), release) == []
+    edited = answered(release)
+    edited.cells[3].source = "pass"
+    assert findings.tampered_cells(edited, release) == ["test-f edited"]
+    more_points = answered(release)
+    more_points.cells[4].metadata.nbgrader["points"] = 100
+    assert findings.tampered_cells(more_points, release) == ["speed-f edited"]
+    deleted = answered(release)
+    del deleted.cells[3]
+    assert findings.tampered_cells(deleted, release) == ["test-f deleted"]
+
+
+@pytest.mark.parametrize(
+    "cheat, replaced",
+    [
+        ("checks.check = lambda *a, **k: None", "grader.checks.check"),
+        ("import grader.checks as gc\ngc.check = print", "grader.checks.check"),
+        ("from grader import perf as p\nsetattr(p, 'grade_speedup', max)", "grader.perf"),
+        ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
+        ("checks = None", "grader.checks"),
+        ("from unittest import mock\nmock.patch('grader.timing.bench').start()", "grader.timing"),
+        ("torch.matmul, x = my_matmul, 1", "torch.matmul"),
+    ],
+)
+def test_replacing_the_graders_functions_is_flagged(release, cheat, replaced):
+    nb = answered(release, "def f(x):\n    return x\n" + cheat)
+    (found,) = findings.grader_patches(nb, release)
+    assert found.startswith("cell f-code replaces ") and replaced in found
+
+
+def test_ordinary_code_is_not_flagged(release):
+    code = "import torch\ny = torch.zeros(3)\ny[0] = 1\nchecks.check(f, f, None)\nx = checks"
+    assert findings.grader_patches(answered(release, code), release) == []
+    released_code_only = copy.deepcopy(release)
+    released_code_only.cells[0].source += "\ntorch.backends.cuda.matmul.allow_tf32 = False"
+    assert findings.grader_patches(released_code_only, released_code_only) == []
+    assert findings.grader_patches(answered(release, "%timeit f(1)\n!ls"), release) == []
+
+
+def test_changed_parameters_are_named(release):
+    assert findings.changed_parameters(answered(release), release) == []
+    smaller = answered(release)
+    smaller.cells[1].source = "SIZES = [1]\nRUN_BENCHMARKS = True"
+    assert findings.changed_parameters(smaller, release) == ["SIZES = [1]"]
+    fewer = answered(release)
+    fewer.cells[1].source = "SIZES = [1, 17, 1025]"
+    assert findings.changed_parameters(fewer, release) == ["lines removed"]
+    untagged = answered(release)
+    untagged.cells[1].metadata["tags"] = []
+    assert findings.changed_parameters(untagged, release) == ["the parameters cell was removed"]
+
+
+def test_unchanged_solutions(release):
+    assert findings.solutions_unchanged(copy.deepcopy(release), release)
+    assert not findings.solutions_unchanged(answered(release), release)
+
+
+def test_inspect_submitted_folder(tmp_path, release):
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    (folder / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+    nbformat.write(release, folder / "Setup (1).ipynb")
+    seen = findings.inspect_submitted(folder, {"setup": release})
+    assert seen.missing == ["setup"] and seen.other_files == ["Setup (1).ipynb"]
+    nbformat.write(answered(release), folder / "setup.ipynb")
+    seen = findings.inspect_submitted(folder, {"setup": release})
+    assert not seen.missing and not seen.unreadable and not seen.unchanged_solutions
+
+
+# -- the autograded notebook -------------------------------------------------------------------
+
+
+def with_outputs(cell, *outputs):
+    cell = copy.deepcopy(cell)
+    cell.outputs = list(outputs)
+    return cell
+
+
+def stdout(text):
+    return new_output("stream", name="stdout", text=text)
+
+
+def error(ename, evalue):
+    return new_output("error", ename=ename, evalue=evalue, traceback=[])
+
+
+@pytest.mark.parametrize(
+    "printed, want",
+    [
+        ("speedup 1.53x\nPASS 1.53x eager (needs 1.2x): 1 of 1 points", (True, 1.53, 1.2, "x", 1)),
+        ("NOT YET 71% of copy bandwidth (needs 80%): 0 of 1 points", (False, 71, 80, "%", 1)),
+        (
+            "yours: 10 us, speedup 3.10x\nPASS 3.10x naive (needs 3x): 1 points",
+            (True, 3.1, 3, "x", 1),
+        ),
+        ("NOT YET: the isolated process died (exit 1). 0 of 1 points", (False, None, None, "", 0)),
+        (  # several comparisons in one cell (07): the one closest to failing stands for it
+            "D=64, non-causal vs SDPA flash   :   0.95x (needs 0.8x) ok\n"
+            "D=64, non-causal vs naive eager  :   5.20x (needs 5x) ok\n"
+            "D=128, causal vs SDPA flash      :   0.70x (needs 0.8x) TOO SLOW\n"
+            "NOT YET: 1 comparison(s) short: D=128, causal vs SDPA flash: 0 of 3",
+            (False, 0.7, 0.8, "x", 3),
+        ),
+    ],
+)
+def test_speed_verdicts_are_read(printed, want):
+    speed = findings.speed_of("speed-f", printed)
+    assert speed.graded_here
+    assert (speed.passed, speed.measured, speed.needed, speed.unit, speed.comparisons) == want
+
+
+def test_speed_off_the_gpu_is_said_so():
+    text = "Speed is graded on an NVIDIA GPU, sm_80 or newer; this notebook runs on the CPU."
+    assert not findings.speed_of("speed-f", text).graded_here
+
+
+def test_inspect_graded(release):
+    nb = answered(release)
+    nb.cells[2] = with_outputs(nb.cells[2], error("CellTimeoutError", ""))
+    nb.cells[3] = with_outputs(nb.cells[3], error("IntegrityError", "called torch.softmax"))
+    nb.cells[4] = with_outputs(nb.cells[4], stdout("PASS 2.5x eager (needs 2x): 1 of 1"))
+    graded = findings.inspect_graded(nb)
+    assert [(e.cell, e.ename) for e in graded.errors] == [
+        ("f-code", "CellTimeoutError"),
+        ("test-f", "IntegrityError"),
+    ]
+    assert graded.speed == [findings.Speed("speed-f", True, True, 2.5, 2.0, "x", 1)]
+    assert graded.speed[0].relative == 1.25
+
+
+# -- the verdict -------------------------------------------------------------------------------
+
+OK = findings.Run("ok", 10.0)
+
+
+def kinds(found):
+    return [f.kind for f in found]
+
+
+def test_a_clean_submission_needs_no_look():
+    assert (
+        findings.classify(
+            run=OK, submitted=findings.Submitted(), graded=findings.Graded(), score=3, max_score=4
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    "run, submitted, errors, score, want",
+    [
+        (None, findings.Submitted(unreadable={"setup": "a PDF"}), [], 0, ["not-a-notebook"]),
+        (None, findings.Submitted(missing=["setup"]), [], 0, ["missing-notebook"]),
+        (findings.Run("failed", 1, "the kernel died"), findings.Submitted(), [], 0, ["crashed"]),
+        (findings.Run("timeout", 9, limit="60 s"), findings.Submitted(), [], 0, ["timed-out"]),
+        (findings.Run("memory", 9, limit="3 GiB"), findings.Submitted(), [], 0, ["out-of-memory"]),
+        (OK, findings.Submitted(), [("f-code", "CellTimeoutError", "")], 1, ["cell-timeout"]),
+        (OK, findings.Submitted(), [("f", "RuntimeError", "can't allocate memory")], 1,
+         ["out-of-memory"]),
+        (OK, findings.Submitted(), [("f", "OutOfMemoryError", "CUDA")], 1, ["out-of-memory"]),
+        (OK, findings.Submitted(), [("test-f", "RuntimeError", "an illegal memory access")], 1,
+         ["crashed"]),
+        (OK, findings.Submitted(tampered=["test-f edited"]), [], 4, ["tampered"]),
+        (OK, findings.Submitted(parameters=["SIZES = [1]"]), [], 4, ["parameters"]),
+        (OK, findings.Submitted(patches=["cell x replaces grader.checks.check"]), [], 4,
+         ["cheating"]),
+        (OK, findings.Submitted(), [("test-f", "IntegrityError", "called torch.mm")], 3,
+         ["cheating"]),
+        (OK, findings.Submitted(unchanged_solutions=True), [], 0, ["zero-score"]),
+        (OK, findings.Submitted(), [("f-code", "NameError", "name 'x' is not defined")], 0,
+         ["zero-score"]),
+    ],
+)  # fmt: skip
+def test_each_fault_has_its_reason(run, submitted, errors, score, want):
+    graded = findings.Graded([findings.CellError(*e) for e in errors])
+    found = findings.classify(run=run, submitted=submitted, graded=graded, score=score, max_score=4)
+    assert kinds(found) == want, found
+
+
+def test_zero_score_says_why():
+    (blank,) = findings.classify(
+        run=OK,
+        submitted=findings.Submitted(unchanged_solutions=True),
+        graded=findings.Graded(),
+        score=0,
+        max_score=4,
+    )
+    assert "no solution filled in" in blank.detail
+    errors = [
+        findings.CellError("relu-kernel", "CellTimeoutError", ""),
+        findings.CellError("relu-kernel", "ModuleNotFoundError", "No module named 'x'"),
+    ]
+    (first, zero) = findings.classify(
+        run=OK, submitted=findings.Submitted(), graded=findings.Graded(errors), score=0, max_score=4
+    )
+    assert first.kind == "cell-timeout" and "ModuleNotFoundError" in zero.detail
+
+
+def test_late_says_by_how_much_and_what_it_cost():
+    (late,) = findings.classify(
+        run=OK,
+        submitted=findings.Submitted(),
+        graded=findings.Graded(),
+        score=4,
+        max_score=4,
+        seconds_late=2 * 3600 + 300,
+    )
+    assert late.kind == "late" and late.detail == "2 h 05 min after the due date; no penalty"
+    (penalised,) = findings.classify(
+        run=OK,
+        submitted=findings.Submitted(),
+        graded=findings.Graded(),
+        score=4,
+        max_score=4,
+        seconds_late=30,
+        penalty=4,
+    )
+    assert "a penalty of 4 points" in penalised.detail
+
+
+@pytest.mark.parametrize(
+    "log, want",
+    [
+        ("...\nnbclient.exceptions.DeadKernelError: Kernel died\n", "kernel died"),
+        ("UnresponsiveKernelError", "stopped responding"),
+        ("Traceback\nValueError: bad things\n[AutogradeApp | ERROR] done", "ValueError: bad"),
+        ("nothing useful", "see the log"),
+    ],
+)
+def test_crash_detail(log, want):
+    assert want in findings.crash_detail(log)
