@@ -351,7 +351,8 @@ def test_loader_finds_definitions_and_values():
 def test_loaded_cells_run(tmp_path):
     ref = _notebook.load("02_first_kernels", ["add-kernel"], ["add"], directory=tmp_path)
     assert _notebook.load("02_first_kernels", ["add-kernel"], ["add"], directory=tmp_path) is ref
-    x, y = torch.randn(3001), torch.randn(3001)
+    dev = device.current().torch_device  # the interpreter's CPU, or the GPU
+    x, y = torch.randn(3001, device=dev), torch.randn(3001, device=dev)
     out = torch.full_like(x, math.nan)
     torch.testing.assert_close(ref.add(x, y, out), x + y)
     (written,) = tmp_path.glob("*.py")

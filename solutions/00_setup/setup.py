@@ -280,6 +280,8 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
     print(f"first:  {first}\nsecond: {second}\nthe two medians differ by {drift:.2%}")
     print(f"relu moves {2 * x.nbytes / 2**20:.0f} MiB per call: "
           f"{first.per_second(2 * x.nbytes) / 1e9:.0f} GB/s")
+elif DEVICE.supports("timing"):
+    print("RUN_BENCHMARKS is off: nothing timed.")
 else:
     try:
         timing.bench(lambda: relu(torch.zeros(8), torch.empty(8)))
