@@ -29,7 +29,6 @@ import argparse
 import ast
 import importlib
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -39,14 +38,13 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout without an inst
     sys.path.insert(0, str(ROOT))
 
 from bench import _notebook, _report  # noqa: E402
+from grader import verdicts  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "report" / "trust.json"
 REPEAT_LIMIT = 0.03  # two medians of one kernel, one run: at most 3% apart
 RUNS = 10
 # a verdict line, as grader.perf, grader.integrity and 07's speed cell print it: the measured
 # figure is the last "1.33x" or "95%" on the line before "(needs 0.8x)" or "(needs 80%)"
-NEEDS = re.compile(r"\(needs (\d+(?:\.\d+)?)(x|%)\)")
-FIGURE = re.compile(r"(\d+(?:\.\d+)?)(x|%)")
 # the estimate's cost model: perf.compare times candidate and baseline twice each with
 # timing.bench (2 to 6 rounds of 25 ms warm-up and 100 ms of samples), then verifies
 SECONDS_PER_COMPARISON = 1.5
@@ -152,15 +150,10 @@ def parse_output(printed: list[str]) -> tuple[float | None, list[dict], str]:
         except ValueError:
             pass
     text = "".join(printed)
-    ratios = []
-    for needs in NEEDS.finditer(text):
-        line = text[text.rfind("\n", 0, needs.start()) + 1 : needs.start()]
-        figures = FIGURE.findall(line)
-        if figures:
-            value, unit = figures[-1]
-            scale = 100.0 if unit == "%" else 1.0
-            needed = float(needs[1]) / (100.0 if needs[2] == "%" else 1.0)
-            ratios.append({"measured": float(value) / scale, "needed": needed})
+    ratios = [
+        {"measured": m / 100 if unit == "%" else m, "needed": n / 100 if unit == "%" else n}
+        for m, n, unit in verdicts.ratios(text)
+    ]
     return score, ratios, text
 
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import verdicts
+
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
     "not-a-notebook": "not a notebook",
@@ -327,23 +329,13 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
 
 # -- autograded notebooks ----------------------------------------------------------------------
 
-# "PASS 1.53x eager (needs 1.2x)", "NOT YET 71% of copy bandwidth (needs 80%)" (grader.perf,
-# grader.integrity), and one line per comparison, "...: 0.85x (needs 0.8x) ok", where a cell
-# makes several (07's); the cell's verdict is the last line starting PASS or NOT YET.
-_RATIO = re.compile(
-    r"(?P<measured>\d+(?:\.\d+)?)(?P<unit>x|%)[^\n(]*\(needs (?P<needed>\d+(?:\.\d+)?)(?:x|%)\)"
-)
-_VERDICT = re.compile(r"^(PASS|NOT YET)\b", re.MULTILINE)
-NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
-
 
 def speed_of(grade_id: str, text: str) -> Speed:
     """A speed cell's verdict from its printed output."""
-    if NOT_GRADED_HERE in text:
+    if verdicts.NOT_GRADED_HERE in text:
         return Speed(grade_id, graded_here=False)
-    verdicts = _VERDICT.findall(text)
-    passed = bool(verdicts) and verdicts[-1] == "PASS"
-    ratios = [(float(m["measured"]), float(m["needed"]), m["unit"]) for m in _RATIO.finditer(text)]
+    passed = verdicts.passed(text)
+    ratios = verdicts.ratios(text)
     if not ratios:  # nothing measured (the isolated measurement failed, or the cell did)
         return Speed(grade_id, graded_here=True, passed=passed)
     measured, needed, unit = min(ratios, key=lambda r: r[0] / r[1] if r[1] else float("inf"))

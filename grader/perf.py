@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grader import checks, device, timing
+from grader import checks, device, timing, verdicts
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def not_graded_here(points: float) -> float:
     """The score of a speed cell off the supported GPU class, said out loud."""
     dev = device.current()
     print(
-        f"Speed is graded on an NVIDIA GPU, sm_80 or newer; this notebook runs on "
+        f"{verdicts.NOT_GRADED_HERE}, sm_80 or newer; this notebook runs on "
         f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
         "not affected."
     )

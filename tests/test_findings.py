@@ -163,6 +163,10 @@ def error(ename, evalue):
     [
         ("speedup 1.53x\nPASS 1.53x eager (needs 1.2x): 1 of 1 points", (True, 1.53, 1.2, "x", 1)),
         ("NOT YET 71% of copy bandwidth (needs 80%): 0 of 1 points", (False, 71, 80, "%", 1)),
+        (  # a parenthesis between the figure and its threshold (03's eager baseline)
+            "NOT YET 0.12x eager (5 operations) (needs 2.5x): 0 of 1 points",
+            (False, 0.12, 2.5, "x", 1),
+        ),
         (
             "yours: 10 us, speedup 3.10x\nPASS 3.10x naive (needs 3x): 1 points",
             (True, 3.1, 3, "x", 1),
