@@ -48,13 +48,6 @@ class Row:
     comparison: bool = False  # not the reference: left out of the headline mean
 
 
-def geomean(values) -> float:
-    values = [v for v in values if v > 0 and math.isfinite(v)]
-    if not values:
-        return math.nan
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def markdown_table(headers: list[str], rows: list[list]) -> str:
     def cell(v):
         if isinstance(v, float):
@@ -218,7 +211,7 @@ def report(summary: list[Row], per_config: list[Row], sizes, header: str = "") -
         header,
         "",
         f"Geometric mean of the reference's ratio on the square sizes {list(sizes)}, all dtypes: "
-        f"**{geomean(headline):.3f}x** cuBLAS.",
+        f"**{_report.geomean(headline):.3f}x** cuBLAS.",
         "",
         markdown_table(
             ["dtype", "problem", "kernel", "TFLOP/s", "x cuBLAS", "notes"],
@@ -249,7 +242,7 @@ def section(summary: list[Row], per_config: list[Row], sizes) -> _report.Section
         + " and ".join(sorted({r.dtype for r in tuned})),
         AT_LEAST,
     )
-    goal.measured = geomean([r.ratio for r in tuned])
+    goal.measured = _report.geomean([r.ratio for r in tuned])
     goal.detail = ", ".join(f"{r.dtype} {r.shape.split(': ')[-1]} {r.ratio:.2f}" for r in tuned)
     for r in summary + per_config:
         out.rows.append(

@@ -358,3 +358,9 @@ def test_loaded_cells_run(tmp_path):
     (written,) = tmp_path.glob("*.py")
     header = written.read_text().splitlines()[0]
     assert "solutions/02_first_kernels/first_kernels.py" in header and "add-kernel" in header
+
+
+def test_geomean_ignores_missing_values():
+    assert _report.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert _report.geomean([2.0, math.nan, 0.0, None]) == pytest.approx(2.0)
+    assert math.isnan(_report.geomean([]))
