@@ -5,8 +5,8 @@
 2. Speed thresholds: for each notebook, one Jupyter kernel runs the solution's cells once (with
    RUN_BENCHMARKS = False, as tests/test_known_wrong.py does), then re-runs the notebook's speed
    cells `--runs` times with the reference solution (each must score full points every time;
-   before each round, the ungraded cells that bind what the speed cells read run again with
-   RUN_BENCHMARKS = True: 08 measures in such a cell and its speed cells only grade),
+   before each round, the ungraded cells that bind what the speed cells read run again: 08
+   measures in such a cell and its speed cells only grade),
    then swaps in a slow but correct variant from tests/known_wrong/ (SLOW) and re-runs the same
    speed cells `--runs` times (each must score 0 every time). Every score and every printed
    ratio is kept. Results are appended to a JSON file after every round, so a run stopped by a
@@ -482,36 +482,32 @@ def _swap(session, source, setup) -> str | None:
 
 
 def _round(session, notebook, variant, round_, before, speed, entry) -> list[dict]:
-    session.run("RUN_BENCHMARKS = True")  # for cells that measure what the speed cells grade
-    try:
-        for cell in before:
-            status, detail = session.run(cell.source)
-            if status != "ok":
-                entry["errors"].append(f"{variant}, run {round_}: {cell.id} fails: {detail}")
-        records = []
-        for cell in speed:
-            printed = []
-            started = time.perf_counter()
-            status, detail = session.run(cell.source, printed)
-            score, ratios, text = parse_output(printed)
-            records.append(
-                {
-                    "notebook": notebook,
-                    "cell": cell.id,
-                    "variant": variant,
-                    "run": round_,
-                    "points": float(_nbgrader(cell).get("points", 0)),
-                    "score": score,
-                    "ratios": ratios,
-                    "status": status,
-                    "error": detail,
-                    "seconds": time.perf_counter() - started,
-                    "printed": text[-2000:],
-                }
-            )
-        return records
-    finally:
-        session.run("RUN_BENCHMARKS = False")
+    for cell in before:
+        status, detail = session.run(cell.source)
+        if status != "ok":
+            entry["errors"].append(f"{variant}, run {round_}: {cell.id} fails: {detail}")
+    records = []
+    for cell in speed:
+        printed = []
+        started = time.perf_counter()
+        status, detail = session.run(cell.source, printed)
+        score, ratios, text = parse_output(printed)
+        records.append(
+            {
+                "notebook": notebook,
+                "cell": cell.id,
+                "variant": variant,
+                "run": round_,
+                "points": float(_nbgrader(cell).get("points", 0)),
+                "score": score,
+                "ratios": ratios,
+                "status": status,
+                "error": detail,
+                "seconds": time.perf_counter() - started,
+                "printed": text[-2000:],
+            }
+        )
+    return records
 
 
 # -- the command line ----------------------------------------------------------------------------
