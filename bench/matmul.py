@@ -54,9 +54,7 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
             return "n/a" if not math.isfinite(v) else f"{v:.2f}" if abs(v) < 10 else f"{v:.0f}"
         return str(v)
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join(_report._table(headers, [[cell(v) for v in r] for r in rows]))
 
 
 def shape_label(M: int, N: int, K: int) -> str:
