@@ -500,19 +500,28 @@ def bias_gelu_scale_kernel(
     ### END SOLUTION
 
 
-def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
-    """out = gelu_tanh(x + bias) * scale for x (M, N), bias (N,), scale a float, in one kernel."""
+def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
+    """out = gelu_tanh(x + bias) * scale for x (M, N), bias (N,), scale a float, in one kernel.
+    The default tile is 8192 columns of one row per program, 16 warps: 16 elements per thread."""
     M, N = x.shape
     assert bias.shape == (N,) and out.shape == (M, N), "bias must be (N,) and out (M, N)"
     assert x.stride(1) == 1 and out.stride(1) == 1 and bias.is_contiguous()
     grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
     bias_gelu_scale_kernel[grid](
-        x, bias, out, M, N, x.stride(0), out.stride(0), scale, BLOCK_M=block_m, BLOCK_N=block_n
+        x, bias, out, M, N, x.stride(0), out.stride(0), scale, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=num_warps,
     )
     return out
 
 
 # %% [markdown]
+# The launcher's default tile is one row slice of 8192 elements per program, run by 16 warps:
+# 16 elements per thread, so each thread has several 16-byte loads in flight. Of the tiles
+# `make bench` times (`bench/elementwise.py`, the table "02 fused kernel: launcher tiles" of its
+# report), it came closest to the copy's bandwidth on the H200 we measured; 4 × 1024 tiles with
+# 4 warps, for instance, stayed about 3% further below it. The kernel computes the same thing for
+# any tile: the hidden tests run it with others.
+#
 # The tests feed the kernel fresh inputs: `x` and `bias` from a normal distribution, `scale`
 # drawn from [0.25, 0.75), every input followed by random spare data. They also check that
 # `bias_gelu_scale` really launches `bias_gelu_scale_kernel`: computing the result with PyTorch

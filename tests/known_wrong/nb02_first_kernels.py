@@ -42,13 +42,15 @@ STORE = """
              y.to(out_ptr.dtype.element_ty), mask=mask)
 """
 
+DEFAULT_TILE = "block_m=1, block_n=8192, num_warps=16"  # the launcher's defaults, as written
 LAUNCHER = """
 
-def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
+def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
     M, N = x.shape
     grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
     bias_gelu_scale_kernel[grid](
-        x, bias, out, M, N, x.stride(0), out.stride(0), scale, BLOCK_M=block_m, BLOCK_N=block_n
+        x, bias, out, M, N, x.stride(0), out.stride(0), scale, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=num_warps,
     )
     return out
 """
@@ -234,7 +236,7 @@ WRONG = {
         "PyTorch called from the launcher": CORRECT_FUSED
         + """
 
-def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
+def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
     out.copy_(bias_gelu_scale_reference(x, bias, scale))
     return out
 """,
@@ -246,11 +248,11 @@ SLOW = {
     "fused-kernel": {
         # 16 elements per program: 4 Mi programs for 8192 x 8192, each with little in flight
         "tiles of 1 x 16": CORRECT_FUSED
-        + LAUNCHER.replace("block_m=4, block_n=1024", "block_m=1, block_n=16"),
+        + LAUNCHER.replace(DEFAULT_TILE, "block_m=1, block_n=16, num_warps=4"),
         # tiles one column wide: neighbouring lanes read addresses a whole row apart, so every
         # lane's 4 bytes cost a 32-byte sector
         "tiles of 256 x 1 (uncoalesced)": CORRECT_FUSED
-        + LAUNCHER.replace("block_m=4, block_n=1024", "block_m=256, block_n=1"),
+        + LAUNCHER.replace(DEFAULT_TILE, "block_m=256, block_n=1, num_warps=4"),
         # two kernels: x + bias goes to a float32 scratch tensor, then GELU and scale read it
         # back: 4 passes instead of 2
         "two kernels": CORRECT_FUSED
@@ -268,7 +270,7 @@ def add_bias_kernel(x_ptr, bias_ptr, t_ptr, M, N, stride_xm, BLOCK_M: tl.constex
     tl.store(t_ptr + offs_m[:, None] * N + offs_n[None, :], t, mask=mask)
 
 
-def bias_gelu_scale(x, bias, scale, out, block_m=4, block_n=1024):
+def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
     M, N = x.shape
     grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
     t = torch.empty(M, N, device=x.device, dtype=torch.float32)
