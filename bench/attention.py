@@ -53,6 +53,7 @@ CANDIDATES = [
 SWEEP_LENGTHS = [1024, 2048, 4096, 8192, 16384]
 SWEEP_TOKENS, SWEEP_HEADS = 16384, 16
 VS_FLASH = 1.25  # goal: geometric mean of the default configuration's speed over SDPA flash's
+VS_NAIVE = 5.0  # the speed cell's threshold against naive eager attention, non-causal
 
 
 def reference_source() -> str:
@@ -242,6 +243,23 @@ def measure(full: bool = False) -> _report.Section:
             section.points.append(
                 _report.Point("07 attention", work, moved, work / (c["yours"] * 1e12))
             )
+    for d in (64, 128):
+        goal = section.goal(
+            f"07 FlashAttention: speed / naive eager's at D={d}, non-causal (the speed cell's "
+            "threshold)",
+            VS_NAIVE,
+        )
+        got = section.attempt(f"D={d} against naive eager", measure_vs_naive, ref, d)
+        if got:
+            kernel, bound, problem, work = got
+            goal.measured = kernel.speedup
+            goal.detail = f"the kernel's two products alone, no softmax: {bound.speedup:.2f}x"
+            section.rows.append(
+                _report.row_from(kernel, "07 FlashAttention", problem, work, "TFLOP/s")
+            )
+            section.rows.append(
+                _report.row_from(bound, "07 matmuls only (a bound)", problem, work, "TFLOP/s")
+            )
     section.data["sweep"] = []
     jobs = [(d, causal, n) for d in (64, 128) for causal in (False, True) for n in SWEEP_LENGTHS]
     for d, causal, n in tqdm(jobs, desc="attention sweep"):
@@ -253,6 +271,43 @@ def measure(full: bool = False) -> _report.Section:
             keys = ("b", "h", "n", "d", "causal", "yours", "flash", "cudnn")
             section.data["sweep"].append({k: case[k] for k in keys})
     return section
+
+
+def measure_vs_naive(ref, d: int):
+    """As 07's speed cell times it: the kernel against naive eager attention at the cell's
+    (B, H, N), non-causal, alternating; then the kernel's two products alone
+    (bench/_attention_bound.py) against the same baseline: what this loop could reach if the
+    online softmax cost nothing. Returns the two perf.Comparison, the problem's name and FLOPs."""
+    import torch
+
+    from bench import _attention_bound
+    from grader import checks, perf
+
+    naive = _notebook.load(NOTEBOOK, names=["attention_reference"]).attention_reference
+    b, h, n = _notebook.value(NOTEBOOK, "SPEED_BHN")
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    out, scratch = torch.empty_like(q), torch.empty_like(q)
+    expected = sdpa("FLASH_ATTENTION")(q, k, v, False)
+
+    def verify():
+        checks.compare(out, expected, rtol=2e-3, atol=2e-3, name="out")
+
+    def eager():
+        return naive(q, k, v)
+
+    kernel = perf.compare(
+        lambda: ref.flash_attention(q, k, v, out),
+        eager,
+        names=("kernel", "naive eager"),
+        verify=verify,
+    )
+    config = ref.attention_config(n, d, False)
+    bound = perf.compare(
+        lambda: _attention_bound.matmuls_only(q, k, v, scratch, config),
+        eager,
+        names=("matmuls only", "naive eager"),
+    )
+    return kernel, bound, f"B, H, N, D = {b}, {h}, {n}, {d}", flops(b, h, n, d, False)
 
 
 def _case_rows(case) -> list[_report.Row]:

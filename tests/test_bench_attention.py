@@ -36,3 +36,14 @@ def test_flops_and_no_gpu_exit(capsys):
     if not device.current().supports("timing"):  # on a GPU, main() measures: the GPU tests do
         assert attention.main([]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_bound_kernel_does_the_two_products_and_nothing_else():
+    from bench import _attention_bound
+
+    gen = torch.Generator().manual_seed(1)
+    dev = device.current().torch_device
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=gen).div(4).half().to(dev) for _ in range(3))
+    out = _attention_bound.matmuls_only(q, k, v, torch.empty_like(q), (32, 16, 4, 1))
+    scores = (q.float() @ k.float().transpose(-1, -2)).half().float()  # float16, as the kernel
+    torch.testing.assert_close(out.float(), scores @ v.float(), rtol=2e-3, atol=2e-3)
