@@ -16,8 +16,9 @@ if it does not compile (for instance, too much shared memory). It prints and wri
 table of TFLOP/s and ratios, then one table per shape of every configuration, so that the best
 configuration per head dim can be read off one run and copied into GPU_CONFIGS. `measure()` is
 what bench/report.py runs: the default configuration on SHAPES (the goal: at least 1.25x SDPA
-flash, geometric mean) and a sweep over sequence lengths for the plot. Importing this module
-needs no GPU.
+flash, geometric mean), the speed cell's threshold against naive eager attention with the bound
+of the kernel's loop (bench/_attention_bound.py), and a sweep over sequence lengths for the plot.
+Importing this module needs no GPU.
 """
 
 from __future__ import annotations
