@@ -85,3 +85,21 @@ def test_explore_builds_a_slider_over_the_chunks():
     assert (slider.min, slider.max) == (0, 3)
     slider.value = 3  # redraws without error
     assert "chunk 3" in text.value and "m = 9" in text.value
+
+
+def test_legend_swatches_match_their_bars():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    row = np.array([0.5, 2.0, -1.0, 3.0, 0.0, 1.0])
+    expected = {"seen": "C0", "not yet read": "lightgray"}
+    for index in range(len(ow.steps(row, 2))):
+        left, _ = ow.draw(row, 2, index)
+        legend = left.get_legend()
+        shown = {t.get_text(): h for t, h in zip(legend.texts, legend.legend_handles, strict=True)}
+        last = index == len(ow.steps(row, 2)) - 1
+        assert ("not yet read" in shown) != last, f"after chunk {index}"
+        for label, color in expected.items():
+            if label in shown:
+                assert shown[label].get_facecolor() == to_rgba(color), f"{label}, chunk {index}"
+        plt.close("all")

@@ -84,7 +84,8 @@ def draw(row, chunk: int, index: int, ax=None):
     seen = cols < step.stop
     shown = np.where(np.isfinite(x), x, np.nan)
     left.bar(cols[seen], shown[seen], color="C0", width=0.9, label="seen")
-    left.bar(cols[~seen], shown[~seen], color="lightgray", width=0.9, label="not yet read")
+    if not seen.all():  # after the last chunk nothing is unread: no empty bars, no legend entry
+        left.bar(cols[~seen], shown[~seen], color="lightgray", width=0.9, label="not yet read")
     left.axhline(step.m, color="C3", lw=1.5, label=f"running max m = {step.m:.3g}")
     left.axvspan(step.start - 0.5, step.stop - 0.5, color="C1", alpha=0.15, label="this chunk")
     left.set_title("the row, read chunk by chunk", fontsize=9)
