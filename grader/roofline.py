@@ -110,6 +110,23 @@ def measure_ceilings(
     return Ceilings(bandwidth, flops, f"measured on {name}")
 
 
+def _separate(labels) -> None:
+    """Move each label down, in steps of its own height, until it overlaps no label placed
+    before it: kernels of similar intensity and speed (04, 05 and 07, say) stay readable."""
+    if not labels:
+        return
+    figure = labels[0].figure
+    placed = []
+    for label in labels:
+        for _ in range(len(labels)):
+            box = label.get_window_extent()
+            if not any(box.overlaps(other) for other in placed):
+                break
+            x, y = label.xyann
+            label.xyann = (x, y - box.height * 72 / figure.dpi - 1)  # pixels to points
+        placed.append(label.get_window_extent())
+
+
 def plot(
     ceilings: Ceilings,
     points: list[Point] = (),
@@ -147,17 +164,23 @@ def plot(
         fontsize=8,
         color="gray",
     )
-    for p in points:
-        ax.scatter([p.intensity], [p.achieved / 1e12], zorder=3, **({"s": 30} | p.style))
-        ax.annotate(
-            p.label,
-            (p.intensity, p.achieved / 1e12),
-            textcoords="offset points",
-            xytext=(5, 4),
-            fontsize=8,
-        )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    labels = []
+    for p in sorted(points, key=lambda p: -p.achieved):  # the highest label first, others below
+        ax.scatter([p.intensity], [p.achieved / 1e12], zorder=3, **({"s": 30} | p.style))
+        right_edge = np.log(p.intensity / lo) > 0.75 * np.log(hi / lo)  # label to the left there
+        labels.append(
+            ax.annotate(
+                p.label,
+                (p.intensity, p.achieved / 1e12),
+                textcoords="offset points",
+                xytext=(-5 if right_edge else 5, 4),
+                ha="right" if right_edge else "left",
+                fontsize=8,
+            )
+        )
+    _separate(labels)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title or f"Roofline: {ceilings.source}")

@@ -40,6 +40,30 @@ def test_plot_places_points():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
 
 
+def test_labels_of_close_points_do_not_overlap():
+    # three kernels of nearly the same intensity and speed, as 04, 05 and 07 are on an H100
+    points = [
+        roofline.Point("05 autotuned", 2.75e12, 1.0e9, 4.3e-3),
+        roofline.Point("04 matmul v3", 2.7e12, 1.0e9, 4.5e-3),
+        roofline.Point("07 attention", 2.0e12, 1.0e9, 4.4e-3),
+        roofline.Point("02 add", 1e6, 12e6, 1e-5),
+    ]
+    ax = roofline.plot(CEIL, points)
+    renderer = ax.figure.canvas.get_renderer()
+    boxes = {
+        t.get_text(): t.get_window_extent(renderer)
+        for t in ax.texts
+        if t.get_text() in {p.label for p in points}
+    }
+    assert len(boxes) == 4
+    names = sorted(boxes)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not boxes[a].overlaps(boxes[b]), f"the labels {a!r} and {b!r} overlap"
+    figure = ax.figure.get_window_extent(renderer)
+    assert all(box.x1 <= figure.x1 for box in boxes.values()), "a label runs off the figure"
+
+
 @pytest.mark.skipif(device.current().is_gpu, reason="checks interpreter mode")
 def test_measuring_needs_a_gpu():
     with pytest.raises(timing.TimingUnavailable, match="Measuring the roofline needs a CUDA GPU"):
