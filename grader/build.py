@@ -30,6 +30,11 @@ NBGRADER_DEFAULTS = {
     "readonly": {"grade": False, "locked": True, "solution": False, "task": False},
 }
 SCHEMA_VERSION = 3
+# The cell tagged `parameters` becomes a read-only nbgrader cell, `parameters-<topic>` (grade ids
+# are unique across the course): students may edit it while they work (the build leaves it
+# editable), and nbgrader puts the release's version back before it grades, so hidden tests always
+# run at the sizes the course chose.
+PARAMETERS_PREFIX = "parameters-"
 
 
 class BuildError(RuntimeError):
@@ -79,8 +84,16 @@ def to_notebook(source: Path) -> nbformat.NotebookNode:
         meta = {}
         if "tags" in cell.metadata:
             meta["tags"] = list(cell.metadata["tags"])
-        if "nbgrader" in cell.metadata:
-            meta["nbgrader"] = _nbgrader_metadata(cell.metadata["nbgrader"], f"{source}: cell {i}")
+        nbgrader_meta = cell.metadata.get("nbgrader")
+        if "parameters" in meta.get("tags", []) and nbgrader_meta is None:
+            nbgrader_meta = {"grade_id": PARAMETERS_PREFIX + stem}  # restored before grading
+        if nbgrader_meta is not None:
+            meta["nbgrader"] = _nbgrader_metadata(nbgrader_meta, f"{source}: cell {i}")
+            kind = meta["nbgrader"]
+            if kind["locked"] and not kind["grade"] and not kind["solution"]:
+                meta["deletable"] = False
+                if "parameters" not in meta.get("tags", []):  # editable while students work
+                    meta["editable"] = False
         cell.metadata = meta
         cell.id = meta.get("nbgrader", {}).get("grade_id") or f"{stem}-{i:03d}"
         if cell.cell_type == "code":

@@ -154,7 +154,8 @@ def _locked(nb) -> dict:
 
 def tampered_cells(submitted, released) -> list[str]:
     """The locked cells (tests and read-only cells) of `released` that `submitted` changed or
-    lost, compared with nbgrader's checksums (source, type, flags and points)."""
+    lost, compared with nbgrader's checksums (source, type, flags and points). The parameters
+    cell is left to `changed_parameters`: students may edit it while they work."""
     from nbgrader import utils
 
     mine = {
@@ -164,6 +165,8 @@ def tampered_cells(submitted, released) -> list[str]:
     }
     found = []
     for grade_id, cell in _locked(released).items():
+        if "parameters" in cell.metadata.get("tags", []):
+            continue
         if grade_id not in mine:
             found.append(f"{grade_id} deleted")
         elif utils.compute_checksum(mine[grade_id]) != utils.compute_checksum(cell):
@@ -268,8 +271,9 @@ def grader_patches(submitted, released) -> list[str]:
 
 
 def changed_parameters(submitted, released) -> list[str]:
-    """The lines of the cell tagged `parameters` that differ from the release: nbgrader grades
-    with what the notebook sets there, and hidden tests use those sizes."""
+    """The lines of the cell tagged `parameters` that differ from the release. The build makes
+    that cell read-only for nbgrader, which grades with the release's version; the student's own
+    runs used these lines."""
 
     def lines(nb) -> list[str]:
         for c in nb.cells:
@@ -425,7 +429,10 @@ def classify(
         )
     if submitted.parameters:
         found.append(
-            Finding("parameters", _short("; ".join(submitted.parameters) + " (graded with these)"))
+            Finding(
+                "parameters",
+                _short("; ".join(submitted.parameters) + " (graded with the release's instead)"),
+            )
         )
     cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
     cheats += submitted.patches

@@ -38,6 +38,11 @@ c.IgnorePattern.pattern = nbgrader_policy.STDERR_NOISE
 # A graded cell deleted from a submission is put back (from the gradebook) and graded.
 c.OverwriteCells.add_missing_cells = True
 
+# Read-only cells: nbgrader restores any that a student changed before it grades. The build marks
+# them non-editable itself, all but the parameters cell, which students may change while they work
+# (grader/build.py); nbgrader's own locking would make that one non-editable too.
+c.LockCells.lock_readonly_cells = False
+
 # Feedback shows the autograded notebook; keep the hidden tests hidden there too, as in course/.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",

@@ -82,6 +82,11 @@ def make_class(release, source):
         "    import warnings\n    warnings.warn('a library is deprecating something')\n"
         "    n = x.numel()",
     )
+    shrunk = copy.deepcopy(right)  # wrong past 16384 elements, and sizes that stop short of it
+    kernel = cell(shrunk, "relu-kernel")
+    kernel.source = edited(kernel.source, "y, mask=mask)", "y, mask=mask & (offsets < 16384))")
+    params = next(c for c in shrunk.cells if "parameters" in c.metadata.get("tags", []))
+    params.source = edited(params.source, "1025, 20_011]", "1025]")
     cheater = copy.deepcopy(release)
     cell(cheater, "relu-kernel").source += "\n\nchecks.check = lambda *args, **kwargs: None\n"
     ignore_interrupts = (
@@ -101,6 +106,7 @@ def make_class(release, source):
         "hang-stuck": {"setup.ipynb": prefixed(right, ignore_interrupts)},
         "memory-hog": {"setup.ipynb": prefixed(right, "hog = torch.ones(1 << 30)  # 4 GiB")},
         "tampered": {"setup.ipynb": tampered},
+        "shrunk-sizes": {"setup.ipynb": shrunk},
         "cheater": {"setup.ipynb": cheater},
         "not-json": {"setup.ipynb": b'{"cells": [{"cell_type": "code", "source": '},
         "pdf": {"setup.ipynb": b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Type /Catalog >>\n"},
@@ -120,12 +126,19 @@ EXPECTED = {
     "hang-stuck": {"timed-out"},
     "memory-hog": {"out-of-memory"},
     "tampered": {"tampered"},
+    "shrunk-sizes": {"parameters"},
     "cheater": {"cheating"},
     "not-json": {"not-a-notebook"},
     "pdf": {"not-a-notebook"},
     "misnamed": {"missing-notebook"},
 }
-EXACT = {"correct", "late", "partial", "warns"}  # nothing else may be said about these
+EXACT = {
+    "correct",
+    "late",
+    "partial",
+    "warns",
+    "shrunk-sizes",
+}  # nothing else may be said about these
 DETAIL = {  # words the reason must contain
     "blank": "no solution filled in",
     "crash-kernel": "kernel died",
@@ -133,6 +146,7 @@ DETAIL = {  # words the reason must contain
     "hang-stuck": "ignored the interrupt",
     "memory-hog": "allocate memory",
     "tampered": "test-relu-visible edited, test-relu-hidden deleted",
+    "shrunk-sizes": "graded with the release's instead",
     "cheater": "replaces grader.checks.check",
     "not-json": "not valid JSON",
     "pdf": "PDF",
@@ -208,6 +222,8 @@ def test_good_scores_are_exact(graded):
         "correct": full,
         "late": full,  # no penalty unless the instructor configures one
         "partial": {**full, "test-relu-hidden": 0.0},
+        # its parameters would let the partial kernel pass: nbgrader restored the release's
+        "shrunk-sizes": {**full, "test-relu-hidden": 0.0},
         "warns": full,  # stderr with only a warning on it is not a failure
         "cheater": full,  # what nbgrader gives; the flag below is what catches it
     }

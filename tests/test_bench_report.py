@@ -323,7 +323,7 @@ def test_loader_reads_every_code_cell_as_jupytext_does():
         assert [c.source for c in mine] == [c.source for c in expected], a.name
         for cell in expected:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if grade_id:
+            if grade_id and "parameters" not in cell.metadata.get("tags", []):  # named by the build
                 assert _notebook.cell(a.name, grade_id) == cell.source
 
 

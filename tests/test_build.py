@@ -52,6 +52,27 @@ def test_nbgrader_metadata_is_completed(tmp_path):
     assert "jupytext" not in nb.metadata and nb.metadata["kernelspec"]["name"] == "python3"
 
 
+def test_parameters_are_editable_but_restored_at_grading(tmp_path):
+    text = SOURCE.replace(
+        "# %%\ny = 2",
+        '# %% tags=["parameters"]\nSIZES = [1, 17]\n\n# %% nbgrader={"grade_id": "given"}\ny = 2',
+    )
+    nb = build.to_notebook(write(tmp_path, text))
+    params, given = (c for c in nb.cells if c.id in ("parameters-example", "given"))
+    assert params.metadata["tags"] == ["parameters"]
+    for cell in (params, given):  # both read-only for nbgrader: restored before it grades
+        meta = cell.metadata["nbgrader"]
+        assert meta["locked"] and not meta["grade"] and not meta["solution"], cell.id
+        assert cell.metadata["deletable"] is False, cell.id
+    assert "editable" not in params.metadata  # students change sizes while they work
+    assert given.metadata["editable"] is False
+    for a in build.assignments():  # every notebook of the course has such a parameters cell
+        cells = build.to_notebook(a.source).cells
+        (mine,) = (c for c in cells if "parameters" in c.metadata.get("tags", []))
+        assert mine.id == build.PARAMETERS_PREFIX + a.source.stem, a.name
+        assert mine.metadata["nbgrader"]["locked"], a.name
+
+
 def test_metadata_mistakes_name_the_file(tmp_path):
     with pytest.raises(build.BuildError, match="without a grade_id"):
         build.to_notebook(write(tmp_path, SOURCE.replace('"grade_id": "sol", ', "")))

@@ -18,6 +18,15 @@ def graded_cell(source, grade_id, points=1, **flags):
     return new_code_cell(source, metadata={"nbgrader": meta})
 
 
+PARAMETERS = {
+    "grade": False,
+    "grade_id": "parameters-example",
+    "locked": True,
+    "solution": False,
+    "schema_version": 3,
+}
+
+
 def solution_cell(source, grade_id):
     meta = {"grade": False, "grade_id": grade_id, "locked": False, "solution": True}
     return new_code_cell(source, metadata={"nbgrader": {**meta, "schema_version": 3}})
@@ -28,8 +37,9 @@ def release():
     return new_notebook(
         cells=[
             new_code_cell("from grader import checks\nimport torch"),
-            new_code_cell(
-                "SIZES = [1, 17, 1025]\nRUN_BENCHMARKS = True", metadata={"tags": ["parameters"]}
+            new_code_cell(  # as the build makes it: read-only for nbgrader, restored at grading
+                "SIZES = [1, 17, 1025]\nRUN_BENCHMARKS = True",
+                metadata={"tags": ["parameters"], "nbgrader": PARAMETERS},
             ),
             solution_cell("def f(x):\n    raise NotImplementedError()", "f-code"),
             graded_cell("checks.check(f, ref, inputs)", "test-f"),
@@ -116,6 +126,7 @@ def test_changed_parameters_are_named(release):
     smaller = answered(release)
     smaller.cells[1].source = "SIZES = [1]\nRUN_BENCHMARKS = True"
     assert findings.changed_parameters(smaller, release) == ["SIZES = [1]"]
+    assert findings.tampered_cells(smaller, release) == []  # allowed: nbgrader restores it
     fewer = answered(release)
     fewer.cells[1].source = "SIZES = [1, 17, 1025]"
     assert findings.changed_parameters(fewer, release) == ["lines removed"]

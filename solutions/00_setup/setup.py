@@ -37,6 +37,7 @@ from grader import checks, doctor, perf, timing
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
 # %% tags=["parameters"]
+# You may change these while you work; grading restores this cell as released.
 # Sizes adapt to the mode: the interpreter executes every program in Python, so it gets small ones.
 CHECK_SIZES = DEVICE.pick(gpu=[1, 17, 1024, 1025, 100_003, 10_000_019],
                           interpreter=[1, 17, 1024, 1025, 20_011])

@@ -43,6 +43,7 @@ from grader.widgets import roofline as roofline_explorer
 print(f"This notebook runs on {DEVICE.describe()}.")
 
 # %% tags=["parameters"]
+# You may change these while you work; grading restores this cell as released.
 RUN_BENCHMARKS = True
 # The PyTorch ops placed on the roofline: counted everywhere, timed on a GPU only.
 ADD_ELEMENTS = 1 << 26  # 64 Mi elements per operand

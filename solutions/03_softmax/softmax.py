@@ -35,6 +35,7 @@ from grader import checks, integrity, perf, results, timing
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
 # %% tags=["parameters"]
+# You may change these while you work; grading restores this cell as released.
 # The graded speed shape: float32, many rows, a few thousand columns that are not a power of two.
 SPEED_SHAPE = DEVICE.pick(gpu=(16384, 4000), interpreter=(8, 40))
 # Correctness shapes (rows, columns): a single element, odd sizes, rows longer than 1024.

@@ -36,6 +36,7 @@ from grader import checks, perf, results, roofline, timing
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
 # %% tags=["parameters"]
+# You may change these while you work; grading restores this cell as released.
 # Sizes adapt to the mode: the interpreter runs every program as Python, so it gets small problems.
 SPEED_N = DEVICE.pick(gpu=4096, interpreter=64)  # the graded speed: SPEED_N^3 in float16
 LADDER_N = DEVICE.pick(gpu=8192, interpreter=64)  # where the versions are compared

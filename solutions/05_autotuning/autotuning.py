@@ -37,6 +37,7 @@ from grader.widgets import autotune as autotune_widget
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
 # %% tags=["parameters"]
+# You may change these while you work; grading restores this cell as released.
 # The three float16 problems graded for speed; the interpreter gets small ones of the same kinds.
 SHAPES = DEVICE.pick(
     gpu={"square": (4096, 4096, 4096), "tall": (16384, 1024, 4096), "odd": (4000, 4000, 4000)},

@@ -35,6 +35,7 @@ from grader import checks, integrity, perf, results, roofline, timing
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 
 # %% tags=["parameters"]
+# You may change these while you work; grading restores this cell as released.
 # (batch, heads, sequence length, head dim) for the correctness checks: ragged lengths (not a
 # multiple of any block) and B, H > 1. The interpreter gets short sequences and small head dims.
 CHECK_SHAPES = DEVICE.pick(

@@ -37,6 +37,7 @@ from grader import checks, integrity, llm, results, roofline, verify
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
 # %% tags=["parameters"]
+# You may change these while you work; grading restores this cell as released.
 # The drafts ask for 128 x 128 tiles. The interpreter runs every program as Python, so there they
 # run with 32 x 32 tiles, and every audit size is set relative to the tile.
 TILE = DEVICE.pick(gpu=128, interpreter=32)
