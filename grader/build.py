@@ -65,12 +65,16 @@ def assignments(solutions: Path = SOLUTIONS) -> list[Assignment]:
     return found
 
 
+def _kind(meta: dict) -> str:
+    """Which of NBGRADER_DEFAULTS an nbgrader cell is."""
+    return "solution" if meta.get("solution") else "tests" if meta.get("grade") else "readonly"
+
+
 def _nbgrader_metadata(meta: dict, where: str) -> dict:
     meta = dict(meta)
     if "grade_id" not in meta:
         raise BuildError(f"{where}: nbgrader cell without a grade_id")
-    kind = "solution" if meta.get("solution") else "tests" if meta.get("grade") else "readonly"
-    full = {**NBGRADER_DEFAULTS[kind], **meta, "schema_version": SCHEMA_VERSION}
+    full = {**NBGRADER_DEFAULTS[_kind(meta)], **meta, "schema_version": SCHEMA_VERSION}
     if full["grade"] and "points" not in full:
         raise BuildError(f"{where}: graded cell {meta['grade_id']!r} needs points")
     return dict(sorted(full.items()))
@@ -85,14 +89,14 @@ def to_notebook(source: Path) -> nbformat.NotebookNode:
         if "tags" in cell.metadata:
             meta["tags"] = list(cell.metadata["tags"])
         nbgrader_meta = cell.metadata.get("nbgrader")
-        if "parameters" in meta.get("tags", []) and nbgrader_meta is None:
+        parameters = "parameters" in meta.get("tags", [])
+        if parameters and nbgrader_meta is None:
             nbgrader_meta = {"grade_id": PARAMETERS_PREFIX + stem}  # restored before grading
         if nbgrader_meta is not None:
             meta["nbgrader"] = _nbgrader_metadata(nbgrader_meta, f"{source}: cell {i}")
-            kind = meta["nbgrader"]
-            if kind["locked"] and not kind["grade"] and not kind["solution"]:
+            if _kind(meta["nbgrader"]) == "readonly":
                 meta["deletable"] = False
-                if "parameters" not in meta.get("tags", []):  # editable while students work
+                if not parameters:  # the parameters stay editable while students work
                     meta["editable"] = False
         cell.metadata = meta
         cell.id = meta.get("nbgrader", {}).get("grade_id") or f"{stem}-{i:03d}"

@@ -598,6 +598,9 @@ else:
 # falls short on the causal cases. After timing, your output is checked against SDPA's.
 
 # %%
+SPEED_NEEDS = {"SDPA flash": 0.8, "naive eager": 5.0}  # speedup needed against each baseline
+
+
 def speed_case(d, causal):
     """The comparisons of one case: a list of (what, measured speedup, speedup needed)."""
     b, h, n = SPEED_BHN
@@ -614,14 +617,14 @@ def speed_case(d, causal):
         checks.compare(out, expected, rtol=2e-3, atol=2e-3, name="out")
 
     checks.call_graded(ours, what="`flash_attention`")
-    baselines = {"SDPA flash": (lambda: flash(q, k, v, causal), 0.8)}
+    baselines = {"SDPA flash": lambda: flash(q, k, v, causal)}
     if not causal:
-        baselines["naive eager"] = (lambda: attention_reference(q, k, v), 5.0)
+        baselines["naive eager"] = lambda: attention_reference(q, k, v)
     measured = []
-    for name, (baseline, need) in baselines.items():
+    for name, baseline in baselines.items():
         result = perf.compare(ours, baseline, names=("yours", name), verify=verify)
         what = f"D={d}, {'causal' if causal else 'non-causal'} vs {name}"
-        measured.append((what, result.speedup, need))
+        measured.append((what, result.speedup, SPEED_NEEDS[name]))
     return measured
 
 
