@@ -4,12 +4,12 @@ product with V). It is not attention. Timed against naive eager attention beside
 says whether the speed cell's threshold is within reach of this loop structure at all, and how
 much of the gap the softmax's arithmetic accounts for.
 
-Import after `grader.device.setup()`: it imports triton.
+Import after `grader.runtime.device.setup()`: it imports triton.
 """
 
 from __future__ import annotations
 
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.current()
 

@@ -135,7 +135,7 @@ class Section:
 
 
 def row_from(comparison, kernel: str, problem: str, amount: float, unit: str, note="") -> Row:
-    """A Row from a grader.perf.Comparison; `amount` is what the rate counts (bytes: GB/s,
+    """A Row from a grader.runtime.perf.Comparison; `amount` is what the rate counts (bytes: GB/s,
     FLOPs: TFLOP/s)."""
     scale = {"GB/s": 1e9, "TFLOP/s": 1e12}[unit]
     return Row(
@@ -198,7 +198,7 @@ def environment() -> dict[str, str]:
     """The machine and software a report was measured on."""
     import torch
 
-    from grader import device
+    from grader.runtime import device
 
     dev = device.current()
     env = {
@@ -423,7 +423,7 @@ def _pyplot():
 
 
 def plot_roofline(report: dict, path: Path) -> None:
-    from grader import roofline
+    from grader.runtime import roofline
 
     c = report.get("ceilings")
     ceilings = (
@@ -547,7 +547,7 @@ def write(report: dict, out: Path, plots: bool = True) -> None:
 def run_alone(script: str, measure, out: Path | None) -> int:
     """A benchmark script run on its own: measure on a GPU (else say why not and return 2), print
     the rows and goals as markdown, write them to `out` if given; 1 if anything failed."""
-    from grader import device
+    from grader.runtime import device
 
     dev = device.setup()
     if not dev.supports("timing"):

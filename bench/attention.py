@@ -88,7 +88,7 @@ def bench_shape(ref, b, h, n, d, causal, configs):
     """TFLOP/s of the baselines and of each configuration (None with a reason when it failed)."""
     import torch
 
-    from grader import checks, timing
+    from grader.runtime import checks, timing
 
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
     work = flops(b, h, n, d, causal)
@@ -282,7 +282,7 @@ def measure_vs_naive(ref, d: int):
     import torch
 
     from bench import _attention_bound
-    from grader import checks, perf
+    from grader.runtime import checks, perf
 
     naive = _notebook.load(NOTEBOOK, names=["attention_reference"]).attention_reference
     b, h, n = _notebook.value(NOTEBOOK, "SPEED_BHN")
@@ -352,7 +352,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="also write the markdown report here")
     parser.add_argument("--quick", action="store_true", help="the default configuration only")
     args = parser.parse_args(argv)
-    from grader import device
+    from grader.runtime import device
 
     dev = device.setup()
     if not dev.is_gpu:

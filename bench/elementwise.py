@@ -51,7 +51,7 @@ def measure() -> _report.Section:
 def _add(section, ref, goal) -> None:
     import torch
 
-    from grader import checks, perf
+    from grader.runtime import checks, perf
 
     n = _notebook.value(NOTEBOOK, "BENCH_ELEMENTS")
     x = torch.randn(n, device="cuda")
@@ -84,7 +84,7 @@ def _add(section, ref, goal) -> None:
 def _fused(section, ref, goal) -> None:
     import torch
 
-    from grader import checks, perf
+    from grader.runtime import checks, perf
 
     M, N = _notebook.value(NOTEBOOK, "FUSED_BENCH_SHAPE")
     x = torch.randn(M, N, device="cuda")

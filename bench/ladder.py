@@ -46,7 +46,7 @@ def measure(full: bool = False) -> _report.Section:
     """Every version against cuBLAS at its size. Needs a GPU."""
     import torch
 
-    from grader import device
+    from grader.runtime import device
 
     section = _report.Section("ladder", "04 · The matmul ladder (float16)")
     section.data["ladder"] = []
@@ -88,7 +88,7 @@ def _versions(section, n, versions: dict, launch) -> None:
     """cuBLAS, then each version with `launch(a, b, c, config)`, at size n."""
     import torch
 
-    from grader import timing
+    from grader.runtime import timing
 
     a, b, c = _problem(n)
     theirs = torch.empty_like(c)
@@ -136,7 +136,7 @@ def _sweep(section, ref, n, base: dict) -> None:
     import torch
     import triton
 
-    from grader import timing
+    from grader.runtime import timing
 
     a, b, c = _problem(n)
     theirs = torch.empty_like(c)

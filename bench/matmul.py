@@ -1,14 +1,14 @@
-"""Benchmark the course's tuned matmul (grader.gemm, the kernel and configs of notebook 05's
-reference solution) against cuBLAS (torch.matmul), in float16 and bfloat16.
+"""Benchmark the course's tuned matmul (solutions/05_autotuning/gemm.py, the kernel and configs
+of notebook 05's reference solution) against cuBLAS (torch.matmul), in float16 and bfloat16.
 
     python bench/matmul.py [--out results/bench-matmul.md] [--sizes 2048 4096 8192]
                            [--dtypes fp16 bf16] [--full] [--no-per-config]
 
 For each dtype and problem (the square sizes, then the shapes notebook 05 grades), it times
-cuBLAS and the autotuned reference with grader.timing, then every candidate config on each path
-(tensor descriptors and pointers), so that the best configs can be chosen from a single run. It
-prints the tables and writes them as markdown to --out. Importing this module needs no GPU; off a
-GPU, main() says why it cannot measure and returns 2.
+cuBLAS and the autotuned reference with grader.runtime.timing, then every candidate config on
+each path (tensor descriptors and pointers), so that the best configs can be chosen from a
+single run. It prints the tables and writes them as markdown to --out. Importing this module
+needs no GPU; off a GPU, main() says why it cannot measure and returns 2.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's grader
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the repository's grader
+sys.path.insert(0, str(ROOT / "solutions" / "05_autotuning"))  # gemm, released with notebook 05
 
 from bench import _report  # noqa: E402
-from grader import device  # noqa: E402
+from grader.runtime import device  # noqa: E402
 
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 # goal for bench/report.py: the autotuned kernel's speed over cuBLAS's, geometric mean over the
@@ -84,10 +86,11 @@ def parse(argv=None) -> argparse.Namespace:
 
 def measure(args) -> tuple[list[Row], list[Row]]:
     """(reference rows, per-config rows). Needs a GPU."""
+    import gemm
     import torch
     from tqdm.auto import tqdm
 
-    from grader import gemm, timing
+    from grader.runtime import timing
 
     where = device.current().torch_device
     candidates = gemm.configs(full=args.full)

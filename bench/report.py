@@ -6,7 +6,7 @@ against sequence length).
     python bench/report.py [--out build/report] [--full] [--only NAME ...]
                            [--trust NN_topic ... | --trust all] [--trust-runs 10] [--all-variants]
 
-In order: the roofline's ceilings (grader.roofline.measure_ceilings), the same kernels timed
+In order: the roofline's ceilings (grader.runtime.roofline.measure_ceilings), the same kernels timed
 twice (bench/trust.py, part 1), 02's kernels (bench/elementwise.py), 03's softmax
 (bench/softmax.py), 04's ladder (bench/ladder.py), 05's autotuned matmul (bench/matmul.py), 07's
 FlashAttention (bench/attention.py). A failure in one is recorded in the report and the others
@@ -39,7 +39,7 @@ DEFAULT_OUT = ROOT / "build" / "report"
 
 
 def ceilings(args) -> _report.Section:
-    from grader import roofline
+    from grader.runtime import roofline
 
     section = _report.Section("ceilings", "Roofline ceilings, measured")
     c = roofline.measure_ceilings()
@@ -118,7 +118,7 @@ def _release_memory() -> None:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    from grader import device
+    from grader.runtime import device
 
     dev = device.setup()
     if not dev.supports("timing"):

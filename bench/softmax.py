@@ -37,7 +37,7 @@ def load():
 
 def measure(full: bool = False) -> _report.Section:
     """The kernel against a copy, torch.softmax and eager softmax on each shape. Needs a GPU."""
-    from grader import device
+    from grader.runtime import device
 
     section = _report.Section("softmax", "03 · Fused softmax")
     ref = load()
@@ -64,7 +64,7 @@ def measure(full: bool = False) -> _report.Section:
 def _shape(section, ref, shape, goals) -> None:
     import torch
 
-    from grader import checks, perf
+    from grader.runtime import checks, perf
 
     x = torch.randn(*shape, device="cuda")
     out = torch.empty_like(x)

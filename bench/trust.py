@@ -38,13 +38,14 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout without an inst
     sys.path.insert(0, str(ROOT))
 
 from bench import _notebook, _report  # noqa: E402
-from grader import verdicts  # noqa: E402
+from grader.grading import verdicts  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "report" / "trust.json"
 REPEAT_LIMIT = 0.03  # two medians of one kernel, one run: at most 3% apart
 RUNS = 10
-# a verdict line, as grader.perf, grader.integrity and 07's speed cell print it: the measured
-# figure is the last "1.33x" or "95%" on the line before "(needs 0.8x)" or "(needs 80%)"
+# a verdict line, as grader.runtime.perf, grader.runtime.integrity and 07's speed cell print
+# it: the measured figure is the last "1.33x" or "95%" on the line before "(needs 0.8x)" or
+# "(needs 80%)"
 # the estimate's cost model: perf.compare times candidate and baseline twice each with
 # timing.bench (2 to 6 rounds of 25 ms warm-up and 100 ms of samples), then verifies
 SECONDS_PER_COMPARISON = 1.5
@@ -73,7 +74,7 @@ def default_kernels() -> dict[str, tuple[str, object]]:
 
     from bench import elementwise, ladder
     from bench import softmax as softmax_bench
-    from grader import perf
+    from grader.runtime import perf
 
     def add():
         ref = elementwise.load()
@@ -114,7 +115,7 @@ def repeatability(kernels: dict[str, tuple[str, object]]) -> _report.Section:
 
 
 def _twice(section, goal, name, problem, make) -> None:
-    from grader import timing
+    from grader.runtime import timing
 
     fn = make()
     fn()  # compile outside the timed region
@@ -398,7 +399,7 @@ def run_notebook(notebook: str, runs: int, all_variants: bool, path: Path) -> di
         raise RuntimeError(
             f"the notebook runs need the Jupyter stack: {exc}; {JUPYTER_HINT}"
         ) from exc
-    from grader import device
+    from grader.runtime import device
 
     entry = {
         "notebook": notebook,
@@ -569,7 +570,7 @@ def main(argv=None) -> int:
                 "min"
             )
         return 0
-    from grader import device
+    from grader.runtime import device
 
     dev = device.setup()
     if not dev.supports("timing"):

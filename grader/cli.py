@@ -8,21 +8,20 @@ import os
 import sys
 from pathlib import Path
 
-from grader import __version__, nbgrader_policy
+from grader import __version__
+from grader.grading import nbgrader_policy
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from grader import device, doctor
+    from grader.runtime import __main__ as runtime_main
 
-    env = dict(os.environ)  # as the user set it, before setup() adjusts Triton's variables
-    device.setup(args.mode)
-    text, found = doctor.report(env)
-    print(text)
-    return 1 if (args.strict and any(f.level == "problem" for f in found)) else 0
+    return runtime_main.main(
+        [*(["--mode", args.mode] if args.mode else []), *(["--strict"] if args.strict else [])]
+    )
 
 
 def _build(args: argparse.Namespace) -> int:
-    from grader import build
+    from grader.authoring import build
 
     if args.check:
         problems = build.check()
@@ -40,7 +39,8 @@ def _build(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from grader import device, doctor, execute, run_summary
+    from grader.authoring import execute, run_summary
+    from grader.runtime import device, doctor
 
     dev = device.current()
     budget = execute.budget_for(dev) if args.budget is None else args.budget
@@ -68,7 +68,7 @@ def lab_command(extra: list[str], instructor: bool = False) -> list[str]:
     """The JupyterLab command line: course/ for students; for instructors the repository, which
     holds nbgrader's course directory build/ (the formgrader refuses one outside the served
     folder). A folder named in `extra` (--notebook-dir, --ServerApp.root_dir) replaces either."""
-    from grader import build
+    from grader.authoring import build
 
     named = any(a.split("=")[0] in ("--notebook-dir", "--ServerApp.root_dir") for a in extra)
     folder = build.ROOT if instructor else build.COURSE
@@ -83,7 +83,7 @@ def lab_command(extra: list[str], instructor: bool = False) -> list[str]:
 def _lab(args: argparse.Namespace) -> int:
     import subprocess
 
-    from grader import build
+    from grader.authoring import build
 
     # nbgrader's Validate button reads the course's config, as the grader's own runs do
     command = lab_command(args.extra, args.instructor)
@@ -91,7 +91,8 @@ def _lab(args: argparse.Namespace) -> int:
 
 
 def _autograde(args: argparse.Namespace) -> int:
-    from grader import autograde, device, sandbox
+    from grader.grading import autograde, sandbox
+    from grader.runtime import device
 
     try:
         autograde.require_nbgrader()
@@ -300,7 +301,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--regexp",
         help="zip_collect's file-name pattern, when the LMS's names do not "
-        "match grader/nbgrader_config.py's (named groups student_id and file_id)",
+        "match grader/grading/nbgrader_config.py's (named groups student_id and file_id)",
     )
     a.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
     a.set_defaults(func=_autograde)

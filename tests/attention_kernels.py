@@ -1,7 +1,7 @@
 """Attention kernels for the audit's tests: one correct Triton kernel, and one variant for each
-defect in grader.verify.TAXONOMY. Kernel-level defects are chosen by the constexpr BUG; the others
-live in the launchers. tests/test_verify.py requires the correct one to pass every case and each
-variant to fail a case built to catch its defect (int32-offset: the offset review)."""
+defect in grader.runtime.verify.TAXONOMY. Kernel-level defects are chosen by the constexpr BUG;
+the others live in the launchers. tests/test_verify.py requires the correct one to pass every
+case and each variant to fail a case built to catch its defect (int32-offset: the offset review)."""
 
 import math
 
@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader import device
+from grader.runtime import device
 
 # Kernel-level defects, selected by the kernel's BUG argument.
 BUGS = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import device
+from grader.runtime import device
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = device.setup()

@@ -1,11 +1,11 @@
 """A tiny kernel, honest and dishonest launchers for it, and a problem for
-grader.integrity.measure_isolated (tests/test_integrity.py)."""
+grader.runtime.integrity.measure_isolated (tests/test_integrity.py)."""
 
 import torch
 import triton
 import triton.language as tl
 
-from grader import checks
+from grader.runtime import checks
 
 _RESULTS = {}
 

@@ -1,7 +1,7 @@
 """Elementwise kernels for the checker's tests: one reference and a corpus of known-wrong ones.
 
 Each wrong kernel is a way a kernel has been seen to pass a weak check. Every one must be
-rejected by grader.checks, and the reference must be accepted (tests/test_checks.py).
+rejected by grader.runtime.checks, and the reference must be accepted (tests/test_checks.py).
 """
 
 import torch

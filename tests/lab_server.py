@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import build
+from grader.authoring import build
 
 TOKEN = "course-test"
 START_TIMEOUT_S = 120  # a busy 2-core CI machine imports the server's extensions slowly

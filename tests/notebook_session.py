@@ -3,7 +3,7 @@ by which tests/test_known_wrong.py swaps exercise cells and bench/trust.py re-ru
 
 from jupyter_client.manager import start_new_kernel
 
-from grader import build
+from grader.authoring import build
 
 
 class Session:

@@ -18,7 +18,9 @@ import zipfile
 import nbformat
 import pytest
 
-from grader import autograde, build, cli, findings, gradebook
+from grader import cli
+from grader.authoring import build
+from grader.grading import autograde, findings, gradebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
@@ -147,7 +149,7 @@ DETAIL = {  # words the reason must contain
     "memory-hog": "allocate memory",
     "tampered": "test-relu-visible edited, test-relu-hidden deleted",
     "shrunk-sizes": "graded with the release's instead",
-    "cheater": "replaces grader.checks.check",
+    "cheater": "replaces grader.runtime.checks.check",
     "not-json": "not valid JSON",
     "pdf": "PDF",
     "misnamed": "Setup (1).ipynb",

@@ -6,7 +6,7 @@ import math
 import torch
 
 from bench import attention
-from grader import device
+from grader.runtime import device
 
 
 def test_reference_cell_is_the_notebooks_kernel():

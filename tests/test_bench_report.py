@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from bench import _notebook, _report, trust
-from grader import build, device
+from grader.authoring import build
+from grader.runtime import device
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem != "__init__")

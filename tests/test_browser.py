@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import build
+from grader.authoring import build
 from tests import lab_server
 
 # the GPU runner collects this file without the dev extra; CPU CI has it and runs every test

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import build
+from grader.authoring import build
 
 pytestmark = pytest.mark.tooling
 

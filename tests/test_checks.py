@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grader import checks, stubs
+from grader.runtime import checks, stubs
 from tests import kernels
 
 

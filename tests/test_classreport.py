@@ -1,12 +1,12 @@
-"""grader.classreport on synthetic grades: the CSV an LMS imports, the Markdown report and its
-plots, including what it says when speed could not be graded on the grading device."""
+"""grader.grading.classreport on synthetic grades: the CSV an LMS imports, the Markdown report
+and its plots, including what it says when speed could not be graded on the grading device."""
 
 import csv
 
 import pytest
 
-from grader import classreport
-from grader.findings import Finding, Speed
+from grader.grading import classreport
+from grader.grading.findings import Finding, Speed
 
 pytestmark = pytest.mark.tooling  # the HTML report uses mistune, which comes with nbconvert
 POINTS = {"test-relu-visible": 1.0, "test-relu-hidden": 2.0, "speed-relu": 1.0}
@@ -39,7 +39,7 @@ def cpu_class():
             row("cy", None, None, None, Finding("not-a-notebook", "setup.ipynb is a PDF")),
             row("dee", 1, 2, 0, Finding("late", "2 h after the due date; a penalty of 1 points"),
                 penalty=1),
-            row("eve", 1, 2, 0, Finding("cheating", "cell f replaces grader.checks.check")),
+            row("eve", 1, 2, 0, Finding("cheating", "cell f replaces grader.runtime.checks.check")),
         ],
     )  # fmt: skip
 
@@ -83,7 +83,7 @@ def test_report_on_the_cpu_says_speed_was_not_graded(tmp_path, cpu_class):
     assert "**Speed was not graded on this device** (the CPU, in Triton's interpreter mode)" in text
     assert "`speed-relu` (not graded on this device)" in text
     assert "5 submissions, 3 of them need a human look" in text
-    assert "| eve | 3 | cheating flagged: cell f replaces grader.checks.check |" in text
+    assert "| eve | 3 | cheating flagged: cell f replaces grader.runtime.checks.check |" in text
     assert "| ana |" not in text
     assert "not a notebook: 1, cheating flagged: 1, late: 1" in text
     assert "![score distribution](scores.png)" in text

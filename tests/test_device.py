@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from grader import device
+from grader.runtime import device
 
 H100 = device.Device(device.GPU, "NVIDIA H100 80GB HBM3", (9, 0), 80 * 2**30)
 A100 = device.Device(device.GPU, "NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30)
@@ -57,7 +57,7 @@ def run_python(code, **env):
 @pytest.mark.skipif(device.current().is_gpu, reason="checks the machine without a GPU")
 def test_setup_without_gpu_chooses_interpreter_and_sets_triton_environment():
     result = run_python(
-        "import os; from grader import device; d = device.setup(); "
+        "import os; from grader.runtime import device; d = device.setup(); "
         "print(d.mode, os.environ['TRITON_INTERPRET'], os.environ['TRITON_DEFAULT_FP_FUSION'])"
     )
     assert result.stdout.split() == ["interpreter", "1", "1"], result.stderr
@@ -65,19 +65,19 @@ def test_setup_without_gpu_chooses_interpreter_and_sets_triton_environment():
 
 @pytest.mark.skipif(device.current().is_gpu, reason="checks the machine without a GPU")
 def test_asking_for_gpu_without_one_says_what_to_check():
-    result = run_python("from grader import device; device.setup('gpu')")
+    result = run_python("from grader.runtime import device; device.setup('gpu')")
     assert "ModeError" in result.stderr and "no CUDA GPU" in result.stderr
 
 
 def test_importing_triton_first_is_caught_with_a_fix():
-    result = run_python("import triton; from grader import device; device.setup('interpreter')")
+    result = run_python("import triton; from grader.runtime import device; device.setup('interpreter')")
     assert "ModeError" in result.stderr
     assert "Restart the kernel and run the notebook from the top" in result.stderr
 
 
 def test_user_fp_fusion_choice_is_kept():
     result = run_python(
-        "import os; from grader import device; device.setup('interpreter'); "
+        "import os; from grader.runtime import device; device.setup('interpreter'); "
         "print(os.environ['TRITON_DEFAULT_FP_FUSION'])",
         TRITON_DEFAULT_FP_FUSION="0",
     )
@@ -87,7 +87,7 @@ def test_user_fp_fusion_choice_is_kept():
 @pytest.mark.skipif(device.current().is_gpu, reason="checks interpreter mode")
 def test_interpreter_mode_keeps_numpy_quiet_on_stderr():
     result = run_python(
-        "import numpy as np; from grader import device; device.setup('interpreter'); "
+        "import numpy as np; from grader.runtime import device; device.setup('interpreter'); "
         "np.exp(np.float32(1e4)); np.float32('-inf') - np.float32('-inf')"
     )
     assert result.returncode == 0 and result.stderr == "", result.stderr

@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from grader import device, doctor
+from grader.runtime import device, doctor
 
 GOOD = {
     "torch": "2.13.0",

@@ -8,7 +8,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader import cli, execute, run_summary
+from grader import cli
+from grader.authoring import execute, run_summary
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 

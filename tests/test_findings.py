@@ -1,4 +1,4 @@
-"""grader.findings: why a submission needs a human look, from its files and its grading run.
+"""grader.grading.findings: why a submission needs a human look, from its files and its grading run.
 Each check must fire on the fault it names and stay quiet on a clean submission."""
 
 import copy
@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader import findings
+from grader.grading import findings
 
 pytestmark = pytest.mark.tooling  # nbgrader's checksums
 
@@ -36,7 +36,7 @@ def solution_cell(source, grade_id):
 def release():
     return new_notebook(
         cells=[
-            new_code_cell("from grader import checks\nimport torch"),
+            new_code_cell("from grader.runtime import checks\nimport torch"),
             new_code_cell(  # as the build makes it: read-only for nbgrader, restored at grading
                 "SIZES = [1, 17, 1025]\nRUN_BENCHMARKS = True",
                 metadata={"tags": ["parameters"], "nbgrader": PARAMETERS},
@@ -97,12 +97,15 @@ def test_tampering_is_found_by_checksum(release):
 @pytest.mark.parametrize(
     "cheat, replaced",
     [
-        ("checks.check = lambda *a, **k: None", "grader.checks.check"),
-        ("import grader.checks as gc\ngc.check = print", "grader.checks.check"),
-        ("from grader import perf as p\nsetattr(p, 'grade_speedup', max)", "grader.perf"),
+        ("checks.check = lambda *a, **k: None", "grader.runtime.checks.check"),
+        ("import grader.runtime.checks as gc\ngc.check = print", "grader.runtime.checks.check"),
+        ("from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)", "grader.runtime.perf"),
         ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
-        ("checks = None", "grader.checks"),
-        ("from unittest import mock\nmock.patch('grader.timing.bench').start()", "grader.timing"),
+        ("checks = None", "grader.runtime.checks"),
+        (
+            "from unittest import mock\nmock.patch('grader.runtime.timing.bench').start()",
+            "grader.runtime.timing",
+        ),
         ("torch.matmul, x = my_matmul, 1", "torch.matmul"),
     ],
 )
@@ -251,7 +254,7 @@ def test_a_clean_submission_needs_no_look():
          ["crashed"]),
         (OK, findings.Submitted(tampered=["test-f edited"]), [], 4, ["tampered"]),
         (OK, findings.Submitted(parameters=["SIZES = [1]"]), [], 4, ["parameters"]),
-        (OK, findings.Submitted(patches=["cell x replaces grader.checks.check"]), [], 4,
+        (OK, findings.Submitted(patches=["cell x replaces grader.runtime.checks.check"]), [], 4,
          ["cheating"]),
         (OK, findings.Submitted(), [("test-f", "IntegrityError", "called torch.mm")], 3,
          ["cheating"]),

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.functional import scaled_dot_product_attention as sdpa_alias
 
-from grader import integrity
+from grader.runtime import integrity
 
 
 def test_forbid_catches_functions_methods_and_aliases():

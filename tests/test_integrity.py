@@ -5,7 +5,7 @@ guards catch, whatever the calling process's state."""
 import pytest
 import torch
 
-from grader import device, integrity
+from grader.runtime import device, integrity
 from tests import integrity_kernels as ik
 
 DEV = device.current().torch_device  # where kernels read their tensors

@@ -11,7 +11,8 @@ import nbformat
 import pytest
 from jupyter_client import BlockingKernelClient
 
-from grader import build, cli
+from grader import cli
+from grader.authoring import build
 from tests import lab_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]

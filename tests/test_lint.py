@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grader import build
+from grader.authoring import build
 
 pytestmark = pytest.mark.tooling
 ASSIGNMENTS = build.assignments()

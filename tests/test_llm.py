@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from grader import llm
+from grader.runtime import llm
 
 REPLY = "Here it is:\n```python\nimport triton\n\ndef attention(q, k, v):\n    pass\n```\nDone."
 

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grader import build, device
+from grader.authoring import build
+from grader.runtime import device
 
 ASSIGNMENTS = build.assignments()
 WORKERS = max(2, os.cpu_count() or 1)

@@ -1,12 +1,12 @@
-"""grader.nbgrader_policy: per-cell timeouts for nbclient, and the stderr noise nbgrader must not
-score as a failure (only warnings: anything else on stderr still costs the cell)."""
+"""grader.grading.nbgrader_policy: per-cell timeouts for nbclient, and the stderr noise nbgrader
+must not score as a failure (only warnings: anything else on stderr still costs the cell)."""
 
 import re
 
 import pytest
 from nbformat.v4 import new_code_cell
 
-from grader import nbgrader_policy as policy
+from grader.grading import nbgrader_policy as policy
 
 
 def graded(grade_id):

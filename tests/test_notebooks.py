@@ -5,7 +5,8 @@ check `python -m grader run` makes on the GPU runner)."""
 
 import pytest
 
-from grader import build, device, execute
+from grader.authoring import build, execute
+from grader.runtime import device
 
 ASSIGNMENTS = build.assignments()
 DEVICE = device.current()

@@ -1,6 +1,6 @@
 import pytest
 
-from grader import device, perf, timing
+from grader.runtime import device, perf, timing
 
 
 def fake(ms):

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from grader import device, results
+from grader.runtime import device, results
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 import matplotlib
 import pytest
 
-from grader import device, roofline, timing
+from grader.runtime import device, roofline, timing
 
 matplotlib.use("Agg")
 

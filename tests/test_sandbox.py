@@ -1,4 +1,4 @@
-"""grader.sandbox: a grading run that hangs or eats memory is stopped with its whole process
+"""grader.grading.sandbox: a grading run that hangs or eats memory is stopped with its whole process
 tree, and the outcome says which limit it hit; a run within its limits is left alone."""
 
 import sys
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from grader import sandbox
+from grader.grading import sandbox
 
 pytestmark = pytest.mark.tooling  # psutil comes with the grading toolchain (IPython)
 MIB = 1 << 20

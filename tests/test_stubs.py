@@ -6,7 +6,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime import JITFunction
 
-from grader import checks, stubs
+from grader.runtime import checks, stubs
 from tests import kernels
 
 

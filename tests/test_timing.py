@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from grader import device, timing
+from grader.runtime import device, timing
 
 
 def sampler_from(rounds):

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from grader import attention as attn
-from grader import verify
+from grader.runtime import attention as attn
+from grader.runtime import verify
 from tests import attention_kernels as ak
 
 CASES = attn.cases(tile=ak.TILE)

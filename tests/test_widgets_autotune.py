@@ -6,7 +6,7 @@ import math
 import matplotlib
 import pytest
 
-from grader.widgets import autotune
+from grader.runtime.widgets import autotune
 
 matplotlib.use("Agg")
 

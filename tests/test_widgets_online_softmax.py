@@ -7,7 +7,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from grader.widgets import online_softmax as ow
+from grader.runtime.widgets import online_softmax as ow
 
 matplotlib.use("Agg")
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from grader import roofline
-from grader.widgets import roofline as explorer
+from grader.runtime import roofline
+from grader.runtime.widgets import roofline as explorer
 
 # A device with round numbers: 1 TB/s, and a ridge of 100 FLOP/B in fp16, 10 in fp32.
 CEIL = roofline.Ceilings(

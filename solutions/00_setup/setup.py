@@ -23,7 +23,7 @@
 # kernel), or `COURSE_MODE=gpu` to insist on the GPU.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader import checks, doctor, perf, timing
+from grader.runtime import checks, doctor, perf, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -264,7 +264,7 @@ for what, candidate in broken.items():
 # %% [markdown]
 # ## Measuring a kernel
 #
-# The course times everything one way (`grader.timing.bench`): Triton's `do_bench` warms the kernel
+# The course times everything one way (`grader.runtime.timing.bench`): Triton's `do_bench` warms the kernel
 # up, flushes the L2 cache before each call so that every call reads from device memory, and
 # times calls with CUDA events; `bench` repeats this in rounds until two successive medians agree
 # within 1%, then reports the median and the spread (interquartile range over median). A time

@@ -21,7 +21,7 @@
 # profile of a transformer block; and the three conditions under which a custom kernel pays.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -37,8 +37,8 @@ from IPython.display import display
 from torch import nn
 from tqdm.auto import tqdm
 
-from grader import checks, roofline, timing
-from grader.widgets import roofline as roofline_explorer
+from grader.runtime import checks, roofline, timing
+from grader.runtime.widgets import roofline as roofline_explorer
 
 print(f"This notebook runs on {DEVICE.describe()}.")
 

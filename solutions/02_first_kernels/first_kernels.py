@@ -17,7 +17,7 @@
 # and measure what that buys.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader import checks, integrity, perf, results, timing
+from grader.runtime import checks, integrity, perf, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 

@@ -16,7 +16,7 @@
 # and how bandwidth varies with row length, up to the point where a row no longer fits on chip.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from tqdm.auto import tqdm
 from triton.runtime.errors import OutOfResources
 
-from grader import checks, integrity, perf, results, timing
+from grader.runtime import checks, integrity, perf, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 

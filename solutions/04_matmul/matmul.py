@@ -17,7 +17,7 @@
 # operand costs when the kernel takes strides.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader import checks, perf, results, roofline, timing
+from grader.runtime import checks, perf, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 

@@ -16,7 +16,7 @@
 # with the shape of the problem; and when not to tune at all.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -24,6 +24,7 @@ import inspect
 import math
 import time
 
+import gemm  # gemm.py beside this notebook, released with it
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -31,8 +32,8 @@ import triton
 from IPython.display import display
 from tqdm.auto import tqdm
 
-from grader import checks, gemm, perf, timing
-from grader.widgets import autotune as autotune_widget
+from grader.runtime import checks, perf, timing
+from grader.runtime.widgets import autotune as autotune_widget
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -52,7 +53,7 @@ RUN_BENCHMARKS = True
 # ## The kernel: 04's, with a second way to move tiles
 #
 # The kernel to tune is the blocked matmul of 04 (grouped launch order, float32 accumulator,
-# masks, strides), kept in `grader/gemm.py` so that this notebook and the course's benchmark
+# masks, strides), kept in `gemm.py` beside this notebook so that this notebook and the course's benchmark
 # script (`bench/matmul.py`, run by `make bench`) time exactly the same code. It has one
 # addition: where the layout allows, it loads and stores tiles through **tensor descriptors**
 # (`tl.make_tensor_descriptor`). On Hopper GPUs these become copies by the Tensor Memory
@@ -325,7 +326,7 @@ if not DEVICE.is_gpu:
 def config_space(full: bool = False) -> list[triton.Config]:
     """Candidate configs for gemm.matmul_kernel; at most 8 unless full."""
     ### BEGIN SOLUTION
-    # The course's reference space lives in grader/gemm.py (DEFAULT and FULL), where
+    # The course's reference space lives in gemm.py (DEFAULT and FULL), where
     # bench/matmul.py reads it too, so that a benchmark run measures exactly these configs.
     return gemm.configs(full)
     ### END SOLUTION

@@ -18,7 +18,7 @@
 # bandwidth.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -31,8 +31,8 @@ import triton.language as tl
 from IPython.display import display
 from tqdm.auto import tqdm
 
-from grader import checks, integrity, perf, results, timing
-from grader.widgets import online_softmax as walk
+from grader.runtime import checks, integrity, perf, results, timing
+from grader.runtime.widgets import online_softmax as walk
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 

@@ -18,7 +18,7 @@
 # backends, on the roofline.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader import checks, integrity, perf, results, roofline, timing
+from grader.runtime import checks, integrity, perf, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 
@@ -465,7 +465,7 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large val
 # - on a GPU, the peak of `torch.cuda.max_memory_allocated` during the call, beyond what was
 #   allocated before it;
 # - on the CPU, the bytes of every tensor that a torch function creates during the call
-#   (`grader.integrity.allocations`, which watches torch's functions through `torch.overrides`).
+#   (`grader.runtime.integrity.allocations`, which watches torch's functions through `torch.overrides`).
 #   A kernel cannot allocate memory itself, so an N × N buffer has to be made by torch.
 
 # %% nbgrader={"grade": true, "grade_id": "test-flash-attention-memory", "points": 2}

@@ -19,7 +19,7 @@
 # timed code is your kernel and not PyTorch; and how to turn a fixed draft into a fast kernel.
 
 # %%
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.setup()
 
@@ -31,8 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
-from grader import attention as attn
-from grader import checks, integrity, llm, results, roofline, verify
+from grader.runtime import attention as attn
+from grader.runtime import checks, integrity, llm, results, roofline, verify
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -515,7 +515,7 @@ if DEVICE.supports("timing"):  # graded below, so it runs whatever RUN_BENCHMARK
         [attention_inner, attention_kernel, attention],
         launcher="attention",
         kernels=["attention_kernel"],
-        problem="grader.attention:speed_problem",
+        problem="grader.runtime.attention:speed_problem",
         params=SPEED_SHAPE,
         timeout=300,
     )
@@ -545,7 +545,7 @@ integrity.grade(SPEED, "flash causal", at_least=0.6, points=1)
 # variables: `COURSE_LLM_BASE_URL` (e.g. `http://localhost:8080/v1` for llama.cpp's
 # `llama-server`, `http://localhost:8000/v1` for vLLM, or a hosted service), `COURSE_LLM_MODEL`,
 # and `COURSE_LLM_API_KEY` if the server wants one. It uses only Python's standard library
-# (`grader/llm.py`). The reply is saved as `my_draft.py` and printed. Code a model wrote runs on
+# (`grader/runtime/llm.py`). The reply is saved as `my_draft.py` and printed. Code a model wrote runs on
 # your machine when you import it: read it, then set `AUDIT_MY_DRAFT = True` in the parameters
 # cell to put it through the same audit.
 
@@ -575,7 +575,7 @@ if endpoint is not None:
 # ## Your roofline
 #
 # Every notebook that times one of your kernels on a GPU keeps the measurement with
-# `grader.results.record`. Here they all are, on one roofline: ceilings measured now on a GPU,
+# `grader.runtime.results.record`. Here they all are, on one roofline: ceilings measured now on a GPU,
 # or the H100 datasheet's (labelled as such) anywhere else.
 
 # %%

@@ -4,7 +4,7 @@ wrong versions follow the reference as it changes (a swap that no longer applies
 
 import re
 
-from grader import build
+from grader.authoring import build
 
 NOTEBOOK = "01_roofline"
 _SOURCE = build.SOLUTIONS / NOTEBOOK / "roofline.py"

@@ -6,7 +6,7 @@ never drift apart) with one planted change; `_edit` fails loudly if the text it 
 
 import re
 
-from grader import build
+from grader.authoring import build
 
 NOTEBOOK = "07_flash_attention"
 GRADE_ID = "flash-attention-kernel"

@@ -5,7 +5,7 @@ differs from the reference in exactly the way its name says. SLOW: correct but c
 import re
 from pathlib import Path
 
-from grader import build
+from grader.authoring import build
 
 NOTEBOOK = "08_verify"
 SOURCE = Path(__file__).resolve().parents[2] / "solutions" / NOTEBOOK / "verify.py"

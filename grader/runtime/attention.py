@@ -1,6 +1,6 @@
 """Attention for 08 · Trust, but verify: the float64 reference, the eager and SDPA baselines,
 tolerances, work and traffic, the audit's sweep of cases, the hidden fuzz cases, and the speed
-problem that grader.integrity measures in a separate process.
+problem that grader.runtime.integrity measures in a separate process.
 
 Shapes are (batch, heads, N, D): N queries and N keys per head, head dimension D. The kernels
 under test are called as attention(q, k, v, causal=False, sm_scale=None) and return the output.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grader import checks, device, verify
+from grader.runtime import checks, device, verify
 
 # Sizes at which a kernel's offsets need 64 bits: 64 * 64 * 8192 * 128 = 2^32 elements per tensor,
 # 8 GiB in fp16. No laptop runs this; offset_review reasons about it instead.
@@ -250,8 +250,9 @@ def fuzz_cases(
 
 @dataclass
 class SpeedProblem:
-    """Attention at one size, for grader.integrity.measure_isolated: fp16 (by default) inputs,
-    a float32 reference computed a few heads at a time, and the baselines to time against."""
+    """Attention at one size, for grader.runtime.integrity.measure_isolated: fp16 (by default)
+    inputs, a float32 reference computed a few heads at a time, and the baselines to time
+    against."""
 
     batch: int
     heads: int

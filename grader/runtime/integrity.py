@@ -14,8 +14,8 @@ What each guard catches:
   that returns without launching the kernel (a cached or precomputed result) is caught.
 - `measure_isolated` sends the source of the kernel and launcher (`inspect.getsource`) to a fresh
   Python process, which defines them anew, checks them with the guards above on fresh inputs,
-  times them against baselines with `grader.timing`, checks the last timed call's output after
-  every timing pass, refills the inputs with new values between passes, requires a launch for
+  times them against baselines with `grader.runtime.timing`, checks the last timed call's output
+  after every timing pass, refills the inputs with new values between passes, requires a launch for
   every timed call, and returns the numbers. Patched torch functions, a monkeypatched timer or
   checker, global caches or pre-warmed tensors in the notebook do not exist there.
 
@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader import checks, device, timing
+from grader.runtime import checks, device, timing
 
 # Names (func.__name__) of torch functions and methods that compute attention or its parts.
 REFERENCE_OPS = frozenset(
@@ -337,7 +337,13 @@ def measure_isolated(
         spec_path.write_text(json.dumps(spec))
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "grader.integrity", str(spec_path), str(result_path)],
+                [
+                    sys.executable,
+                    "-m",
+                    "grader.runtime.integrity",
+                    str(spec_path),
+                    str(result_path),
+                ],
                 cwd=tmp,
                 env=env,
                 capture_output=True,
@@ -360,7 +366,7 @@ def grade(
 ) -> float:
     """Full points when the isolated measurement's `comparison` shows a speedup of `at_least`
     or more; 0 otherwise, or off the supported GPU class (said out loud, as perf does)."""
-    from grader import perf
+    from grader.runtime import perf
 
     if not device.current().grades_speed:
         return perf.not_graded_here(points)
@@ -405,7 +411,7 @@ def _resolve(dotted: str):
 
 
 def _measure(spec: dict, folder: Path) -> dict:
-    from grader import perf
+    from grader.runtime import perf
 
     dev = device.current()
     module = _load_sources(spec["sources"], folder)
@@ -497,7 +503,7 @@ def _child(spec_path: str, result_path: str) -> int:
     except BaseException as exc:  # the candidate's failure is the answer, not a crash
         sentence = None
         try:
-            from grader import stubs
+            from grader.runtime import stubs
 
             sentence = stubs.explain(exc, "the launcher")
         except Exception:

@@ -3,7 +3,7 @@ tiles through tensor descriptors (TMA on Hopper), a persistent variant, the cand
 configs, and the launchers. Notebook 05's reference solution and bench/matmul.py both take their
 kernels and configs from here, so a benchmark run measures exactly what the notebook tunes.
 
-Import this module after `grader.device.setup()` (it calls `device.current()` first, so the mode
+Import this module after `grader.runtime.device.setup()` (it calls `device.current()` first, so the mode
 is chosen before triton is imported).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from grader import device
+from grader.runtime import device
 
 DEVICE = device.current()
 

@@ -7,7 +7,7 @@ import json
 import platform
 from pathlib import Path
 
-from grader.execute import Outcome
+from grader.authoring.execute import Outcome
 
 
 def _speed_text(outcome: Outcome) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grader import timing
+from grader.runtime import timing
 
 # NVIDIA H100 SXM5 datasheet (NVIDIA H100 Tensor Core GPU datasheet, 2023): dense rates, without
 # sparsity. Shown only where nothing can be measured, and labelled as a datasheet.
@@ -83,7 +83,7 @@ def measure_ceilings(
     """Measure copy bandwidth (bytes read + written) and matmul rate for each precision, now."""
     import torch
 
-    from grader import perf
+    from grader.runtime import perf
 
     timing.require_gpu("Measuring the roofline")
     bandwidth = timing.bench(perf.copy_baseline(copy_bytes)).per_second(copy_bytes)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import re
 
-# the start of what perf.not_graded_here prints off the supported GPU class
-NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
+from grader.runtime.perf import NOT_GRADED_HERE  # noqa: F401 (read with the verdicts)
 
 _NEEDS = re.compile(r"\(needs (\d+(?:\.\d+)?)(x|%)\)")
 _FIGURE = re.compile(r"(\d+(?:\.\d+)?)(x|%)")

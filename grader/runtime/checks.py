@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from grader import device, stubs
+from grader.runtime import device, stubs
 
 # Tolerances follow torch.testing.assert_close's defaults for each dtype; the reference is float64.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import build
+from grader.authoring import build
 
 # Wall time one solution notebook may take with its default parameters: interpreter mode on a
 # 2-core CPU, or one GPU (COURSE_DESIGN: ~90 s and ~2 minutes).
@@ -106,7 +106,7 @@ def read_grades(nb, *, grades_speed: bool) -> Grades:
 
 
 def budget_for(dev) -> float:
-    """The per-notebook time budget on `dev` (a grader.device.Device)."""
+    """The per-notebook time budget on `dev` (a grader.runtime.device.Device)."""
     return BUDGET_SECONDS[dev.mode]
 
 

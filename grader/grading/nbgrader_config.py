@@ -1,14 +1,14 @@
-"""nbgrader's configuration for this course; found through JUPYTER_CONFIG_PATH=grader."""
+"""nbgrader's configuration for this course; found through JUPYTER_CONFIG_PATH=grader/grading."""
 
 import os
 import sys
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:  # the grader package, also where it is not installed (a GPU image)
     sys.path.insert(0, ROOT)
-from grader import nbgrader_policy  # noqa: E402
+from grader.grading import nbgrader_policy  # noqa: E402
 
 # The course directory defaults to build/ beside this package; commands may pass another root.
 c.CourseDirectory.root = os.path.join(ROOT, "build")
@@ -18,14 +18,14 @@ c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 
-# The stub nbgrader leaves in each solution region. grader.stubs recognises it everywhere,
+# The stub nbgrader leaves in each solution region. grader.runtime.stubs recognises it everywhere,
 # including inside @triton.jit kernels, and turns it into one sentence.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
 # Interpreter mode runs kernels as Python on the CPU, and on a GPU a cell may compile and autotune:
 # give cells time. nbclient asks timeout_func for each cell's limit (speed cells get longer; see
-# grader/nbgrader_policy.py; COURSE_CELL_TIMEOUT and COURSE_SPEED_CELL_TIMEOUT set them). A cell
-# that runs out of time is interrupted and costs its own points, not the notebook's.
+# grader/grading/nbgrader_policy.py; COURSE_CELL_TIMEOUT and COURSE_SPEED_CELL_TIMEOUT set
+# them). A cell that runs out of time is interrupted and costs its own points, not the notebook's.
 c.Execute.timeout = nbgrader_policy.CELL_TIMEOUT
 c.Execute.timeout_func = nbgrader_policy.cell_timeout
 c.Execute.interrupt_on_timeout = True
@@ -40,7 +40,7 @@ c.OverwriteCells.add_missing_cells = True
 
 # Read-only cells: nbgrader restores any that a student changed before it grades. The build marks
 # them non-editable itself, all but the parameters cell, which students may change while they work
-# (grader/build.py); nbgrader's own locking would make that one non-editable too.
+# (grader/authoring/build.py); nbgrader's own locking would make that one non-editable too.
 c.LockCells.lock_readonly_cells = False
 
 # Feedback shows the autograded notebook; keep the hidden tests hidden there too, as in course/.

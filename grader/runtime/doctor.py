@@ -9,7 +9,7 @@ import platform
 import re
 from dataclasses import dataclass
 
-from grader import device
+from grader.runtime import device
 
 PACKAGES = (
     "torch",
@@ -176,7 +176,7 @@ def findings(
                 "note",
                 "triton 3.9+ warns on stderr at the first compile unless "
                 "TRITON_DEFAULT_FP_FUSION is set, and nbgrader scores a test cell "
-                "with stderr output 0. grader.device.setup() sets it to 1.",
+                "with stderr output 0. grader.runtime.device.setup() sets it to 1.",
             )
         )
     return out

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.findings import KINDS, Finding, Speed
+from grader.grading.findings import KINDS, Finding, Speed
 
 FIGURES = {
     "scores": "scores.png",

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader import device, roofline
+from grader.runtime import device, roofline
 
 
 def path() -> Path:
@@ -18,7 +18,7 @@ def path() -> Path:
     explicit = os.environ.get("COURSE_RESULTS")
     if explicit:
         return Path(explicit)
-    return Path(__file__).resolve().parent.parent / "build" / "results.json"
+    return Path(__file__).resolve().parents[2] / "build" / "results.json"
 
 
 @dataclass(frozen=True)

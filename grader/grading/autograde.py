@@ -8,12 +8,13 @@ how it fits with the rest of nbgrader.
    copied into submitted/; an LMS download (a zip, or a folder of its files) goes through
    `nbgrader zip_collect`.
 3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
-   side on the CPU and one at a time on a GPU (speed cells time kernels), each in grader.sandbox:
-   a submission that crashes, hangs or eats the memory costs itself alone, and every score
-   already in the gradebook stays there. A submission graded before and unchanged since is not
-   graded again unless `force` is set.
+   side on the CPU and one at a time on a GPU (speed cells time kernels), each in
+   grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
+   alone, and every score already in the gradebook stays there. A submission graded before
+   and unchanged since is not graded again unless `force` is set.
 4. `nbgrader generate_feedback`, then grades read back through nbgrader's Gradebook API, each
-   submission inspected by grader.findings, and grader.classreport writes the outputs.
+   submission inspected by grader.grading.findings, and grader.grading.classreport writes the
+   outputs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grader import build, classreport, findings, gradebook, nbgrader_policy, sandbox
+from grader.authoring import build
+from grader.grading import classreport, findings, gradebook, nbgrader_policy, sandbox
 
 NBGRADER_VERSION = "0.9"
 LOCK_RETRIES = 2  # a run that lost a race for the SQLite file is run again
@@ -62,7 +64,7 @@ class Batch:
     """One grading batch: which assignment, where, and with which limits."""
 
     assignment: str
-    mode: str  # the grading device: grader.device.GPU or INTERPRETER
+    mode: str  # the grading device: grader.runtime.device.GPU or INTERPRETER
     root: Path = build.BUILD
     db_url: str | None = None  # any SQLAlchemy URL; default: root/gradebook.db
     out: Path | None = None  # default: root/grading/<assignment>
@@ -198,8 +200,9 @@ def import_submissions(batch: Batch, source: Path, regexp: str | None = None) ->
     if not collected:
         raise AutogradeError(
             f"{source}: nbgrader zip_collect found no submission of {batch.assignment}. Its "
-            "file-name pattern (FileNameCollectorPlugin.named_regexp in grader/nbgrader_config.py"
-            ", or --regexp) must match the LMS's file names.\n" + done.stderr[-2000:]
+            "file-name pattern (FileNameCollectorPlugin.named_regexp in "
+            "grader/grading/nbgrader_config.py, or --regexp) must match the LMS's file names.\n"
+            + done.stderr[-2000:]
         )
     return collected
 
@@ -245,7 +248,7 @@ def grade_one(batch: Batch, student: str, given: dict[str, object]) -> findings.
         return _save(batch, student, findings.Run("not-graded", detail="no readable notebook"))
     log = batch.out / "logs" / f"{student}.log"
     data_limit = None
-    if batch.mode != "gpu":  # see grader.sandbox: leave the resident slack to the watchdog
+    if batch.mode != "gpu":  # see grader.grading.sandbox: leave the resident slack to the watchdog
         data_limit = batch.memory_limit - min(sandbox.GIB, batch.memory_limit // 4)
     command = nbgrader_command(batch, "autograde", batch.assignment, f"--student={student}")
     for _ in range(1 + LOCK_RETRIES):

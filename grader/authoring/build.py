@@ -16,11 +16,11 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
 BUILD = ROOT / "build"
-CONFIG_DIR = Path(__file__).resolve().parent
+CONFIG_DIR = ROOT / "grader" / "grading"  # nbgrader_config.py
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 # What authors may leave out of a cell's nbgrader metadata; the build fills it in.

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader import checks, integrity
+from grader.runtime import checks, integrity
 
 INT32_MAX = 2**31 - 1
 

@@ -1,5 +1,5 @@
 """What nbgrader needs to know to grade this course fairly: how long each cell may run, and which
-stderr output is noise rather than a failure. `grader/nbgrader_config.py` installs both.
+stderr output is noise rather than a failure. `grader/grading/nbgrader_config.py` installs both.
 
 Timeouts: nbclient (under nbgrader 0.9.6) has one timeout for every cell, `Execute.timeout`, and a
 hook, `Execute.timeout_func(cell)`, that may give each cell its own; it reads no per-cell
@@ -20,7 +20,7 @@ import os
 
 CELL_TIMEOUT = 600  # seconds; interpreter-mode cells run kernels as Python on the CPU
 SPEED_CELL_TIMEOUT = 900  # seconds; compilation, autotuning and timing in one cell
-SUBMISSION_TIMEOUT = 1800  # seconds for one student's whole grading (grader.autograde)
+SUBMISSION_TIMEOUT = 1800  # seconds for one student's whole grading (grader.grading.autograde)
 CELL_TIMEOUT_VARIABLE = "COURSE_CELL_TIMEOUT"
 SPEED_CELL_TIMEOUT_VARIABLE = "COURSE_SPEED_CELL_TIMEOUT"
 

@@ -139,7 +139,7 @@ def _set_triton_environment(mode: str) -> None:
     have = os.environ.get("TRITON_INTERPRET")
     if (have == "1") != (want == "1") and "triton" in sys.modules:
         raise ModeError(
-            f"triton was imported before grader.device.setup() chose {mode} mode. "
+            f"triton was imported before grader.runtime.device.setup() chose {mode} mode. "
             "Restart the kernel and run the notebook from the top: setup() must come first."
         )
     if want:

@@ -8,7 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
-from grader import checks, device, timing, verdicts
+from grader.runtime import checks, device, timing
+
+# How a speed cell off the supported GPU class begins its message (grader.grading.verdicts
+# reads it).
+NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ def not_graded_here(points: float) -> float:
     """The score of a speed cell off the supported GPU class, said out loud."""
     dev = device.current()
     print(
-        f"{verdicts.NOT_GRADED_HERE}, sm_80 or newer; this notebook runs on "
+        f"{NOT_GRADED_HERE}, sm_80 or newer; this notebook runs on "
         f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
         "not affected."
     )

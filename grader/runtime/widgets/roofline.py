@@ -5,7 +5,7 @@ on a small roofline plot.
 The explorer holds no cost formulas of its own. The notebook passes its functions in:
 `flops(op, shape)`, `bytes_moved(op, shape, dtype)` and `precision(op, dtype, tf32)` (which
 compute ceiling bounds the op). What this module adds is the roofline arithmetic that
-`grader.roofline.Ceilings` already provides, and the controls.
+`grader.runtime.roofline.Ceilings` already provides, and the controls.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from grader import roofline, stubs
+from grader.runtime import roofline, stubs
 
 OPS = ("add", "softmax", "matmul", "attention_naive", "attention_tiled")
 DTYPES = ("fp16", "bf16", "fp32")

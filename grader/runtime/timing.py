@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from grader import device
+from grader.runtime import device
 
 Sampler = Callable[[Callable[[], object], int, int], list[float]]
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import verdicts
+from grader.grading import verdicts
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
@@ -257,7 +257,7 @@ def replaced_names(source: str, aliases: dict[str, str]) -> list[str]:
 
 def grader_patches(submitted, released) -> list[str]:
     """The student's own code (cells not found as released) that replaces functions or flags of
-    grader, torch or triton, e.g. "cell relu-kernel replaces grader.checks.check"."""
+    grader, torch or triton, e.g. "cell relu-kernel replaces grader.runtime.checks.check"."""
     released_code = {c.source.strip() for c in released.cells if c.cell_type == "code"}
     code = [c for c in submitted.cells if c.cell_type == "code"]
     aliases = module_aliases([c.source for c in code])

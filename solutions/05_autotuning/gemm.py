@@ -1,0 +1,332 @@
+"""The course's tuned matmul: the blocked kernel of 04, with a second path that loads and stores
+tiles through tensor descriptors (TMA on Hopper), a persistent variant, the candidate autotuning
+configs, and the launchers. Notebook 05's reference solution and bench/matmul.py both take their
+kernels and configs from here, so a benchmark run measures exactly what the notebook tunes.
+
+Import this module after `grader.runtime.device.setup()` (it calls `device.current()` first, so the mode
+is chosen before triton is imported).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from grader.runtime import device
+
+DEVICE = device.current()
+
+import triton  # noqa: E402 (after the mode is chosen)
+import triton.language as tl  # noqa: E402
+
+# Tensor-memory-accelerator boxes are at most 256 elements along each dimension (CUDA Driver API,
+# cuTensorMapEncodeTiled: boxDim[i] <= 256).
+TMA_MAX_BOX = 256
+
+
+@triton.jit
+def matmul_kernel(
+    # pointers
+    a_ptr,  # A, (M, K)
+    b_ptr,  # B, (K, N)
+    c_ptr,  # C, (M, N), written
+    # sizes
+    M,
+    N,
+    K,
+    # strides (elements)
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    # compile-time constants
+    BLOCK_M: tl.constexpr,  # rows of C per program
+    BLOCK_N: tl.constexpr,  # columns of C per program
+    BLOCK_K: tl.constexpr,  # depth of one step along K
+    GROUP_M: tl.constexpr,  # rows of tiles per group in the launch order
+    USE_TMA: tl.constexpr,  # load and store tiles through tensor descriptors
+    INPUT_PRECISION: tl.constexpr,  # "ieee" or "tf32": how tl.dot multiplies float32 blocks
+):
+    # -- which tile of C this program owns (grouped order, as in 04's v2)
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
+    if USE_TMA and BLOCK_M <= 256 and BLOCK_N <= 256 and BLOCK_K <= 256:
+        # -- descriptors: the hardware computes addresses, fills zeros past the edges on loads
+        #    and clips stores; needs unit stride in the last dimension, 16-byte aligned rows
+        a_desc = tl.make_tensor_descriptor(
+            a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
+        )
+        b_desc = tl.make_tensor_descriptor(
+            b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N]
+        )
+        c_desc = tl.make_tensor_descriptor(
+            c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N]
+        )
+        for k in range(0, tl.cdiv(K, BLOCK_K)):  # reads M*K + K*N (N/BLOCK_N, M/BLOCK_M times)
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K)
+            b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])  # (BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        c = acc.to(c_ptr.dtype.element_ty)  # (BLOCK_M, BLOCK_N), writes M*N in all
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c)
+    else:
+        # -- pointers and masks, any strides: 04's kernel
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+        offs_k = tl.arange(0, BLOCK_K)  # (BLOCK_K,)
+        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def matmul_kernel_persistent(
+    # pointers: A (M, K), B (K, N), C (M, N); all three must suit tensor descriptors (tma_ok)
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    # sizes
+    M,
+    N,
+    K,
+    # strides (elements); the column strides are 1
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    # compile-time constants
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr,  # accepted for a common launcher; this kernel always uses descriptors
+    INPUT_PRECISION: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,  # the grid: one program per SM, each looping over tiles
+):
+    """The persistent variant notebook 05's tuned matmul runs where the layout allows: one
+    program per SM, each walking the tiles pid, pid + NUM_PROGRAMS, ..., so that no program waits
+    to be scheduled and the compiler can overlap one tile's stores with the next tile's loads."""
+    start = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    a_desc = tl.make_tensor_descriptor(
+        a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
+    )
+    b_desc = tl.make_tensor_descriptor(
+        b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N]
+    )
+    c_desc = tl.make_tensor_descriptor(
+        c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N]
+    )
+    # the epilogue keeps its own tile counter, as Triton's persistent-matmul tutorial does, so
+    # that the flattened loop does not carry one value from the prologue into the epilogue
+    tile_c = start - NUM_PROGRAMS
+    for tile in tl.range(start, num_tiles, NUM_PROGRAMS, flatten=True):
+        pid_m, pid_n = tl.swizzle2d(
+            tile // num_pid_n, tile % num_pid_n, num_pid_m, num_pid_n, GROUP_M
+        )
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
+        for k in range(0, k_tiles):
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K)
+            b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])  # (BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        tile_c += NUM_PROGRAMS
+        pid_m_c, pid_n_c = tl.swizzle2d(
+            tile_c // num_pid_n, tile_c % num_pid_n, num_pid_m, num_pid_n, GROUP_M
+        )
+        c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
+def _config(block_m, block_n, block_k, num_warps, num_stages, group_m=8):
+    return {
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "BLOCK_K": block_k,
+        "GROUP_M": group_m,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+    }
+
+
+# The default search: six configs known to suit large float16/bfloat16 problems on Hopper and
+# Ampere (the shapes of Triton's own matmul tutorials), two tile shapes per family.
+DEFAULT = [
+    _config(128, 256, 64, 8, 3),
+    _config(256, 128, 64, 8, 3),
+    _config(128, 128, 64, 8, 4),
+    _config(128, 128, 64, 4, 4),
+    _config(128, 256, 32, 8, 4),
+    _config(64, 256, 64, 4, 4),
+]
+
+# The larger search behind FULL_SEARCH: every combination below (40 before pruning by shared
+# memory).
+FULL = [
+    _config(bm, bn, bk, w, s)
+    for bm in (64, 128, 256)
+    for bn in (128, 256)
+    for bk in (32, 64)
+    for w in (4, 8)
+    for s in (3, 4)
+    if not (bm == 256 and bn == 256)
+]
+
+
+def configs(full: bool = False) -> list[triton.Config]:
+    """The candidate configs as triton.Config objects."""
+    return [as_triton(c) for c in (FULL if full else DEFAULT)]
+
+
+def as_triton(config: dict) -> triton.Config:
+    meta = {k: v for k, v in config.items() if k.isupper()}
+    return triton.Config(meta, num_warps=config["num_warps"], num_stages=config["num_stages"])
+
+
+def describe(config: triton.Config) -> str:
+    kw = config.kwargs
+    return (
+        f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} G{kw['GROUP_M']} "
+        f"w{config.num_warps} s{config.num_stages}"
+    )
+
+
+def tma_supported() -> bool:
+    """Tensor descriptors exist in this Triton, and the device has TMA (sm_90) or is the
+    interpreter (which emulates them, checking the same alignment rules)."""
+    if not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    return DEVICE.supports("sm_90") or not DEVICE.is_gpu
+
+
+def tma_ok(*tensors) -> bool:
+    """True when every matrix suits a tensor descriptor: unit stride along rows, rows and base
+    address 16-byte aligned."""
+    if not tma_supported():
+        return False
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(1) != 1 or (t.stride(0) * size) % 16 or t.data_ptr() % 16:
+            return False
+    return True
+
+
+def _allocate(size: int, alignment: int, stream):
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def launch(kernel, a, b, out, *, tma: bool | None = None, tf32: bool = False, **meta):
+    """out = a @ b with `kernel` (matmul_kernel, or an autotuned wrapper of it).
+
+    `meta` holds the config (BLOCK_M, ..., num_warps, num_stages) when `kernel` is not autotuned.
+    `tma=None` uses tensor descriptors wherever the layout allows."""
+    M, K = a.shape
+    K_b, N = b.shape
+    assert K == K_b and tuple(out.shape) == (M, N) and a.dtype == b.dtype, "shapes or dtypes"
+    use_tma = tma_ok(a, b, out) if tma is None else tma
+    if use_tma and DEVICE.is_gpu:
+        # device-side descriptors live in a scratch buffer that Triton asks for at launch
+        triton.set_allocator(_allocate)
+
+    def grid(meta_):
+        tiles = triton.cdiv(M, meta_["BLOCK_M"]) * triton.cdiv(N, meta_["BLOCK_N"])
+        return (min(tiles, meta_["NUM_PROGRAMS"]) if "NUM_PROGRAMS" in meta_ else tiles,)
+
+    kernel[grid](
+        a,
+        b,
+        out,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        out.stride(0),
+        out.stride(1),
+        USE_TMA=use_tma,
+        INPUT_PRECISION="tf32" if tf32 else "ieee",
+        **meta,
+    )
+    return out
+
+
+@functools.cache
+def num_sms() -> int:
+    """Streaming multiprocessors of this GPU (in the interpreter, a small stand-in)."""
+    if not DEVICE.is_gpu:
+        return 4
+    import torch
+
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def launch_persistent(kernel, a, b, out, **meta):
+    """out = a @ b with matmul_kernel_persistent (or an autotuned wrapper of it): one program
+    per SM. The layout must suit tensor descriptors."""
+    assert tma_ok(a, b, out), "the persistent variant needs layouts that suit tensor descriptors"
+    return launch(kernel, a, b, out, tma=True, NUM_PROGRAMS=num_sms(), **meta)
+
+
+def autotuned(candidates: list[triton.Config], prune=None, kernel=None):
+    """matmul_kernel (or `kernel`) wrapped in triton.autotune over `candidates`, keyed on the
+    problem size, the path (TMA or pointers) and, implicitly, the dtypes."""
+    return triton.autotune(
+        configs=candidates,
+        key=["M", "N", "K", "USE_TMA"],
+        prune_configs_by={"early_config_prune": prune} if prune else None,
+    )(kernel or matmul_kernel)
+
+
+class Tuned:
+    """Notebook 05's autotuned matmul, called as `tuned(a, b, out)`: the persistent kernel where
+    every matrix suits tensor descriptors (`tma_ok`), the pointer path of matmul_kernel elsewhere.
+    Each is autotuned over the same candidates and keeps its own winner per key."""
+
+    def __init__(self, candidates: list[triton.Config], prune=None):
+        self.persistent = autotuned(candidates, prune, kernel=matmul_kernel_persistent)
+        self.pointers = autotuned(candidates, prune)
+        self.last = None  # the autotuner of the latest call
+
+    def __call__(self, a, b, out):
+        if tma_ok(a, b, out):  # checked once: the call costs host time, which small problems feel
+            self.last = self.persistent
+            return launch(self.persistent, a, b, out, tma=True, NUM_PROGRAMS=num_sms())
+        self.last = self.pointers
+        return launch(self.pointers, a, b, out, tma=False)
+
+    @property
+    def best_config(self) -> triton.Config:
+        """The config the latest call ran with."""
+        assert self.last is not None, "call the tuned matmul once first"
+        return self.last.best_config
+
+    @property
+    def cache(self) -> dict:
+        """Every tuned key of both paths, with its winner."""
+        return {**self.pointers.cache, **self.persistent.cache}
+
+
+def launch_config(config: triton.Config, a, b, out):
+    """out = a @ b with one config and no tuning, on the path Tuned takes for these matrices."""
+    if tma_ok(a, b, out):
+        return launch_persistent(matmul_kernel_persistent, a, b, out, **config.all_kwargs())
+    return launch(matmul_kernel, a, b, out, tma=False, **config.all_kwargs())
