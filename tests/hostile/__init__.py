@@ -1,0 +1,110 @@
+"""The hostile class: synthetic students who attack grading, one module per kind of attack, each
+with a list `ATTACKERS`. tests/test_hostile.py grades every attacker of a notebook in one batch
+beside honest students and asserts each attacker's outcome: its score equals its honest base (what
+its kernel earns without the attack), or it is flagged for a human look with the right reason;
+and the honest students' scores are untouched by all of it.
+
+An attacker's files are built from the notebook as released and as written by its authors
+(`Materials`), so that the class follows the notebooks as they change."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+@dataclass(frozen=True)
+class Materials:
+    """One notebook as students received it and as its authors wrote it."""
+
+    assignment: str
+    notebook: str  # file name without .ipynb
+    release: nbformat.NotebookNode
+    source: nbformat.NotebookNode
+
+    def cell(self, nb, grade_id: str):
+        (found,) = [c for c in nb.cells if _grade_id(c) == grade_id]
+        return found
+
+    def answered(self) -> nbformat.NotebookNode:
+        """The release with every solution cell answered as in the source: full marks."""
+        nb = copy.deepcopy(self.release)
+        mine = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        theirs = [c for c in self.source.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        for m, t in zip(mine, theirs, strict=True):
+            m.source = "\n".join(
+                line
+                for line in t.source.split("\n")
+                if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
+            )
+        return nb
+
+    def edited(self, nb, grade_id: str, old: str, new: str) -> nbformat.NotebookNode:
+        """A copy of `nb` with `old` replaced by `new` in the cell `grade_id`."""
+        nb = copy.deepcopy(nb)
+        cell = self.cell(nb, grade_id)
+        assert old in cell.source, f"{self.assignment}: {old!r} is gone from {grade_id}"
+        cell.source = cell.source.replace(old, new)
+        return nb
+
+    def appended(self, nb, grade_id: str, code: str) -> nbformat.NotebookNode:
+        """A copy of `nb` with `code` run at the end of the cell `grade_id`."""
+        nb = copy.deepcopy(nb)
+        self.cell(nb, grade_id).source += "\n\n" + code
+        return nb
+
+    def files(self, nb) -> dict[str, object]:
+        return {f"{self.notebook}.ipynb": nb}
+
+
+@dataclass(frozen=True)
+class Graded:
+    """What a batch left behind, for an attacker's own check."""
+
+    root: Path  # the course directory
+    out: Path  # root/grading/<assignment>
+    scores: dict[str, dict[str, float]]  # {student: {grade_id: score}} from the gradebook
+    review: dict[str, str]  # {student: the CSV's needs_review}
+    materials: Materials
+
+
+@dataclass(frozen=True)
+class Attacker:
+    """One synthetic student. `flags` are finding kinds (grader.grading.findings.KINDS) that
+    must be reported for it, with `detail` in the reason where given. `total` is the score it
+    must get, or None where only the flag is asserted; "base" means the score of `base(m)`, its
+    honest self, which the test grades beside it."""
+
+    student: str
+    assignment: str
+    files: Callable[[Materials], dict[str, object]]
+    flags: frozenset[str] = frozenset()
+    detail: str | None = None
+    total: float | str | None = "base"
+    base: Callable[[Materials], nbformat.NotebookNode] | None = None
+    check: Callable[[Graded], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.total == "base" and self.base is None:
+            raise ValueError(f"{self.student}: total='base' needs base")
+
+
+def everyone() -> list[Attacker]:
+    """Every attacker of every module in this package."""
+    import importlib
+    import pkgutil
+
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        found += importlib.import_module(f"{__name__}.{info.name}").ATTACKERS
+    names = [a.student for a in found]
+    assert len(names) == len(set(names)), "two attackers with one name"
+    return found

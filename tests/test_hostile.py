@@ -1,0 +1,132 @@
+"""The hostile class, graded end to end: every synthetic attacker in tests/hostile/, graded in one
+batch per notebook by `python -m grader autograde` on the CPU, beside two honest students and
+each attacker's honest base (its own kernel without the attack). Each attacker must score its
+base or be flagged for a human look with the right reason; the honest students keep full marks;
+no student is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import io
+import os
+
+import nbformat
+import pytest
+
+from grader import cli
+from grader.authoring import build
+from grader.grading import autograde, findings, gradebook
+from tests import hostile
+
+pytestmark = [pytest.mark.slow, pytest.mark.tooling]
+
+ATTACKERS = hostile.everyone()
+HONEST = ("honest-1", "honest-2")
+CELL_TIMEOUT, SUBMISSION_TIMEOUT, MEMORY_GIB, JOBS = 60, 400, 3, 4
+
+
+def _materials(root, assignment) -> hostile.Materials:
+    (path,) = (root / "release" / assignment).glob("*.ipynb")
+    release = nbformat.read(path, as_version=4)
+    source = nbformat.read(root / "source" / assignment / path.name, as_version=4)
+    return hostile.Materials(assignment, path.stem, release, source)
+
+
+def _write(folder, student, assignment, files):
+    target = folder / student / assignment
+    target.mkdir(parents=True)
+    for name, content in files.items():
+        if isinstance(content, bytes):
+            (target / name).write_bytes(content)
+        else:
+            nbformat.write(content, target / name)
+
+
+@functools.cache
+def graded(assignment: str, tmp: str) -> tuple[hostile.Graded, int, str]:
+    """The batch of one notebook: (what it left, exit code, what it printed)."""
+    from pathlib import Path
+
+    tmp = Path(tmp)
+    root = tmp / "course"
+    build.build_sources(tmp / "all")
+    (root / "source").mkdir(parents=True)
+    os.rename(tmp / "all" / "source" / assignment, root / "source" / assignment)
+    autograde.prepare(autograde.Batch(assignment, "interpreter", root=root))
+    m = _materials(root, assignment)
+    inbox = tmp / "inbox"
+    for student in HONEST:
+        _write(inbox, student, assignment, m.files(m.answered()))
+    for a in (a for a in ATTACKERS if a.assignment == assignment):
+        _write(inbox, a.student, assignment, a.files(m))
+        if a.base is not None:
+            _write(inbox, f"{a.student}-base", assignment, m.files(a.base(m)))
+    argv = [
+        "autograde", assignment, "--submissions", str(inbox), "--root", str(root),
+        "--mode", "interpreter", "--jobs", str(JOBS), "--cell-timeout", str(CELL_TIMEOUT),
+        "--speed-cell-timeout", str(CELL_TIMEOUT), "--timeout", str(SUBMISSION_TIMEOUT),
+        "--memory-limit", str(MEMORY_GIB),
+    ]  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(argv)
+    url = gradebook.sqlite_url(root / "gradebook.db")
+    out = root / "grading" / assignment
+    with open(out / "grades.csv", newline="") as f:
+        review = {row["student_id"]: row["needs_review"] for row in csv.DictReader(f)}
+    scores = {s: g.scores for s, g in gradebook.grades(url, assignment).items()}
+    return hostile.Graded(root, out, scores, review, m), code, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    return lambda assignment: graded(assignment, str(tmp_path_factory.getbasetemp() / assignment))
+
+
+def _total(scores: dict[str, float]) -> float:
+    return sum(
+        v for g, v in scores.items() if not g.startswith("speed-")
+    )  # the CPU grades no speed
+
+
+@pytest.mark.parametrize("assignment", sorted({a.assignment for a in ATTACKERS}))
+def test_batch_finishes_and_loses_no_one(batches, assignment):
+    result, code, printed = batches(assignment)
+    assert code == 0, printed[-3000:]
+    students = {*HONEST, *(a.student for a in ATTACKERS if a.assignment == assignment)}
+    students |= {f"{a.student}-base" for a in ATTACKERS if a.assignment == assignment and a.base}
+    assert students <= set(result.scores), students - set(result.scores)
+    assert students <= set(result.review), students - set(result.review)
+
+
+@pytest.mark.parametrize("assignment", sorted({a.assignment for a in ATTACKERS}))
+def test_honest_students_keep_full_marks(batches, assignment):
+    result, _, _ = batches(assignment)
+    url = gradebook.sqlite_url(result.root / "gradebook.db")
+    full = _total(gradebook.max_scores(url, assignment))
+    for student in HONEST:
+        assert _total(result.scores[student]) == full, (student, result.scores[student])
+        assert result.review[student] == "", (student, result.review[student])
+
+
+@pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda a: a.student)
+def test_attacker(batches, attacker):
+    result, _, _ = batches(attacker.assignment)
+    review = result.review[attacker.student]
+    said = {k for k, label in findings.KINDS.items() if f"{label}: " in review}
+    assert attacker.flags <= said, f"{attacker.student}: expected {attacker.flags}, got {review!r}"
+    if attacker.detail:
+        assert attacker.detail in review, (attacker.student, review)
+    total = _total(result.scores[attacker.student])
+    if attacker.total == "base":
+        assert total == _total(result.scores[f"{attacker.student}-base"]), (
+            attacker.student,
+            result.scores[attacker.student],
+            result.scores[f"{attacker.student}-base"],
+        )
+    elif attacker.total is not None:
+        assert total == attacker.total, (attacker.student, result.scores[attacker.student])
+    if attacker.check is not None:
+        attacker.check(result)
