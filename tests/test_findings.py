@@ -99,7 +99,10 @@ def test_tampering_is_found_by_checksum(release):
     [
         ("checks.check = lambda *a, **k: None", "grader.runtime.checks.check"),
         ("import grader.runtime.checks as gc\ngc.check = print", "grader.runtime.checks.check"),
-        ("from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)", "grader.runtime.perf"),
+        (
+            "from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)",
+            "grader.runtime.perf",
+        ),
         ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
         ("checks = None", "grader.runtime.checks"),
         (
