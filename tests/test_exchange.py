@@ -131,13 +131,12 @@ def course(tmp_path_factory):
 def student_lab(course):
     """The student's JupyterLab as `make lab` starts it, serving the student's HOME (as on a
     JupyterHub)."""
-    env = course.student.env()
     with lab_server.running(
-        course.student.jupyter_data,  # its runtime folder is JUPYTER_RUNTIME_DIR
+        course.student.jupyter_data,  # its runtime/ is the student's JUPYTER_RUNTIME_DIR
         f"--notebook-dir={course.student.home}",
         cwd=course.student.home,
         settings=NO_NEWS,
-        env={k: v for k, v in env.items() if k != "JUPYTER_RUNTIME_DIR"},
+        env=course.student.env(),
     ) as lab:
         yield lab
 
@@ -229,12 +228,14 @@ def test_release_fetch_submit_collect_and_autograde(course, student_lab, page, c
     collected = root / "submitted" / student / ASSIGNMENT
     assert (collected / f"{NOTEBOOK}.ipynb").read_bytes() == notebook.read_bytes()
     assert (collected / "timestamp.txt").read_text().endswith("UTC")
-    run(instructor, root, "grader", "autograde", ASSIGNMENT, f"--root={root}", "--jobs=1")
+    run(instructor, root, "grader", "autograde", ASSIGNMENT, f"--root={root}", "--mode=interpreter")
 
     url = gradebook.sqlite_url(root / "gradebook.db")
     points = gradebook.max_scores(url, ASSIGNMENT)
     full = {g: (0.0 if g.startswith("speed-") else p) for g, p in points.items()}  # on the CPU
-    assert gradebook.grades(url, ASSIGNMENT)[student].scores == full
+    recorded = gradebook.grades(url, ASSIGNMENT)
+    assert set(recorded) == {student}
+    assert recorded[student].scores == full
     with open(root / "grading" / ASSIGNMENT / "grades.csv", newline="") as f:
         (row,) = csv.DictReader(f)
     assert row["student_id"] == student
