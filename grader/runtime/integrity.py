@@ -268,6 +268,7 @@ class Measurement:
     flops: dict[str, float] = field(default_factory=dict)
     bytes_moved: float = 0.0
     note: str = ""
+    flags: list[str] = field(default_factory=list)  # why the times cannot be trusted
 
     def seconds(self, variant: str) -> float:
         """The candidate's median seconds per call for `variant`, over every comparison."""
@@ -295,6 +296,7 @@ class Measurement:
             )
         if self.note:
             lines.append(f"  {self.note}")
+        lines += [f"  flagged: {why}" for why in self.flags]
         return "\n".join(lines)
 
 
@@ -365,7 +367,8 @@ def grade(
     measurement: Measurement | None, comparison: str, *, at_least: float, points: float
 ) -> float:
     """Full points when the isolated measurement's `comparison` shows a speedup of `at_least`
-    or more; 0 otherwise, or off the supported GPU class (said out loud, as perf does)."""
+    or more; 0 otherwise, off the supported GPU class (said out loud, as perf does), or when the
+    measurement was flagged (perf.flagged)."""
     from grader.runtime import perf
 
     if not device.current().grades_speed:
@@ -378,6 +381,8 @@ def grade(
         )
         print(f"NOT YET: {why}. 0 of {points:g} points")
         return 0.0
+    if measurement.flags:
+        return perf.flagged(measurement.flags, points)
     c = measurement.comparisons[comparison]
     print(
         f"yours ({c['variant']}): {c['candidate_ms'] * 1e3:.1f} us, {comparison}: "
@@ -417,16 +422,30 @@ def _measure(spec: dict, folder: Path) -> dict:
     module = _load_sources(spec["sources"], folder)
     launcher = getattr(module, spec["launcher"])
     problem = _resolve(spec["problem"])(**spec["params"])
-    result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}}
+    result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}, "flags": []}
     result["bytes_moved"] = float(problem.bytes_moved)
     gen = checks.generator(checks.new_seed())
     args = list(problem.inputs(gen))
+    floats = [a for a in args if a.is_floating_point()]
+    sign = {"negated": 0}  # 1 while the inputs hold their negation
+
+    def negate():
+        for a in floats:
+            a.neg_()
+        sign["negated"] ^= 1
 
     def refresh():
+        """New values in the same memory, and each variant's reference for them and for their
+        negation (timing negates the inputs before every call)."""
         fresh = problem.inputs(gen)
         for old, new in zip(args, fresh, strict=True):
             old.copy_(new)
-        return {v: problem.reference(*args, **kw) for v, kw in problem.variants.items()}
+        sign["negated"] = 0
+        plain = {v: problem.reference(*args, **kw) for v, kw in problem.variants.items()}
+        negate()
+        negated = {v: problem.reference(*args, **kw) for v, kw in problem.variants.items()}
+        negate()
+        return {v: (plain[v], negated[v]) for v in problem.variants}
 
     expected = refresh()
     namespace = vars(module)
@@ -441,7 +460,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 raise IntegrityError(f"called {', '.join(sorted(set(watch.calls)))}")
             if sum(c.launches for c in counters.values()) == before:
                 raise IntegrityError("returned without launching the kernel")
-            problem.compare(out, expected[variant])
+            problem.compare(out, expected[variant][sign["negated"]])
 
         for variant in problem.variants:
             guarded(variant)
@@ -451,6 +470,10 @@ def _measure(spec: dict, folder: Path) -> dict:
         if sampler is None and not dev.supports("timing"):
             result["note"] = "timing needs a GPU: checked only"
             return result
+        copy = matmul = None
+        if sampler is None:  # this device's ceilings, measured in the same run
+            copy = timing.bench(perf.copy_baseline(int(problem.bytes_moved)))
+            matmul = perf.matmul_ceiling(floats[0].dtype) if floats else None
         for name, (variant, baseline) in problem.baselines.items():
             state = {"calls": 0, "out": None}
             kwargs = problem.variants[variant]
@@ -460,11 +483,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 state["out"] = launcher(*args, **kwargs)
 
             def verify(variant=variant, state=state):
-                nonlocal expected
-                problem.compare(state["out"], expected[variant])  # the last timed call's output
-                expected = refresh()  # fresh values, same memory: a stale result shows next time
-                state["calls"] += 1
-                guarded(variant)
+                problem.compare(state["out"], expected[variant][sign["negated"]])
 
             before = sum(c.launches for c in counters.values())
             comparison = perf.compare(
@@ -472,6 +491,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 lambda baseline=baseline: baseline(*args),
                 names=("yours", name),
                 verify=verify,
+                before=negate,
                 sampler=sampler,
             )
             launched = sum(c.launches for c in counters.values()) - before
@@ -479,6 +499,18 @@ def _measure(spec: dict, folder: Path) -> dict:
                 raise IntegrityError(
                     f"{state['calls']} timed calls launched the kernel only {launched} times"
                 )
+            flags = list(comparison.flags) or perf.ceiling_flags(
+                comparison.candidate,
+                bytes_moved=problem.bytes_moved,
+                copy=copy,
+                flops=result["flops"][variant],
+                matmul=matmul,
+            )
+            if flags:  # the measurement cannot be trusted: no further comparisons
+                result["flags"] += [f"{name}: {why}" for why in flags]
+                break
+            expected.update(refresh())  # new values: a result kept from timing is wrong now
+            guarded(variant)
             result["comparisons"][name] = {
                 "variant": variant,
                 "candidate_ms": comparison.candidate.median_ms,
