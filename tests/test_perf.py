@@ -113,11 +113,24 @@ def test_an_output_cached_across_timed_calls_is_flagged_once_inputs_change():
     assert "cached" in result.flags[0] and result.candidate.rounds == 0
 
 
-def test_negating_changes_floating_inputs_only():
-    x, n = torch.tensor([1.0, -2.0]), torch.tensor([3, 4])
-    perf.negating([x, n])()
-    assert x.tolist() == [-1.0, 2.0] and n.tolist() == [3, 4]
-    assert perf.negating([n]) is None
+def test_versions_never_repeat_the_last_call_and_leave_integers_alone():
+    x, n = torch.randn(64), torch.arange(4)
+    original = x.clone()
+    change = perf.versions_of([x, n])
+    seen = []
+    for _ in range(200):
+        change()
+        seen.append(change.now)
+        assert torch.equal(n, torch.arange(4))
+    assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
+    assert set(seen) == {0, 1, 2, 3}
+    values = [change.versions[i][0] for i in range(4)]
+    assert torch.equal(values[0], original) and torch.equal(values[1], -original)
+    assert torch.equal(values[2].sort().values, original.sort().values)  # a permutation
+    assert not torch.equal(values[2], original) and torch.equal(values[3], -values[2])
+    assert perf.versions_of([n]) is None
+    with pytest.raises(ValueError, match="at least 3"):
+        perf.Versions([x], [[x], [-x]])
 
 
 def test_a_timer_replaced_while_timing_is_flagged():

@@ -14,18 +14,20 @@ What each guard catches:
   that returns without launching the kernel (a cached or precomputed result) is caught.
 - `measure_isolated` sends the source of the kernel and launcher (`inspect.getsource`) to a fresh
   Python process, which defines them anew, checks them with the guards above on fresh inputs,
-  times them against baselines with `grader.runtime.timing`, checks the last timed call's output
-  after every timing pass, refills the inputs with new values between passes, requires a launch for
-  every timed call, and returns the numbers. Patched torch functions, a monkeypatched timer or
+  times them against baselines with `grader.runtime.perf.compare` (the host clock beside the
+  CUDA events, the inputs changed before every timed call, sampled outputs checked against the
+  inputs of their call), checks the output again on new values after every comparison, requires a
+  launch for every timed call, flags a time beyond this device's copy bandwidth or cuBLAS's FLOP
+  rate, and returns the numbers and flags. Patched torch functions, a monkeypatched timer or
   checker, global caches or pre-warmed tensors in the notebook do not exist there.
 
 What they cannot catch: work that bypasses torch's Python API (`torch.ops.aten`, numpy, ctypes);
-code written to notice the guards and behave differently under them; work on a stream or thread
-that the timer does not see, except where it leaves the checked output wrong; and code in the
-notebook that replaces the grader's own functions before the grading cells run (the isolated
-process protects the measurement, not the notebook's bookkeeping). The kernel and launcher sent
-to the isolated process must be self-contained apart from `math`, `torch`, `triton` and
-`triton.language as tl`; anything else they use must be sent along with them.
+code written to notice the guards and behave differently under them; a timer replaced below
+Python (ctypes into the CUDA driver), or the runtime's own record of its timers rewritten; and
+code in the notebook that replaces the grader's own functions before the grading cells run (the
+isolated process protects the measurement, not the notebook's bookkeeping). The kernel and
+launcher sent to the isolated process must be self-contained apart from `math`, `torch`,
+`triton` and `triton.language as tl`; anything else they use must be sent along with them.
 """
 
 from __future__ import annotations
@@ -426,28 +428,31 @@ def _measure(spec: dict, folder: Path) -> dict:
     result["bytes_moved"] = float(problem.bytes_moved)
     gen = checks.generator(checks.new_seed())
     args = list(problem.inputs(gen))
-    floats = [a for a in args if a.is_floating_point()]
-    sign = {"negated": 0}  # 1 while the inputs hold their negation
-
-    def negate():
-        for a in floats:
-            a.neg_()
-        sign["negated"] ^= 1
+    live: dict = {}  # the inputs' versions and each variant's reference for every version
 
     def refresh():
-        """New values in the same memory, and each variant's reference for them and for their
-        negation (timing negates the inputs before every call)."""
-        fresh = problem.inputs(gen)
-        for old, new in zip(args, fresh, strict=True):
-            old.copy_(new)
-        sign["negated"] = 0
-        plain = {v: problem.reference(*args, **kw) for v, kw in problem.variants.items()}
-        negate()
-        negated = {v: problem.reference(*args, **kw) for v, kw in problem.variants.items()}
-        negate()
-        return {v: (plain[v], negated[v]) for v in problem.variants}
+        """New values in the same memory: four versions (two draws, each also negated), written
+        into the inputs before every timed call (perf.Versions), and their references."""
+        first, second = problem.inputs(gen), problem.inputs(gen)
+        second = [b if a.is_floating_point() else a for a, b in zip(first, second, strict=True)]
 
-    expected = refresh()
+        def negated(values):
+            return [-v if v.is_floating_point() else v for v in values]
+
+        sets = [list(first), negated(first), second, negated(second)]
+        expected = {v: [] for v in problem.variants}
+        for values in sets:
+            for old, new in zip(args, values, strict=True):
+                old.copy_(new)
+            for v, kw in problem.variants.items():
+                expected[v].append(problem.reference(*args, **kw))
+        live["versions"], live["expected"] = perf.Versions(args, sets), expected
+        live["versions"].now = len(sets) - 1
+
+    def current(variant):
+        return live["expected"][variant][live["versions"].now]
+
+    refresh()
     namespace = vars(module)
     with counting_launches(namespace, spec["kernels"]) as counters:
 
@@ -460,7 +465,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 raise IntegrityError(f"called {', '.join(sorted(set(watch.calls)))}")
             if sum(c.launches for c in counters.values()) == before:
                 raise IntegrityError("returned without launching the kernel")
-            problem.compare(out, expected[variant][sign["negated"]])
+            problem.compare(out, current(variant))
 
         for variant in problem.variants:
             guarded(variant)
@@ -473,7 +478,8 @@ def _measure(spec: dict, folder: Path) -> dict:
         copy = matmul = None
         if sampler is None:  # this device's ceilings, measured in the same run
             copy = timing.bench(perf.copy_baseline(int(problem.bytes_moved)))
-            matmul = perf.matmul_ceiling(floats[0].dtype) if floats else None
+            floats = [a.dtype for a in args if a.is_floating_point()]
+            matmul = perf.matmul_ceiling(floats[0]) if floats else None
         for name, (variant, baseline) in problem.baselines.items():
             state = {"calls": 0, "out": None}
             kwargs = problem.variants[variant]
@@ -483,7 +489,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 state["out"] = launcher(*args, **kwargs)
 
             def verify(variant=variant, state=state):
-                problem.compare(state["out"], expected[variant][sign["negated"]])
+                problem.compare(state["out"], current(variant))
 
             before = sum(c.launches for c in counters.values())
             comparison = perf.compare(
@@ -491,7 +497,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 lambda baseline=baseline: baseline(*args),
                 names=("yours", name),
                 verify=verify,
-                before=negate,
+                before=lambda: live["versions"](),
                 sampler=sampler,
             )
             launched = sum(c.launches for c in counters.values()) - before
@@ -506,11 +512,18 @@ def _measure(spec: dict, folder: Path) -> dict:
                 flops=result["flops"][variant],
                 matmul=matmul,
             )
+            if not flags:  # new values: an output kept from the timed calls is wrong now
+                refresh()
+                try:
+                    guarded(variant)
+                except checks.KernelCheckError as wrong:
+                    flags = [
+                        f"after timing, on new inputs: {str(wrong).splitlines()[0]}: is the "
+                        "output cached between calls?"
+                    ]
             if flags:  # the measurement cannot be trusted: no further comparisons
                 result["flags"] += [f"{name}: {why}" for why in flags]
                 break
-            expected.update(refresh())  # new values: a result kept from timing is wrong now
-            guarded(variant)
             result["comparisons"][name] = {
                 "variant": variant,
                 "candidate_ms": comparison.candidate.median_ms,

@@ -49,18 +49,38 @@ class Comparison:
         )
 
 
-def negating(inputs: Sequence[torch.Tensor]) -> Callable[[], None] | None:
-    """A `before` hook that negates every floating-point tensor in `inputs` in place, so that
-    each timed call sees other values than the last: an output cached or skipped is then wrong."""
+class Versions:
+    """A `before` hook: writes one of several versions of the inputs into `inputs` in place,
+    drawn at random and never the one already there, so that no timed call sees the values of the
+    call before it. An output kept from an earlier call, or a call skipped because its inputs
+    look like the last one's, is wrong at the next check. `now` is the version written last."""
+
+    def __init__(self, inputs: Sequence[torch.Tensor], versions: Sequence[Sequence[torch.Tensor]]):
+        if len(versions) < 3:
+            raise ValueError("give at least 3 versions: with 2, every other call sees the same")
+        self.inputs, self.versions = list(inputs), [list(v) for v in versions]
+        self.now = 0
+
+    def __call__(self) -> None:
+        step = 1 + timing.randbelow(len(self.versions) - 1)
+        self.now = (self.now + step) % len(self.versions)
+        for dst, src in zip(self.inputs, self.versions[self.now], strict=True):
+            dst.copy_(src)
+
+
+def versions_of(inputs: Sequence[torch.Tensor]) -> Versions | None:
+    """Versions (see `Versions`) of the floating-point tensors in `inputs`: their values as
+    given, negated, randomly permuted, and permuted and negated. For inputs drawn independently
+    from a distribution symmetric about 0 (all the course's speed inputs), every version is
+    another draw from it. None when no input is floating-point."""
     tensors = [t for t in inputs if t.is_floating_point()]
     if not tensors:
         return None
-
-    def negate():
-        for t in tensors:
-            t.neg_()
-
-    return negate
+    plain = [t.clone() for t in tensors]
+    permuted = [
+        p.flatten()[torch.randperm(p.numel(), device=p.device)].view(p.shape) for p in plain
+    ]
+    return Versions(tensors, [plain, [-p for p in plain], permuted, [-p for p in permuted]])
 
 
 def compare(
@@ -76,7 +96,7 @@ def compare(
     """Time candidate and baseline alternately (A B A B ...) so drift affects both alike.
 
     `before()` runs before every call, outside the timed region, to change the inputs
-    (`negating`); `verify`, when given, must check the output against the inputs as they are now.
+    (`versions_of`); `verify`, when given, must check the output against the inputs as they are now.
     It runs after a few timed calls drawn at random, after the last timed call of each pass, and
     after each pass. A wrong output there, a timer that disagrees with the host clock, or a
     replaced timer is listed in `flags`.
@@ -213,13 +233,13 @@ def grade_speedup(
     dtype: torch.dtype | None = None,
 ) -> float:
     """Full points when candidate is at least `at_least` times as fast as baseline, else 0.
-    `inputs` are negated before every call (`negating`), `verify` checks the output against them
-    (`compare`). With `bytes_moved`, the candidate's bandwidth may not
+    `inputs` change before every call (`versions_of`); `verify` checks the output against them
+    as they are (`compare`). With `bytes_moved`, the candidate's bandwidth may not
     exceed a copy of those bytes timed now; with `flops` (and the inputs' `dtype`), its FLOP rate
     may not exceed cuBLAS's (`matmul_ceiling`); beyond either, the cell is flagged."""
     if not device.current().grades_speed:
         return not_graded_here(points)
-    result = compare(candidate, baseline, names=names, verify=verify, before=negating(inputs))
+    result = compare(candidate, baseline, names=names, verify=verify, before=versions_of(inputs))
     if not (result.candidate.rounds and result.baseline.rounds):  # stopped: output wrong
         return flagged(result.flags, points)
     print(result)
@@ -249,8 +269,8 @@ def grade_bandwidth(
 ) -> float:
     """Full points when candidate moves its bytes at `at_least` of the copy bandwidth measured
     now, on a copy of the same number of bytes; flagged above that bandwidth (BANDWIDTH_MARGIN).
-    `inputs` are negated before every call (`negating`), `verify` checks the output against them
-    (`compare`)."""
+    `inputs` change before every call (`versions_of`); `verify` checks the output against them
+    as they are (`compare`)."""
     if not device.current().grades_speed:
         return not_graded_here(points)
     result = compare(
@@ -258,7 +278,7 @@ def grade_bandwidth(
         copy_baseline(bytes_moved),
         names=(name, "device copy"),
         verify=verify,
-        before=negating(inputs),
+        before=versions_of(inputs),
     )
     fraction = result.speedup  # same bytes: time ratio is bandwidth ratio
     if not (result.candidate.rounds and result.baseline.rounds):  # stopped: output wrong
