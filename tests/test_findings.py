@@ -324,3 +324,29 @@ def test_late_says_by_how_much_and_what_it_cost():
 )
 def test_crash_detail(log, want):
     assert want in findings.crash_detail(log)
+
+
+def test_a_flagged_speed_cell_is_read_and_needs_a_look():
+    printed = (
+        "fused kernel: 2.0 us ...\n"
+        "SPEED FLAGGED: measured 127 TB/s, above this GPU's measured copy bandwidth of 2.9 TB/s "
+        "(+10% allowed): is the output cached between timed calls?\n"
+        "NOT SCORED: the speed above cannot be trusted: 0 of 1 points"
+    )
+    speed = findings.speed_of("speed-fused-bandwidth", printed)
+    assert not speed.passed and speed.flags == (
+        "measured 127 TB/s, above this GPU's measured copy bandwidth of 2.9 TB/s (+10% allowed): "
+        "is the output cached between timed calls?",
+    )
+    graded = findings.Graded(speed=[speed])
+    (found,) = findings.classify(
+        run=OK, submitted=findings.Submitted(), graded=graded, score=3, max_score=4
+    )
+    assert found.kind == "cheating" and found.detail.startswith("speed-fused-bandwidth: measured")
+    clean = findings.Graded(speed=[findings.speed_of("speed-f", "PASS 2.5x eager (needs 2x)")])
+    assert (
+        findings.classify(
+            run=OK, submitted=findings.Submitted(), graded=clean, score=3, max_score=4
+        )
+        == []
+    )

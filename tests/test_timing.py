@@ -76,38 +76,40 @@ def test_a_given_sampler_replaces_do_bench_and_needs_no_gpu():
 # -- the independent clock ---------------------------------------------------------------------
 
 
-def rounds_of(samples, timer_span, host_span):
-    """A fake sampler: every round gives `samples`, with the timer's and the host's spans."""
-    return lambda fn, warmup_ms, rep_ms: timing.Round(tuple(samples), timer_span, host_span)
+def rounds_of(samples, clock):
+    """A fake sampler: every round gives `samples` and the synchronized calls' `clock`."""
+    return lambda fn, warmup_ms, rep_ms: timing.Round(tuple(samples), tuple(clock))
 
 
 def test_a_timer_that_agrees_with_the_host_clock_is_trusted():
-    t = timing.measure_until_stable(lambda: None, rounds_of([1.0] * 100, 100.0, 103.0))
-    assert t.timer_span_ms == 200.0 and t.host_span_ms == 206.0  # the two pooled rounds
+    t = timing.measure_until_stable(lambda: None, rounds_of([1.0] * 100, [(1.0, 1.04)] * 4))
+    assert len(t.clock) == 8  # the two pooled rounds
     assert timing.clock_disagreement(t) is None
 
 
 def test_a_timer_that_reports_a_tenth_of_the_host_clock_is_flagged():
-    t = timing.measure_until_stable(lambda: None, rounds_of([0.1] * 100, 10.0, 100.0))
+    t = timing.measure_until_stable(lambda: None, rounds_of([0.1] * 100, [(0.1, 1.0)] * 4))
     why = timing.clock_disagreement(t)
     assert why is not None
-    assert "20.0 ms" in why and "200.0 ms" in why and "another stream" in why
+    assert "0.80 ms over 8 calls" in why and "8.00 ms" in why and "another stream" in why
 
 
 def test_the_clock_tolerance_is_the_stated_one():
-    host = 1000.0
-    edge = host * (1 - timing.CLOCK_TOLERANCE) - timing.CLOCK_SLACK_MS * 2
-    inside = timing.Timing((1.0,), 2, True, edge + 1.0, host)
-    outside = timing.Timing((1.0,), 2, True, edge - 1.0, host)
+    host = 10.0
+    edge = host * (1 - timing.CLOCK_TOLERANCE) - timing.CLOCK_SLACK_MS
+    inside = timing.Timing((1.0,), 1, True, ((edge + 0.01, host),))
+    outside = timing.Timing((1.0,), 1, True, ((edge - 0.01, host),))
     assert timing.clock_disagreement(inside) is None
     assert timing.clock_disagreement(outside) is not None
-    assert timing.clock_disagreement(timing.Timing((1.0,), 2, True)) is None  # no second clock
+    too_long = timing.Timing((1.0,), 1, True, ((host * 1.2, host),))  # a timer that adds time
+    assert timing.clock_disagreement(too_long) is not None
+    assert timing.clock_disagreement(timing.Timing((1.0,), 2, True)) is None  # no host clock
 
 
 def test_the_host_clock_is_the_one_seen_at_import(monkeypatch):
     monkeypatch.setattr("time.perf_counter_ns", lambda: 0)  # a clock that never moves
     r = timing.cpu_sampler(lambda: time.sleep(0.002), 0, 0)
-    assert r.host_span_ms >= 5.0  # three calls of 2 ms, by the clock captured at import
+    assert r.clock and all(host >= 1.5 for _, host in r.clock)  # by the clock seen at import
 
 
 def test_replaced_names_timers_swapped_through_sys_modules_and_importlib():

@@ -68,6 +68,7 @@ class Speed:
     needed: float | None = None
     unit: str = ""
     comparisons: int = 0
+    flags: tuple[str, ...] = ()  # why the figures could not be trusted (the cell scored 0)
 
     @property
     def relative(self) -> float | None:
@@ -340,10 +341,11 @@ def speed_of(grade_id: str, text: str) -> Speed:
         return Speed(grade_id, graded_here=False)
     passed = verdicts.passed(text)
     ratios = verdicts.ratios(text)
+    flags = tuple(verdicts.flags(text))
     if not ratios:  # nothing measured (the isolated measurement failed, or the cell did)
-        return Speed(grade_id, graded_here=True, passed=passed)
+        return Speed(grade_id, graded_here=True, passed=passed, flags=flags)
     measured, needed, unit = min(ratios, key=lambda r: r[0] / r[1] if r[1] else float("inf"))
-    return Speed(grade_id, True, passed, measured, needed, unit, len(ratios))
+    return Speed(grade_id, True, passed, measured, needed, unit, len(ratios), flags)
 
 
 def inspect_graded(nb) -> Graded:
@@ -436,6 +438,8 @@ def classify(
         )
     cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
     cheats += submitted.patches
+    speed = graded.speed if graded else []
+    cheats += [f"{s.grade_id}: {_short(flag, 120)}" for s in speed for flag in s.flags]
     if cheats:
         found.append(Finding("cheating", "; ".join(cheats)))
     if score is not None and score <= 0 < max_score and readable and run and run.status == "ok":

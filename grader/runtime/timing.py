@@ -2,12 +2,13 @@
 flushed before every call, CUDA events), repeated in rounds until the median stops moving;
 reports median and spread.
 
-Every round also runs under an independent clock: the whole device is synchronized before and
-after the round, and the host's monotonic clock spans the same calls. The CUDA events see only
-the current stream; the host clock, waiting for the whole device, also sees work on another
-stream or thread. `clock_disagreement` flags a round whose event span differs from the host
-span by more than CLOCK_TOLERANCE, and `replaced` names the timers (and the runtime's own timing
-functions) that code has swapped out since this module was imported."""
+Every round also holds an independent clock: a few timed calls, drawn at random, run with the
+whole device synchronized before and after them, under the host's monotonic clock as well as the
+CUDA events. The events see only the current stream; the host clock, waiting for the whole
+device, also sees work on another stream or thread. `clock_disagreement` flags a timing whose
+events and host clock differ on those calls by more than CLOCK_TOLERANCE, and `replaced` names the
+timers (and the runtime's own timing functions) that code has swapped out since this module was
+imported."""
 
 from __future__ import annotations
 
@@ -28,12 +29,11 @@ _host_ns = time.perf_counter_ns
 _sync = torch.cuda.synchronize
 randbelow = random.SystemRandom().randrange  # the OS's randomness, not `random`'s state
 
-# The event span of a round may differ from the host span by this fraction, plus CLOCK_SLACK_MS
-# per round for the synchronization at either end. Honest rounds agree within about 1%: the
-# events bracket the current stream from the first call to the last, idle gaps included.
+# On the synchronized calls, the events may differ from the host clock by this fraction, plus
+# CLOCK_SLACK_MS a call for the launch and the synchronization around it.
 CLOCK_TOLERANCE = 0.10
-CLOCK_SLACK_MS = 1.0
-CHECKED_CALLS = 3  # timed calls per round, chosen at random, whose output `check` examines
+CLOCK_SLACK_MS = 0.05
+CHECKED_CALLS = 3  # timed calls a round, drawn at random, synchronized and checked (and the last)
 FLUSH_BYTES = 256 * 1024 * 1024  # as do_bench: more than any current GPU's L2 cache
 
 Sampler = Callable[[Callable[[], object], int, int], "Round | list[float]"]
@@ -45,25 +45,22 @@ class TimingUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Round:
-    """One round of timed calls: milliseconds per call by the timer, the timer's span from the
-    first call's start to the last call's end, and the host clock's span over the same calls with
-    the whole device synchronized at both ends."""
+    """One round of timed calls: milliseconds per call by the timer, and for the synchronized
+    calls among them (timer ms, host clock ms), each with the whole device synchronized first."""
 
     samples: tuple[float, ...]
-    timer_span_ms: float
-    host_span_ms: float
+    clock: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class Timing:
     """Milliseconds per call: the median of the pooled samples and their interquartile spread.
-    The spans sum those of the pooled rounds; None when the sampler gave no independent clock."""
+    `clock` pools the rounds' synchronized calls; empty when the sampler gave no host clock."""
 
     samples: tuple[float, ...]
     rounds: int
     stable: bool
-    timer_span_ms: float | None = None
-    host_span_ms: float | None = None
+    clock: tuple[tuple[float, float], ...] = ()
 
     @property
     def median_ms(self) -> float:
@@ -82,15 +79,11 @@ class Timing:
         return amount / (self.median_ms * 1e-3)
 
     def pooled(self, other: Timing) -> Timing:
-        def total(a, b):
-            return None if a is None or b is None else a + b
-
         return Timing(
             self.samples + other.samples,
             self.rounds + other.rounds,
             self.stable and other.stable,
-            total(self.timer_span_ms, other.timer_span_ms),
-            total(self.host_span_ms, other.host_span_ms),
+            self.clock + other.clock,
         )
 
     def __str__(self) -> str:
@@ -102,18 +95,19 @@ class Timing:
 
 
 def clock_disagreement(t: Timing, tolerance: float = CLOCK_TOLERANCE) -> str | None:
-    """Why `t`'s timer cannot be trusted, or None: its span over the timed calls differs from the
-    host clock's span over the same calls by more than `tolerance` (plus CLOCK_SLACK_MS a round)."""
-    if t.timer_span_ms is None or t.host_span_ms is None:
+    """Why `t`'s timer cannot be trusted, or None: on the synchronized calls, the timer's total
+    differs from the host clock's by more than `tolerance` (plus CLOCK_SLACK_MS a call)."""
+    if not t.clock:
         return None
-    allowed = tolerance * t.host_span_ms + CLOCK_SLACK_MS * t.rounds
-    if abs(t.timer_span_ms - t.host_span_ms) <= allowed:
+    timer = sum(c[0] for c in t.clock)
+    host = sum(c[1] for c in t.clock)
+    if abs(timer - host) <= tolerance * host + CLOCK_SLACK_MS * len(t.clock):
         return None
     return (
-        f"the timer measured {t.timer_span_ms:.1f} ms over the timed calls, the host clock "
-        f"{t.host_span_ms:.1f} ms over the same calls with the whole device synchronized "
-        f"(more than {tolerance:.0%} apart): is work launched on another stream or thread, "
-        "or is a timer patched?"
+        f"the timer measured {timer:.2f} ms over {len(t.clock)} calls, the host clock "
+        f"{host:.2f} ms over the same calls with the whole device synchronized (more than "
+        f"{tolerance:.0%} apart): is work launched on another stream or thread, or is a timer "
+        "patched?"
     )
 
 
@@ -169,10 +163,11 @@ def device_sampler(
     before: Callable[[], None] | None = None,
     check: Callable[[], None] | None = None,
 ) -> Round:
-    """One round by do_bench's protocol under the host clock. `before()` runs before every call,
-    outside the timed region (it rewrites the inputs); `check()` runs after the last timed call
-    and a few others drawn at random, with the whole device synchronized first."""
-    sync = _sync
+    """One round by do_bench's protocol. `before()` runs before every call, outside the timed
+    region (it changes the inputs). The last timed call and a few drawn at random run with the
+    whole device synchronized before and after, timed by the host clock too; `check()` runs
+    after each of them."""
+    sync = _sync  # the one seen at import
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
     def prepare():
@@ -197,23 +192,24 @@ def device_sampler(
     n = max(1, int(rep_ms / estimate_ms))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    checked = _checked_calls(n) if check is not None else set()
-    span = torch.cuda.Event(enable_timing=True)
-    sync()
-    host_start = _host_ns()
-    span.record()
+    synced = _checked_calls(n)
+    clock = []
     for i in range(n):
         prepare()
+        if i in synced:
+            sync()
+            host_start = _host_ns()
         starts[i].record()
         fn()
         ends[i].record()
-        if i in checked:
+        if i in synced:
             sync()
-            check()
+            clock.append((starts[i].elapsed_time(ends[i]), (_host_ns() - host_start) / 1e6))
+            if check is not None:
+                check()
     sync()
-    host_ms = (_host_ns() - host_start) / 1e6
     samples = tuple(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
-    return Round(samples, span.elapsed_time(ends[-1]), host_ms)
+    return Round(samples, tuple(clock))
 
 
 def cpu_sampler(
@@ -230,19 +226,20 @@ def cpu_sampler(
     if before is not None:
         before()
     fn()
-    samples = []
-    checked = _checked_calls(3) if check is not None else set()
-    host_start = _host_ns()
+    samples, clock = [], []
+    synced = _checked_calls(3)
     for i in range(3):
         if before is not None:
             before()
+        host_start = _host_ns()
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
-        if i in checked:
-            check()
-    host_ms = (_host_ns() - host_start) / 1e6
-    return Round(tuple(samples), host_ms, host_ms)
+        if i in synced:
+            clock.append((samples[-1], (_host_ns() - host_start) / 1e6))
+            if check is not None:
+                check()
+    return Round(tuple(samples), tuple(clock))
 
 
 def measure_until_stable(
@@ -265,7 +262,7 @@ def measure_until_stable(
     def sample() -> Timing:
         got = sampler(fn, warmup_ms, rep_ms)
         if isinstance(got, Round):
-            return Timing(got.samples, 1, True, got.timer_span_ms, got.host_span_ms)
+            return Timing(got.samples, 1, True, got.clock)
         return Timing(tuple(got), 1, True)
 
     previous = sample()
@@ -275,7 +272,7 @@ def measure_until_stable(
         stable = abs(now - before) <= tolerance * before
         if stable or rounds == max_rounds:
             both = previous.pooled(latest)
-            return Timing(both.samples, rounds, stable, both.timer_span_ms, both.host_span_ms)
+            return Timing(both.samples, rounds, stable, both.clock)
         previous = latest
     raise AssertionError("unreachable")
 
