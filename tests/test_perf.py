@@ -62,7 +62,9 @@ def test_a_clearly_slower_kernel_fails_and_a_fast_one_passes():
 def lying_sampler(fn, warmup_ms, rep_ms, *, before=None, check=None):
     """cpu_sampler's calls, but a timer that reports a tenth of the time the host clock saw."""
     r = timing.cpu_sampler(fn, warmup_ms, rep_ms, before=before, check=check)
-    return timing.Round(tuple(s / 10 for s in r.samples), tuple((t / 10, h) for t, h in r.clock))
+    return timing.Round(
+        tuple(s / 10 for s in r.samples), tuple((t / 10, h, n) for t, h, n in r.clock)
+    )
 
 
 def slow():

@@ -2,13 +2,12 @@
 flushed before every call, CUDA events), repeated in rounds until the median stops moving;
 reports median and spread.
 
-Every round also holds an independent clock: a few timed calls, drawn at random, run with the
-whole device synchronized before and after them, under the host's monotonic clock as well as the
-CUDA events. The events see only the current stream; the host clock, waiting for the whole
-device, also sees work on another stream or thread. `clock_disagreement` flags a timing whose
-events and host clock differ on those calls by more than CLOCK_TOLERANCE, and `replaced` names the
-timers (and the runtime's own timing functions) that code has swapped out since this module was
-imported."""
+Every round ends with an independent clock: a batch of calls, the whole device synchronized
+before and after it, timed by the CUDA events and by the host's monotonic clock. The events see
+only the current stream; the host clock, waiting for the whole device, also sees work on another
+stream or thread. `clock_disagreement` flags a timing whose two clocks differ on those batches by
+more than CLOCK_TOLERANCE, and `replaced` names the timers (and the runtime's own timing
+functions) that code has swapped out since this module was imported."""
 
 from __future__ import annotations
 
@@ -29,11 +28,13 @@ _host_ns = time.perf_counter_ns
 _sync = torch.cuda.synchronize
 randbelow = random.SystemRandom().randrange  # the OS's randomness, not `random`'s state
 
-# On the synchronized calls, the events may differ from the host clock by this fraction, plus
-# CLOCK_SLACK_MS a call for the launch and the synchronization around it.
+# On a round's synchronized batch of up to CLOCK_CALLS calls, the events may differ from the host
+# clock by this fraction of it, plus CLOCK_SLACK_MS for the submission of the first event and the
+# wake-up from the synchronization (up to about 0.2 ms on the course's H100 machines).
 CLOCK_TOLERANCE = 0.10
-CLOCK_SLACK_MS = 0.05
-CHECKED_CALLS = 3  # timed calls a round, drawn at random, synchronized and checked (and the last)
+CLOCK_SLACK_MS = 0.5
+CLOCK_CALLS = 20
+CHECKED_CALLS = 3  # timed calls a round, drawn at random, whose output `check` examines
 FLUSH_BYTES = 256 * 1024 * 1024  # as do_bench: more than any current GPU's L2 cache
 
 Sampler = Callable[[Callable[[], object], int, int], "Round | list[float]"]
@@ -45,22 +46,22 @@ class TimingUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Round:
-    """One round of timed calls: milliseconds per call by the timer, and for the synchronized
-    calls among them (timer ms, host clock ms), each with the whole device synchronized first."""
+    """One round of timed calls: milliseconds per call by the timer, and its synchronized batch
+    as (timer ms, host clock ms, calls)."""
 
     samples: tuple[float, ...]
-    clock: tuple[tuple[float, float], ...] = ()
+    clock: tuple[tuple[float, float, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class Timing:
     """Milliseconds per call: the median of the pooled samples and their interquartile spread.
-    `clock` pools the rounds' synchronized calls; empty when the sampler gave no host clock."""
+    `clock` pools the rounds' synchronized batches; empty when the sampler gave no host clock."""
 
     samples: tuple[float, ...]
     rounds: int
     stable: bool
-    clock: tuple[tuple[float, float], ...] = ()
+    clock: tuple[tuple[float, float, int], ...] = ()
 
     @property
     def median_ms(self) -> float:
@@ -95,19 +96,20 @@ class Timing:
 
 
 def clock_disagreement(t: Timing, tolerance: float = CLOCK_TOLERANCE) -> str | None:
-    """Why `t`'s timer cannot be trusted, or None: on the synchronized calls, the timer's total
-    differs from the host clock's by more than `tolerance` (plus CLOCK_SLACK_MS a call)."""
+    """Why `t`'s timer cannot be trusted, or None: over the synchronized batches, the timer's
+    total differs from the host clock's by more than `tolerance` of it (plus CLOCK_SLACK_MS a
+    batch)."""
     if not t.clock:
         return None
     timer = sum(c[0] for c in t.clock)
     host = sum(c[1] for c in t.clock)
+    calls = sum(c[2] for c in t.clock)
     if abs(timer - host) <= tolerance * host + CLOCK_SLACK_MS * len(t.clock):
         return None
     return (
-        f"the timer measured {timer:.2f} ms over {len(t.clock)} calls, the host clock "
-        f"{host:.2f} ms over the same calls with the whole device synchronized (more than "
-        f"{tolerance:.0%} apart): is work launched on another stream or thread, or is a timer "
-        "patched?"
+        f"the timer measured {timer:.2f} ms over {calls} calls, the host clock {host:.2f} ms "
+        f"over the same calls with the whole device synchronized (more than {tolerance:.0%} "
+        "apart): is work launched on another stream or thread, or is a timer patched?"
     )
 
 
@@ -163,10 +165,10 @@ def device_sampler(
     before: Callable[[], None] | None = None,
     check: Callable[[], None] | None = None,
 ) -> Round:
-    """One round by do_bench's protocol. `before()` runs before every call, outside the timed
-    region (it changes the inputs). The last timed call and a few drawn at random run with the
-    whole device synchronized before and after, timed by the host clock too; `check()` runs
-    after each of them."""
+    """One round by do_bench's protocol, then a batch of up to CLOCK_CALLS calls under both
+    clocks, the whole device synchronized before and after it. `before()` runs before every
+    timed call, outside the timed region (it changes the inputs); `check()` runs after the last
+    timed call and a few drawn at random, the whole device synchronized first."""
     sync = _sync  # the one seen at import
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
@@ -192,24 +194,26 @@ def device_sampler(
     n = max(1, int(rep_ms / estimate_ms))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    synced = _checked_calls(n)
-    clock = []
+    checked = _checked_calls(n) if check is not None else set()
     for i in range(n):
         prepare()
-        if i in synced:
-            sync()
-            host_start = _host_ns()
         starts[i].record()
         fn()
         ends[i].record()
-        if i in synced:
+        if i in checked:
             sync()
-            clock.append((starts[i].elapsed_time(ends[i]), (_host_ns() - host_start) / 1e6))
-            if check is not None:
-                check()
+            check()
     sync()
     samples = tuple(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
-    return Round(samples, tuple(clock))
+    calls = max(1, min(n, CLOCK_CALLS))
+    host_start = _host_ns()
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    sync()
+    host_ms = (_host_ns() - host_start) / 1e6
+    return Round(samples, ((start.elapsed_time(end), host_ms, calls),))
 
 
 def cpu_sampler(
@@ -226,20 +230,19 @@ def cpu_sampler(
     if before is not None:
         before()
     fn()
-    samples, clock = [], []
-    synced = _checked_calls(3)
+    samples = []
+    checked = _checked_calls(3) if check is not None else set()
+    host_start = _host_ns()
     for i in range(3):
         if before is not None:
             before()
-        host_start = _host_ns()
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
-        if i in synced:
-            clock.append((samples[-1], (_host_ns() - host_start) / 1e6))
-            if check is not None:
-                check()
-    return Round(tuple(samples), tuple(clock))
+        if i in checked:
+            check()
+    host_ms = (_host_ns() - host_start) / 1e6
+    return Round(tuple(samples), ((host_ms, host_ms, 3),))
 
 
 def measure_until_stable(

@@ -325,7 +325,8 @@ else:
 # ### Speed (graded on a GPU)
 #
 # Your kernel must reach at least 80% of the copy bandwidth measured in the same run, on 64 Mi
-# float32 elements. After timing, its output is checked again. Off the GPU this cell scores 0 and
+# float32 elements. The input changes before every timed call, and the output is checked against
+# it; a bandwidth above the copy's is flagged and scores 0. Off the GPU this cell scores 0 and
 # says so; your correctness points are not affected.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-relu", "points": 1}
@@ -333,7 +334,7 @@ x_speed = torch.randn(DEVICE.pick(gpu=BENCH_ELEMENTS, interpreter=1024),
                       device=DEVICE.torch_device)
 out_speed = torch.empty_like(x_speed)
 perf.grade_bandwidth(lambda: relu(x_speed, out_speed), bytes_moved=2 * x_speed.nbytes,
-                     at_least=0.8, points=1, name="relu",
+                     at_least=0.8, points=1, name="relu", inputs=(x_speed,),
                      verify=lambda: checks.compare(out_speed, relu_reference(x_speed)))
 
 # %% [markdown]
