@@ -264,10 +264,13 @@ for what, candidate in broken.items():
 # %% [markdown]
 # ## Measuring a kernel
 #
-# The course times everything one way (`grader.runtime.timing.bench`): Triton's `do_bench` warms the kernel
-# up, flushes the L2 cache before each call so that every call reads from device memory, and
-# times calls with CUDA events; `bench` repeats this in rounds until two successive medians agree
-# within 1%, then reports the median and the spread (interquartile range over median). A time
+# The course times everything one way (`grader.runtime.timing.bench`), as Triton's `do_bench`
+# does: it warms the kernel up, flushes the L2 cache before each call so that every call reads
+# from device memory, and times calls with CUDA events; `bench` repeats this in rounds until two
+# successive medians agree within 1%, then reports the median and the spread (interquartile range
+# over median). Each round ends with a batch of calls timed by the host's clock as well, with the
+# whole GPU synchronized around it: work the events cannot see (on another stream, say) shows as
+# a disagreement, and the speed cells flag it. A time
 # means little without its spread: below, the same kernel is timed twice, and the two medians
 # should agree to within a few percent. On the interpreter, timing refuses and says why.
 
