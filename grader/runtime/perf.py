@@ -4,7 +4,7 @@ in the same run on the same device. Thresholds are ratios, never absolute times.
 No figure is scored that the device cannot produce: a speed cell whose timer disagrees with the
 host clock, whose timers were replaced, whose output is wrong for the inputs of a timed call, or
 whose bandwidth or FLOP rate is above what a copy or cuBLAS reaches on this device in the same run
-is flagged (a line beginning with FLAGGED) and scores 0."""
+is flagged (a line beginning with FLAGGED, one per reason) and scores 0."""
 
 from __future__ import annotations
 
