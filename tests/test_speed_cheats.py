@@ -260,3 +260,42 @@ def test_the_isolated_measurement_flags_an_output_kept_across_calls_only():
     assert honest.ok and honest.flags == [] and honest.comparisons, str(honest)
     cheat = isolated(ik.scale_keeps_first_output)
     assert cheat.ok and cheat.flags, str(cheat)
+
+
+# -- the FLOP-rate ceiling (04's and 05's speed cells) ---------------------------------------------
+
+
+def grade_matmul(launch, capsys, change_inputs=True):
+    """04's speed cell, with `launch(a, b, c)` as the candidate: (score, printed). Without
+    `change_inputs`, only the FLOP-rate ceiling can tell a kept output."""
+    n = 4096
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+    c, theirs = torch.empty_like(a), torch.empty_like(a)
+
+    def verify():
+        scale = float((a.double().abs() @ b.double().abs()).max())
+        atol = 4 * n**0.5 * 2.0**-24 * scale + 1e-5
+        checks.compare(c, a.double() @ b.double(), rtol=1e-2, atol=atol)
+
+    score = perf.grade_speedup(
+        lambda: launch(a, b, c),
+        lambda: torch.matmul(a, b, out=theirs),
+        at_least=0.6,
+        points=2,
+        verify=verify,
+        inputs=(a, b) if change_inputs else (),
+        flops=2 * n**3,
+        dtype=torch.float16,
+    )
+    return score, capsys.readouterr().out
+
+
+def test_a_matmul_kept_across_calls_is_flagged_above_cublas_and_cublas_is_not(capsys):
+    def cublas(a, b, c):
+        return torch.matmul(a, b, out=c)
+
+    score, printed = grade_matmul(cublas, capsys)
+    assert score == 2.0 and flags_in(printed) == [], printed
+    score, printed = grade_matmul(cached_across_calls(cublas), capsys, change_inputs=False)
+    assert score == 0.0 and flags_in(printed), printed
+    assert all("above this GPU's measured matmul ceiling" in f for f in flags_in(printed)), printed
