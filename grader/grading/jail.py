@@ -25,9 +25,9 @@ bwrap runs as root, without a user namespace: as root, bwrap's user namespace wo
 sandbox's uid to root outside, which RLIMIT_NPROC does not count and which would own what the
 kernel writes. The first thing run inside, before any student code, is `DROP` below: it sets the
 limits, drops to `uid` (one per concurrent student, never root) and clears every capability.
-`--new-session` is not used: it would move the kernel out of the process group that nbclient
-interrupts at a cell's timeout; jupyter_client already starts the kernel in a session of its own,
-with no terminal, which is what `--new-session` protects.
+A signal sent to the kernel manager's process group does not reach a kernel inside bwrap, so
+the kernelspec asks for interrupts as messages (ipykernel then interrupts itself); the kernel
+runs in a session of its own (`--new-session`), with no terminal to type into.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Spec:
     folder: str  # the private folder: run/ (sockets), lib/ (runtime copy), seed/
     kernel_argv: list[str]  # the real kernel's argv, with "{connection_file}"
     uid: int
-    scratch_bytes: int  # size of each writable tmpfs, and the largest file (RLIMIT_FSIZE)
+    scratch_bytes: int  # size of each writable tmpfs; no file may pass half of it (RLIMIT_FSIZE)
     nproc: int  # RLIMIT_NPROC: processes and threads of the sandbox's uid
     gpu: int | None = None  # /dev/nvidia<gpu> is bound in, with the driver's shared nodes
     env: dict[str, str] = field(default_factory=dict)  # set inside, over the filtered one
@@ -208,8 +208,13 @@ def prepared(
         kernels = folder / "share" / "kernels" / KERNEL_NAME
         kernels.mkdir(parents=True)
         launcher = [sys.executable, "-m", "grader.grading.jail", str(path), "{connection_file}"]
-        kernelspec = {"argv": launcher, "display_name": "Python (graded, sandboxed)"}
-        (kernels / "kernel.json").write_text(json.dumps({**kernelspec, "language": "python"}))
+        kernelspec = {
+            "argv": launcher,
+            "display_name": "Python (graded, sandboxed)",
+            "language": "python",
+            "interrupt_mode": "message",  # a cell's timeout: see this module's docstring
+        }
+        (kernels / "kernel.json").write_text(json.dumps(kernelspec))
         yield (
             path,
             {
@@ -326,6 +331,7 @@ def command(spec: Spec, cwd: str, connection_file: str) -> list[str]:
         "--hostname",
         "grading",
         "--die-with-parent",
+        "--new-session",
         "--cap-drop",
         "ALL",
         *("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"),
@@ -343,7 +349,8 @@ def command(spec: Spec, cwd: str, connection_file: str) -> list[str]:
     if spec.gpu is not None:
         for node in (*GPU_NODES, f"/dev/nvidia{spec.gpu}"):
             args.mount("--dev-bind-try", node, node)
-    drop = [kernel[0], "-I", "-c", DROP, str(spec.uid), str(spec.nproc), size, SEED]
+    fsize = str(spec.scratch_bytes // 2)
+    drop = [kernel[0], "-I", "-c", DROP, str(spec.uid), str(spec.nproc), fsize, SEED]
     return [*args, "--chdir", cwd, "--", *drop, *kernel]
 
 
