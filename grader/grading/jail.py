@@ -3,8 +3,8 @@
 nbgrader stays on the trusted side (it needs the gradebook); only its kernel is jailed. Grading a
 student with the jail writes a kernelspec whose argv is this module (`python -m
 grader.grading.jail SPEC CONNECTION_FILE`): nbgrader's KernelManager starts it with the notebook's
-folder as its cwd, and it replaces itself with `bwrap ... KERNEL_ARGV`, so the kernel manager's
-signals (interrupt, kill) reach the sandbox as they would reach a plain kernel. The kernel talks
+folder as its cwd, and it replaces itself with `bwrap ... KERNEL_ARGV`: the process the kernel
+manager watches and kills is bwrap, and the sandbox dies with it. The kernel talks
 to nbgrader over ZMQ's ipc transport: Unix sockets in a private folder bound into the sandbox,
 which has no network.
 
@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -113,6 +114,14 @@ def require() -> None:
         raise JailError(
             "the grading sandbox runs as root (it gives each student's kernel an unprivileged "
             "uid of its own); run `python -m grader autograde` as root, or pass `--sandbox none`"
+        )
+    probe = [BWRAP, "--dev-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "true"]
+    done = subprocess.run(probe, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise JailError(
+            f"bwrap cannot make namespaces here: {done.stderr.strip()}. Inside a container, "
+            "allow it (Docker: `--security-opt seccomp=unconfined --cap-add SYS_ADMIN`, or "
+            "`--privileged`), or grade on the host; `--sandbox none` grades without it."
         )
 
 
