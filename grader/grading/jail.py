@@ -204,8 +204,10 @@ def prepared(
 ) -> Iterator[tuple[Path, dict[str, str]]]:
     """A student's private folder with its spec and kernelspec, removed afterwards. Yields the
     spec's path and the variables nbgrader needs (its kernelspec and runtime folders)."""
-    folder = Path(tempfile.mkdtemp(prefix="course-jail-"))  # short: Unix socket paths are
+    folder = Path(tempfile.mkdtemp(prefix="course-jail-"))
     try:
+        if len(f"{folder}/run/kernel-65535") > 107:  # sun_path: 108 bytes with its NUL
+            raise JailError(f"{folder}: too long for Unix sockets; set TMPDIR to a short path")
         spec = Spec(str(folder), list(kernel_argv), uid, scratch_bytes, nproc, gpu, env or {})
         folder.chmod(0o755)
         spec.run.mkdir()
@@ -326,9 +328,11 @@ def environment(spec: Spec, given: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def command(spec: Spec, cwd: str, connection_file: str) -> list[str]:
-    """bwrap's argv for the kernel of `spec` with working directory `cwd`."""
+def command(spec: Spec, cwd: str, connection_file: str, extra: Sequence[str] = ()) -> list[str]:
+    """bwrap's argv for the kernel of `spec` with working directory `cwd`; `extra` are the
+    kernel's arguments from nbclient (its history file)."""
     kernel = [a.replace("{connection_file}", connection_file) for a in spec.kernel_argv]
+    kernel += extra
     size = str(spec.scratch_bytes)
     args = _Args(
         BWRAP,
@@ -376,7 +380,7 @@ def _seed(cwd: Path, seed: Path) -> None:
             path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def launch(spec_path: Path, connection_file: str) -> None:
+def launch(spec_path: Path, connection_file: str, extra: Sequence[str] = ()) -> None:
     """Seed the working directory, hand the connection file to the sandbox's uid, exec bwrap."""
     spec = read(spec_path)
     if Path(connection_file).parent != spec.run:
@@ -384,10 +388,10 @@ def launch(spec_path: Path, connection_file: str) -> None:
     cwd = os.getcwd()
     _seed(Path(cwd), spec.seed)
     os.chown(connection_file, spec.uid, spec.uid)
-    argv = command(spec, cwd, connection_file)
+    argv = command(spec, cwd, connection_file, extra)
     os.chdir("/")
     os.execvpe(argv[0], argv, environment(spec, dict(os.environ)))
 
 
 if __name__ == "__main__":
-    launch(Path(sys.argv[1]), sys.argv[2])
+    launch(Path(sys.argv[1]), sys.argv[2], sys.argv[3:])
