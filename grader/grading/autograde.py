@@ -10,7 +10,9 @@ how it fits with the rest of nbgrader.
 3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
    side on the CPU and one at a time on a GPU (speed cells time kernels), each in
    grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
-   alone, and every score already in the gradebook stays there. A submission graded before
+   alone, and every score already in the gradebook stays there. The Jupyter kernel that runs
+   the student's code is in grader.grading.jail (bubblewrap), out of reach of the course
+   directory, the other students and the network. A submission graded before
    and unchanged since is not graded again unless `force` is set.
 4. `nbgrader generate_feedback`, then grades read back through nbgrader's Gradebook API, each
    submission inspected by grader.grading.findings, and grader.grading.classreport writes the
