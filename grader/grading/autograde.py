@@ -10,7 +10,9 @@ how it fits with the rest of nbgrader.
 3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
    side on the CPU and one at a time on a GPU (speed cells time kernels), each in
    grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
-   alone, and every score already in the gradebook stays there. A submission graded before
+   alone, and every score already in the gradebook stays there. The Jupyter kernel that runs
+   the student's code is in grader.grading.jail (bubblewrap), out of reach of the course
+   directory, the other students and the network. A submission graded before
    and unchanged since is not graded again unless `force` is set.
 4. `nbgrader generate_feedback`, then grades read back through nbgrader's Gradebook API, each
    submission inspected by grader.grading.findings, and grader.grading.classreport writes the
@@ -26,14 +28,17 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.authoring import build
-from grader.grading import classreport, findings, gradebook, nbgrader_policy, sandbox
+from grader.grading import classreport, findings, gradebook, jail, nbgrader_policy, sandbox
 
 NBGRADER_VERSION = "0.9"
+KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
 LOCK_RETRIES = 2  # a run that lost a race for the SQLite file is run again
 
 
@@ -74,6 +79,7 @@ class Batch:
     timeout: int = nbgrader_policy.SUBMISSION_TIMEOUT
     memory_limit: int = field(default_factory=lambda: sandbox.default_memory_limit(1))
     force: bool = False
+    jailed: bool = True  # each student's kernel in grader.grading.jail (bubblewrap)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -104,6 +110,28 @@ def environment(batch: Batch) -> dict[str, str]:
     if batch.mode != "gpu":  # side-by-side kernels should not each start a thread per core
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // batch.jobs)))
     return env
+
+
+@contextmanager
+def kernel_sandbox(batch: Batch) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """nbgrader's extra options and environment for one student's run: with `batch.jailed`, a
+    kernel in grader.grading.jail of its own (a uid, and on a GPU a device, of its own while it
+    runs), its private folders removed afterwards."""
+    env = environment(batch)
+    if not batch.jailed:
+        yield [], env
+        return
+    kernel = jail.kernel_argv(KERNEL)
+    with jail.slot() as n:
+        devices = jail.gpus() if batch.mode == "gpu" else []
+        with jail.prepared(
+            kernel,
+            uid=jail.UID_BASE + n,
+            scratch_bytes=batch.memory_limit // 4,
+            nproc=max(1024, 8 * (os.cpu_count() or 1)),
+            gpu=devices[n % len(devices)] if devices else None,
+        ) as (spec, variables):
+            yield jail.nbgrader_options(spec), {**env, **variables}
 
 
 def nbgrader_command(batch: Batch, *args: str) -> list[str]:
@@ -252,15 +280,16 @@ def grade_one(batch: Batch, student: str, given: dict[str, object]) -> findings.
         data_limit = batch.memory_limit - min(sandbox.GIB, batch.memory_limit // 4)
     command = nbgrader_command(batch, "autograde", batch.assignment, f"--student={student}")
     for _ in range(1 + LOCK_RETRIES):
-        finished = sandbox.run(
-            [*command, "--force"],
-            log=log,
-            timeout=batch.timeout,
-            memory_limit=batch.memory_limit,
-            data_limit=data_limit,
-            cwd=batch.root,
-            env=environment(batch),
-        )
+        with kernel_sandbox(batch) as (options, env):
+            finished = sandbox.run(
+                [*command, *options, "--force"],
+                log=log,
+                timeout=batch.timeout,
+                memory_limit=batch.memory_limit,
+                data_limit=data_limit,
+                cwd=batch.root,
+                env=env,
+            )
         text = log.read_text(encoding="utf-8", errors="replace")
         if finished.ok or "database is locked" not in text:
             break
@@ -396,7 +425,9 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
             penalty=grades.penalty,
         )
         rows.append(row)
-    return classreport.ClassResults(batch.assignment, device, grades_speed, points, rows)
+    return classreport.ClassResults(
+        batch.assignment, device, grades_speed, points, rows, sandboxed=batch.jailed
+    )
 
 
 def autograde(

@@ -45,6 +45,7 @@ class ClassResults:
     grades_speed: bool
     max_scores: dict[str, float]
     students: list[StudentRow]
+    sandboxed: bool = True  # False: graded with `--sandbox none`, said at the top of the report
 
     @property
     def max_total(self) -> float:
@@ -257,6 +258,14 @@ def _review_section(results: ClassResults) -> list[str]:
     return lines
 
 
+UNSANDBOXED = (
+    "> **Graded without the sandbox** (`--sandbox none`): each student's code ran with the "
+    "grader's own rights, able to read and write the course directory, the gradebook, the hidden "
+    "tests and the other students' files, and to reach the network. These scores are only as "
+    "trustworthy as every submission; grade again with bubblewrap installed before publishing."
+)
+
+
 def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> str:
     """The report as Markdown; `figures` maps "scores", "cells" and "speed" to image paths
     relative to the report (None where there is no figure)."""
@@ -269,6 +278,7 @@ def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> st
         f"Graded on {results.device}. {len(totals)} submissions, "
         f"{len(results.needs_look())} of them need a human look.",
         "",
+        *(() if results.sandboxed else (UNSANDBOXED, "")),
         "| | |",
         "|---|---:|",
         f"| submissions | {len(totals)} |",
