@@ -146,6 +146,12 @@ def _autograde(args: argparse.Namespace) -> int:
     except autograde.AutogradeError as problem:
         print(f"autograde: {problem}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # grade_all recorded the students in flight as not graded
+        print(
+            "autograde: interrupted; run the same command again to grade the rest",
+            file=sys.stderr,
+        )
+        return 130
     for what, path in written.items():
         print(f"{what:9s} {path}")
     print(f"feedback  {batch.out / 'feedback'}/<student>/")
