@@ -57,7 +57,10 @@ def support(package: str, installed: str | None) -> tuple[str, str]:
     "unsupported" | "missing", one sentence)."""
     tested = " and ".join(TESTED[package])
     if installed is None:
-        return "missing", f"{package} is not installed: run `make setup`."
+        return "missing", (
+            f"{package} is not installed: run `bash setup.sh` in the student kit "
+            "(`make setup` in the repository)."
+        )
     have = _tuple(installed)
     oldest = ".".join(map(str, MINIMUM[package]))
     if have < MINIMUM[package]:
