@@ -86,11 +86,11 @@ def answer_line(known: kit.Course, notebook: str, kind: str) -> str:
     return secret_line(lines, known, kind, notebook)
 
 
-def plant_in_notebook(folder: Path, notebook: str, line: str) -> None:
-    """Append `line` to the first code cell of a notebook of the kit."""
+def plant_in_notebook(folder: Path, notebook: str, line: str, cell_type: str = "code") -> None:
+    """Append `line` to the first cell of that type of a notebook of the kit."""
     path = next((folder / "course" / notebook).glob("*.ipynb"))
     nb = json.loads(path.read_text())
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    cell = next(c for c in nb["cells"] if c["cell_type"] == cell_type)
     cell["source"] = "".join(cell["source"]) + "\n" + line
     path.write_text(json.dumps(nb))
 
@@ -157,6 +157,16 @@ def test_a_planted_answer_or_hidden_test_line_is_caught(copy, known, notebook, k
     ], "\n".join(map(str, found))
     # the line may be a secret of several notebooks; the one it was taken from is among them
     assert notebook in {s.notebook for s in known.secrets[found[0].secret.line]}
+
+
+def test_a_line_shown_in_prose_is_caught(copy, known):
+    line = answer_line(known, "06_online_softmax", "solution")
+    plant_in_notebook(copy, "08_verify", f"```python\n{line.strip()}\n```", "markdown")
+    found = kit.leaks(copy, known)
+    assert [(leak.path, leak.secret.kind) for leak in found] == [
+        ("course/08_verify/verify.ipynb", "solution")
+    ], "\n".join(map(str, found))
+    assert found[0].where.startswith("cell 0, line ")
 
 
 def test_a_reference_kernel_travels_only_with_a_later_notebook(copy, known):
@@ -303,7 +313,7 @@ def test_the_kit_works_from_a_fresh_folder(built, tmp_path):
     env |= {"PYTHON": sys.executable, "TORCH_INDEX": torch_index()}
     started = time.monotonic()
     setup = subprocess.run(
-        ["bash", "setup.sh"], cwd=tmp_path, env=env, capture_output=True, text=True
+        ["bash", "setup.sh"], cwd=folder, env=env, capture_output=True, text=True
     )
     seconds = time.monotonic() - started
     print(f"setup.sh took {seconds:.0f} s")

@@ -93,15 +93,16 @@ class Secret:
 
 @dataclass(frozen=True)
 class Leak:
-    """A line of the kit that is a secret: the kit file (relative to the kit), its line number."""
+    """A line of the kit that is a secret: the kit file (relative to the kit), where in it (a
+    notebook's cell and line, or a file's line), and the secret."""
 
     path: str
-    lineno: int
+    where: str
     secret: Secret
 
     def __str__(self) -> str:
         return (
-            f"{self.path}:{self.lineno}: a {self.secret.kind} line of {self.secret.notebook} "
+            f"{self.path}, {self.where}: a {self.secret.kind} line of {self.secret.notebook} "
             f"({self.secret.where}): {self.secret.line}"
         )
 
@@ -186,7 +187,8 @@ def course(solutions: Path = build.SOLUTIONS, extra_kernels: Iterable[Path] = ()
     for a in build.assignments(solutions):
         where = str(a.source.relative_to(solutions.parent))
         for cell in build.to_notebook(a.source).cells:
-            if cell.cell_type != "code":
+            if cell.cell_type != "code":  # prose, and the code it shows
+                given.update(line for _, line in code_lines(cell.source))
                 continue
             answer, rest = regions(cell.source, "solution")
             hidden, rest = regions(rest, "hidden test")
@@ -243,27 +245,39 @@ def allowed(secret: Secret, path: str) -> bool:
     )
 
 
-def kit_text(folder: Path) -> Iterator[tuple[str, str]]:
-    """(path relative to the kit, code) of every file of a kit: each code cell of a notebook
-    (cells joined, so line numbers count through the notebook's code), each text file whole."""
+@dataclass(frozen=True)
+class Text:
+    """One piece of a kit's text: a notebook's cell (`where` names it) or a whole file."""
+
+    path: str
+    where: str
+    text: str
+    is_code: bool
+
+
+def kit_text(folder: Path) -> Iterator[Text]:
+    """Every cell of every notebook of a kit, and every other file whole."""
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
         if path.suffix == ".ipynb":
             cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-            code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-            yield rel, "\n".join(code)
+            for i, cell in enumerate(cells):
+                source = "".join(cell["source"])
+                yield Text(rel, f"cell {i}", source, cell["cell_type"] == "code")
         elif path.suffix != ".zip":
-            yield rel, path.read_text(encoding="utf-8", errors="replace")
+            text = path.read_text(encoding="utf-8", errors="replace")
+            yield Text(rel, "", text, path.suffix == ".py")
 
 
 def leaks(folder: Path, known: Course) -> list[Leak]:
     """Every line of the kit at `folder` that is a secret it may not hold (see `allowed`)."""
     found = []
-    for rel, text in kit_text(folder):
-        for lineno, line in code_lines(text):
+    for piece in kit_text(folder):
+        for lineno, line in code_lines(piece.text):
             for secret in known.secrets.get(line, []):
-                if not allowed(secret, rel):
-                    found.append(Leak(rel, lineno, secret))
+                if not allowed(secret, piece.path):
+                    where = f"{piece.where}, line {lineno}" if piece.where else f"line {lineno}"
+                    found.append(Leak(piece.path, where, secret))
                     break
     return found
 
@@ -341,13 +355,13 @@ def imports_outside(folder: Path) -> list[str]:
     """Third-party modules imported by the kit's code that PROVIDERS does not cover."""
     local = {"grader"} | {p.stem for p in (folder / "course").rglob("*.py")}
     found = []
-    for rel, text in kit_text(folder):
-        if not rel.endswith((".py", ".ipynb")):
+    for piece in kit_text(folder):
+        if not piece.is_code:
             continue
         source = "\n".join(
-            "" if line.lstrip().startswith(("%", "!")) else line for line in text.splitlines()
+            "" if line.lstrip().startswith(("%", "!")) else line for line in piece.text.splitlines()
         )
-        for node in ast.walk(ast.parse(source, rel)):
+        for node in ast.walk(ast.parse(source, piece.path)):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
@@ -357,7 +371,7 @@ def imports_outside(folder: Path) -> list[str]:
             for name in names:
                 top = name.split(".")[0]
                 if top not in sys.stdlib_module_names and top not in local | PROVIDERS.keys():
-                    found.append(f"{rel}: imports {name}")
+                    found.append(f"{piece.path}: imports {name}")
     return found
 
 
@@ -365,7 +379,8 @@ def imports_outside(folder: Path) -> list[str]:
 
 
 def _ignore(_folder: str, names: list[str]) -> list[str]:
-    return [n for n in names if n == "__pycache__" or n.endswith((".pyc", ".executed.ipynb"))]
+    skip = ("__pycache__", ".ipynb_checkpoints")
+    return [n for n in names if n in skip or n.endswith((".pyc", ".executed.ipynb"))]
 
 
 def write_zip(folder: Path, target: Path) -> None:

@@ -11,4 +11,4 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 extra=()
 if [ "$(id -u)" = 0 ]; then extra+=(--allow-root); fi  # containers run as root
-exec .venv/bin/python -m jupyterlab --notebook-dir=course "${extra[@]}" "$@"
+exec .venv/bin/python -m jupyterlab --notebook-dir=course ${extra[@]+"${extra[@]}"} "$@"
