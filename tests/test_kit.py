@@ -40,8 +40,9 @@ EXPECTED_TOP = {
     "grader",
 }
 NEVER = {"solutions", "build", "tests", "bench", "authoring", "grading"}
-# packages students do not need: the course build and batch grading, and the test tools
-NOT_FOR_STUDENTS = ("nbgrader", "jupytext", "papermill", "nbclient", "pytest", "ruff", "playwright")
+# packages students do not need: the course build and batch grading, and the test tools (nbclient
+# is not among them: JupyterLab's nbconvert brings it)
+NOT_FOR_STUDENTS = ("nbgrader", "jupytext", "papermill", "pytest", "ruff", "playwright")
 
 
 @pytest.fixture(scope="module")
