@@ -1,4 +1,5 @@
-# The course's commands. A student needs two: `make lab` and `make test`.
+# The course's commands, for authors and instructors; students receive the kit that
+# `make student-kit` builds.
 # Everything installs into .venv; torch is pinned for the CPU path and can be overridden, e.g.
 #   make setup TORCH="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128"
 # A CUDA build of torch brings its own triton; a CPU build does not, and then TRITON is installed.
