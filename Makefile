@@ -1,4 +1,5 @@
-# The course's commands. A student needs two: `make lab` and `make test`.
+# The course's commands, for authors and instructors; students receive the kit that
+# `make student-kit` builds.
 # Everything installs into .venv; torch is pinned for the CPU path and can be overridden, e.g.
 #   make setup TORCH="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128"
 # A CUDA build of torch brings its own triton; a CPU build does not, and then TRITON is installed.
@@ -26,7 +27,7 @@ SUBMISSIONS ?=
 AUTOGRADE_ARGS ?=
 
 .PHONY: help setup lab test test-gpu test-gpu-notebooks test-gpu-tests bench release check lint \
-	wheelhouse clean autograde
+	wheelhouse clean autograde student-kit
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -38,6 +39,8 @@ help:
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
 	@echo "                (WHEELHOUSE_EXTRAS=1 adds matplotlib and tqdm)"
 	@echo "make autograde  grade a batch: ASSIGNMENT=00_setup SUBMISSIONS=path (docs/instructors.md)"
+	@echo "make student-kit what students receive, in build/student-kit/ (a folder and a zip);"
+	@echo "                NOTEBOOKS=\"00_setup 01_roofline\" picks some (default: all)"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
 setup: $(STAMP)
@@ -108,6 +111,11 @@ bench:
 autograde: $(if $(filter $(VENV)/bin/python,$(PY)),setup)
 	$(if $(ASSIGNMENT),,$(error give ASSIGNMENT=NN_topic, e.g. make autograde ASSIGNMENT=00_setup SUBMISSIONS=path))
 	$(PY) -m grader autograde $(ASSIGNMENT) $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)") $(AUTOGRADE_ARGS)
+
+# What students receive instead of the repository: course/ (rebuilt first), the runtime, pinned
+# requirements, a setup and a lab script (grader/authoring/kit.py; docs/instructors.md).
+student-kit: release
+	$(PY) -m grader kit $(NOTEBOOKS)
 
 wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \

@@ -1,5 +1,5 @@
-"""`python -m grader ...`: doctor, build, lab, run (execute notebooks with papermill), autograde
-(grade a batch of submissions with nbgrader)."""
+"""`python -m grader ...`: doctor, build, kit (the student kit), lab, run (execute notebooks with
+papermill), autograde (grade a batch of submissions with nbgrader)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,21 @@ def _build(args: argparse.Namespace) -> int:
         return 0
     names = build.build()
     print(f"built {len(names)} notebooks into course/: {', '.join(names)}")
+    return 0
+
+
+def _kit(args: argparse.Namespace) -> int:
+    from grader.authoring import kit
+
+    try:
+        built = kit.build_kit(args.notebooks, out=args.out)
+    except kit.KitError as problem:
+        print(f"kit: {problem}", file=sys.stderr)
+        return 2
+    for warning in built.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"student kit of {len(built.notebooks)} notebooks: {', '.join(built.notebooks)}")
+    print(f"  {built.folder}/\n  {built.zip}")
     return 0
 
 
@@ -186,6 +201,16 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build course/ from solutions/")
     b.add_argument("--check", action="store_true", help="fail when course/ is stale")
     b.set_defaults(func=_build)
+
+    k = sub.add_parser(
+        "kit",
+        help="build the student kit (notebooks, runtime, requirements, scripts) and its zip",
+    )
+    k.add_argument("notebooks", nargs="*", help="NN_topic names (default: all)")
+    k.add_argument(
+        "--out", type=Path, default=Path("build/student-kit"), help="where (build/student-kit)"
+    )
+    k.set_defaults(func=_kit)
 
     lab = sub.add_parser("lab", help="start JupyterLab on course/ (other arguments go to it)")
     lab.add_argument(

@@ -84,11 +84,15 @@ def start(
     cwd: Path | None = None,
     settings: dict[str, dict] | None = None,
     env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+    base_env: dict[str, str] | None = None,
 ) -> Lab:
-    """Start `python -m grader lab *extra` on a free port and return at once; `cwd` is the folder
-    it starts in, `settings` its user settings by plugin (e.g.
-    {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}), `env` variables
-    set on top of its environment (a user's HOME and Jupyter folders)."""
+    """Start `python -m grader lab *extra` (or `command *extra`, e.g. the student kit's lab.sh) on
+    a free port and return at once; `cwd` is the folder it starts in, `settings` its user
+    settings by plugin (e.g. {"@jupyterlab/apputils-extension:notification": {"fetchNews":
+    "false"}}), `base_env` the environment it starts from (default: the course's,
+    build.nbgrader_env()) and `env` variables set on top of it (a user's HOME and Jupyter
+    folders)."""
     tmp.mkdir(parents=True, exist_ok=True)
     for plugin, values in (settings or {}).items():
         package, name = plugin.split(":")
@@ -96,12 +100,10 @@ def start(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     port, log = free_port(), tmp / "server.log"
-    env = {**build.nbgrader_env(), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), **(env or {})}
+    base = build.nbgrader_env() if base_env is None else base_env
+    env = {**base, "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), **(env or {})}
     command = [
-        sys.executable,
-        "-m",
-        "grader",
-        "lab",
+        *(command or [sys.executable, "-m", "grader", "lab"]),
         "--no-browser",
         f"--port={port}",
         f"--IdentityProvider.token={TOKEN}",
@@ -139,15 +141,10 @@ def stop(*labs: Lab, timeout_s: float = 30) -> None:
 
 
 @contextmanager
-def running(
-    tmp: Path,
-    *extra: str,
-    cwd: Path | None = None,
-    settings: dict[str, dict] | None = None,
-    env: dict[str, str] | None = None,
-) -> Iterator[Lab]:
-    """A started server (see `start`) for the length of the block."""
-    lab = start(tmp, *extra, cwd=cwd, settings=settings, env=env)
+def running(tmp: Path, *extra: str, **options) -> Iterator[Lab]:
+    """A started server (see `start`, which takes the same options) for the length of the
+    block."""
+    lab = start(tmp, *extra, **options)
     try:
         lab.wait_ready()
         yield lab

@@ -5,6 +5,8 @@ downloaded).
 - A student's notebook (course/, as `make release` builds it, with its exercises solved) runs top
   to bottom from the Run menu without an error, and its explorer widget answers the slider.
 - The instructor's formgrader, in JupyterLab, lists the course's assignments.
+- The student kit (`make student-kit`), unzipped into a fresh folder and opened with its own
+  lab.sh, runs a notebook with the runtime it ships.
 - The checks themselves catch a failing cell, a page error and a misplaced course directory.
 
 Any uncaught page error or console error fails the test that caused it. Screenshots go to
@@ -13,15 +15,18 @@ build/browser/.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import sys
 import uuid
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from grader.authoring import build
+from grader.authoring import build, kit
 from tests import lab_server
 
 # the GPU runner collects this file without the dev extra; CPU CI has it and runs every test
@@ -326,3 +331,45 @@ def test_the_formgrader_refuses_a_course_directory_outside_the_served_folder(pag
     page.goto(student_lab.url("/formgrader"))
     expect(page.locator("body")).to_contain_text("the formgrader encountered an error")
     expect(page.locator("#main-table td.name")).to_have_count(0)
+
+
+@pytest.fixture(scope="module")
+def kit_lab(tmp_path_factory):
+    """The student kit of 00_setup, unzipped into a fresh folder outside the repository, its
+    exercise solved and a last cell that prints where the runtime came from; served by the kit's
+    own lab.sh. The kit's .venv is this test run's environment (tests/test_kit.py sets up a real
+    one from the kit's requirements; here the browser is the point), with none of the course's
+    settings: lab.sh alone decides that course/ is served and grader/ is the kit's."""
+    out = tmp_path_factory.mktemp("kit")
+    built = kit.build_kit(["00_setup"], out=out / "build")
+    with zipfile.ZipFile(built.zip) as z:
+        z.extractall(out / "student")
+    folder = out / "student" / kit.KIT_NAME
+    (folder / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    source = next(a for a in build.assignments() if a.name == "00_setup")
+    build.write_notebook(build.to_notebook(source.source), out / "source.ipynb")
+    notebook = folder / "course" / "00_setup" / source.notebook_name
+    nb = solved(notebook, out / "source.ipynb")
+    nb.cells.append(nbformat.v4.new_code_cell("import grader\nprint(grader.__file__)"))
+    nbformat.write(nb, notebook)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "JUPYTER"))}
+    with lab_server.running(
+        out / "server",
+        settings=NO_NEWS,
+        command=["bash", str(folder / "lab.sh")],
+        base_env=env,
+    ) as lab:
+        yield lab, folder
+
+
+def test_the_student_kit_opens_and_runs_in_jupyterlab(page, console, kit_lab):
+    lab, folder = kit_lab
+    notebook = folder / "course" / "00_setup" / "setup.ipynb"
+    open_notebook(page, lab, "00_setup/setup.ipynb", len(nbformat.read(notebook, 4).cells))
+    saved = run_all_and_save(page, notebook)
+    assert failures(saved) == []
+    printed = "".join(o.get("text", "") for o in saved.cells[-1].outputs).strip()
+    assert printed == str(folder / "grader" / "__init__.py"), "the runtime must be the kit's"
+    expect(page.locator(f"{PANEL} .jp-OutputArea-output").last).to_contain_text(str(folder))
+    page.screenshot(path=SHOTS / "student-kit.png")
+    console.check()

@@ -111,6 +111,21 @@ def test_report_lists_versions_and_mode():
         assert word in text
 
 
+def test_report_names_the_author_tools_only_where_installed(monkeypatch):
+    real = doctor.version
+    installed = {"jupytext"}  # as in the repository; the student kit installs none of them
+    monkeypatch.setattr(
+        doctor,
+        "version",
+        lambda p: real(p) if p not in doctor.AUTHOR_TOOLS or p in installed else None,
+    )
+    rows = dict(doctor.collect()[0])
+    assert "nbgrader" not in rows and "papermill" not in rows
+    assert rows["jupytext"] == real("jupytext")
+    monkeypatch.setattr(doctor, "version", lambda p: None if p == "numpy" else real(p))
+    assert dict(doctor.collect()[0])["numpy"] == "not installed"
+
+
 def test_cli_doctor_runs():
     result = subprocess.run(
         [sys.executable, "-m", "grader", "doctor"], capture_output=True, text=True, timeout=120

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grader.authoring import build
+from grader.authoring import build, kit
 
 pytestmark = pytest.mark.tooling
 ASSIGNMENTS = build.assignments()
@@ -14,6 +14,87 @@ MARKERS = {
     "SOLUTION": ("### BEGIN SOLUTION", "### END SOLUTION"),
     "HIDDEN TESTS": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
 }
+
+
+def make_targets() -> list[str]:
+    """The Makefile's targets, from its .PHONY list."""
+    text = (build.ROOT / "Makefile").read_text().replace("\\\n", " ")
+    return re.search(r"^\.PHONY:(.*)$", text, re.M).group(1).split()
+
+
+# What a student-visible text must not name: the repository's folders and commands that students
+# never receive (the kit holds course/ and grader/runtime/ only, and no Makefile). Not preceded by
+# a word character, a dot, a slash or a hyphen, so that `https://pytorch.org/docs/`, a file
+# `my_tests/` or `python -m grader.runtime` (the kit's doctor) do not count.
+AUTHOR_ONLY = re.compile(
+    r"(?<![\w./-])(bench|solutions|tests|build|docs|results|\.ci|\.github)/"
+    r"|grader[./](authoring|grading|cli)\b"
+    r"|-m grader(?![\w.])"
+    rf"|\bmake ({'|'.join(map(re.escape, make_targets()))})\b"
+)
+
+
+def student_text(assignment) -> list[tuple[str, str]]:
+    """(where, text) of what students see of a notebook, read from its source: markdown cells,
+    code cells without their solution and hidden-test regions (what nbgrader's release leaves),
+    and the files released beside it."""
+    out = []
+    for cell in build.to_notebook(assignment.source).cells:
+        text = cell.source
+        if cell.cell_type == "code":
+            for kind in kit.MARKERS:
+                _, text = kit.regions(text, kind)
+        out.append((f"cell {cell.id}", text))
+    for side in sorted(assignment.source.parent.rglob("*")):
+        if side.is_file() and side != assignment.source and "__pycache__" not in side.parts:
+            out.append((str(side.relative_to(assignment.source.parent.parent)), side.read_text()))
+    return out
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS, ids=lambda a: a.name)
+def test_students_see_no_author_only_paths(assignment):
+    found = [
+        f"{where}: {m.group(0)!r} in {line.strip()!r}"
+        for where, text in student_text(assignment)
+        for line in text.splitlines()
+        for m in AUTHOR_ONLY.finditer(line)
+    ]
+    assert not found, (
+        "students receive the kit, not the repository: say it without the author's paths and "
+        "commands (or move the note inside the solution region, which students never see):\n"
+        + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# The reference kernel; bench/attention.py imports this cell from the notebook's source.",
+        "Of the tiles `make bench` times",
+        "`python -m grader doctor` (or the cell below)",
+        "(results/bench-attention-2026-11-21.md)",
+        "the course's report `docs/benchmarks/2026-11-21-h200`",
+        "see solutions/04_matmul/matmul.py and tests/test_gemm.py",
+        "from grader.grading import autograde",
+    ],
+)
+def test_the_author_only_rule_catches(text):
+    assert AUTHOR_ONLY.search(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the only way to make it faster is to move fewer bytes",
+        "list make visible",
+        "https://pytorch.org/docs/stable/notes/cuda.html",
+        "`python -m grader.runtime` prints your device",
+        "from grader.runtime import checks, perf, timing",
+        "the visible tests follow them",
+    ],
+)
+def test_the_author_only_rule_leaves_prose_alone(text):
+    assert not AUTHOR_ONLY.search(text)
 
 
 @pytest.fixture(scope="module", params=ASSIGNMENTS, ids=lambda a: a.name)

@@ -23,6 +23,9 @@ PACKAGES = (
     "papermill",
     "jupytext",
 )
+# The course build's and batch grading's tools, which students do not install (the student kit
+# has none): listed only where they are.
+AUTHOR_TOOLS = ("nbgrader", "papermill", "jupytext")
 # The releases the course is tested on (docs/versions.md: the GPU image's and the newest with a
 # CPU build), and the oldest it supports (pyproject.toml's ranges). Others in between are
 # supported but untested.
@@ -57,7 +60,10 @@ def support(package: str, installed: str | None) -> tuple[str, str]:
     "unsupported" | "missing", one sentence)."""
     tested = " and ".join(TESTED[package])
     if installed is None:
-        return "missing", f"{package} is not installed: run `make setup`."
+        return "missing", (
+            f"{package} is not installed: run `bash setup.sh` in the student kit "
+            "(`make setup` in the repository)."
+        )
     have = _tuple(installed)
     oldest = ".".join(map(str, MINIMUM[package]))
     if have < MINIMUM[package]:
@@ -204,7 +210,7 @@ def collect(env: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], l
             ("GPU memory", f"{dev.memory_bytes / 2**30:.0f} GiB"),
             ("CUDA (torch build)", str(torch.version.cuda)),
         ]
-    rows += [(p, v or "not installed") for p, v in versions.items()]
+    rows += [(p, v or "not installed") for p, v in versions.items() if v or p not in AUTHOR_TOOLS]
     rows += [(f"{p} support", support(p, versions[p])[0]) for p in ("torch", "triton")]
     rows += [
         ("TRITON_INTERPRET", env_before.get("TRITON_INTERPRET", "unset")),

@@ -47,7 +47,7 @@ RUN_BENCHMARKS = True
 # %% [markdown]
 # ## The doctor
 #
-# `python -m grader doctor` (or the cell below) prints what the course needs to know about this
+# `python -m grader.runtime` (or the cell below) prints what the course needs to know about this
 # machine: the mode, the GPU and its compute capability, the versions of the libraries, what can
 # be graded here, and any *known-bad combination*: version pairs and settings that are known to
 # break kernels or grading, each with what to do about it. Paste its output into any question

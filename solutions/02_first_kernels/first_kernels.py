@@ -517,11 +517,11 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
 
 # %% [markdown]
 # The launcher's default tile is one row slice of 8192 elements per program, run by 16 warps:
-# 16 elements per thread, so each thread has several 16-byte loads in flight. Of the tiles
-# `make bench` times (`bench/elementwise.py`), it came closest to the copy's bandwidth on an H200:
-# 0.963 of it, against 0.941 for 4 × 1024 tiles with 4 warps (the course's report
-# `docs/benchmarks/2026-11-21-h200`, table "02 fused kernel: launcher tiles"). The kernel computes
-# the same thing for any tile: the hidden tests run it with others.
+# 16 elements per thread, so each thread has several 16-byte loads in flight. Of the tiles the
+# course's benchmarks time, it came closest to the copy's bandwidth on an H200: 0.963 of it,
+# against 0.941 for 4 × 1024 tiles with 4 warps (the course's benchmark report of 2026-11-21 on an
+# H200, table "02 fused kernel: launcher tiles"). The kernel computes the same thing for any tile:
+# the hidden tests run it with others.
 #
 # The tests feed the kernel fresh inputs: `x` and `bias` from a normal distribution, `scale`
 # drawn from [0.25, 0.75), every input followed by random spare data. They also check that

@@ -53,8 +53,8 @@ RUN_BENCHMARKS = True
 # ## The kernel: 04's, with a second way to move tiles
 #
 # The kernel to tune is the blocked matmul of 04 (grouped launch order, float32 accumulator,
-# masks, strides), kept in `gemm.py` beside this notebook so that this notebook and the course's benchmark
-# script (`bench/matmul.py`, run by `make bench`) time exactly the same code. It has one
+# masks, strides), kept in `gemm.py` beside this notebook so that this notebook and the course's
+# benchmarks time exactly the same code. It has one
 # addition: where the layout allows, it loads and stores tiles through **tensor descriptors**
 # (`tl.make_tensor_descriptor`). On Hopper GPUs these become copies by the Tensor Memory
 # Accelerator (TMA), a unit that moves whole tiles between global and shared memory and computes
@@ -344,8 +344,9 @@ def config_space(full: bool = False) -> list[triton.Config]:
 # `gemm.matmul_kernel`. Both take the same configs, so your space tunes both. In the interpreter
 # nothing can be timed, so it keeps only the first config (with a single config the autotuner
 # does not time anything); the tests below still run every config of your space, one by one, on
-# the path `matmul` would take. `bench/matmul.py` times each config on every path against
-# cuBLAS, so you can see on your GPU where persistence pays.
+# the path `matmul` would take. To see on your GPU where persistence pays, time one config both
+# ways: `gemm.launch_config(config, a, b, c)` takes that path, and
+# `gemm.launch(gemm.matmul_kernel, a, b, c, tma=False, **config.all_kwargs())` the pointer path.
 
 # %%
 print(inspect.getsource(gemm.matmul_kernel_persistent.fn))

@@ -226,7 +226,6 @@ draw_causal_blocks()
 # the state is float32 throughout, the inputs and output float16.
 
 # %% nbgrader={"grade_id": "flash-attention-kernel", "solution": true}
-# The reference kernel; bench/attention.py imports this cell from the notebook's source.
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 
 
@@ -346,8 +345,8 @@ def attn_fwd_kernel(
 
 
 # Tile sizes (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim, for a GPU: the fastest of the
-# candidates bench/attention.py timed on an H100 (results/bench-attention-2026-11-21.md). The
-# interpreter gets one small configuration with several blocks per row.
+# candidates the course's benchmark timed on an H100 (its run of 2026-11-21). The interpreter gets
+# one small configuration with several blocks per row.
 GPU_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 INTERPRETER_CONFIG = (64, 32, 4, 1)
 
@@ -676,9 +675,9 @@ speed_cases(points=3)
 #
 # 1. Store the log-sum-exp of each row, `m_i + log2(l_i)` (in base 2), to a `(B, H, N)` float32
 #    tensor: it is what the backward pass needs. How much memory does it add at N = 16 384?
-# 2. Run `bench/attention.py` from the repository root on a GPU: it times several tile
-#    configurations per shape against SDPA's flash and cuDNN backends. Which configuration wins
-#    for D = 64, and for D = 128? Does causal change the answer?
+# 2. On a GPU, time `flash_attention(..., config=(BLOCK_M, BLOCK_N, num_warps, num_stages))` for
+#    several tile configurations per shape against SDPA's flash and cuDNN backends. Which
+#    configuration wins for D = 64, and for D = 128? Does causal change the answer?
 # 3. With `B · H` small and N large (one head of 64k tokens), the grid has few programs per SM.
 #    Split the key range of each query tile between two programs and merge their states with
 #    06's merge. What does each program need to store for the merge?

@@ -1,0 +1,434 @@
+"""The student kit: what students receive instead of the repository. `build_kit()` writes
+build/student-kit/<KIT_NAME>/ and a zip of it: the chosen notebooks of course/ with the files
+released beside them, the student runtime (grader/__init__.py and grader/runtime/, nothing else of
+grader), pinned requirements for the CPU and for an NVIDIA GPU, two scripts (set up, open
+JupyterLab) and a README.
+
+No answer may travel with it: `leaks()` compares every code line of a kit, normalized, with the
+lines of the solutions' answers, hidden tests and reference kernels. An answer may appear only in
+a side file released with a later notebook (05's gemm.py holds 04's blocked matmul): a kit that
+holds both is built with a warning to hand the later notebook out after the earlier deadline.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+import shutil
+import stat
+import sys
+import tokenize
+import tomllib
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.authoring import build
+
+KIT_NAME = "gpu-kernels-course"
+OUT = build.BUILD / "student-kit"
+RUNTIME = build.ROOT / "grader" / "runtime"
+FILES = Path(__file__).parent / "kit_files"  # the kit's README and scripts, copied as they are
+# The third-party modules that released code may import, and the package that provides each
+# (IPython comes with ipykernel); `requirements()` pins them at pyproject.toml's versions and
+# `imports_outside()` refuses a kit that imports anything else.
+PROVIDERS = {
+    "torch": "torch",
+    "triton": "triton",
+    "numpy": "numpy",
+    "matplotlib": "matplotlib",
+    "ipywidgets": "ipywidgets",
+    "tqdm": "tqdm",
+    "IPython": "ipykernel",
+}
+# Not imported by any released code, but what students open the notebooks with.
+TOOLS = ("ipykernel", "jupyterlab")
+# Side files under solutions/ that hold the reference answer of an earlier notebook's exercise,
+# by path under solutions/ and the notebook they answer. They may be released only with a later
+# notebook (the rule of `leaks()`).
+REFERENCE_KERNELS = {"05_autotuning/gemm.py": "04_matmul"}
+MARKERS = {
+    "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
+    "hidden test": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
+}
+# Normalized lines this short are syntax shared by any two programs (`else:`, `return`, `)`,
+# `pass`); they name nothing of an answer, and every kernel has them.
+TRIVIAL = 6
+# Lines of the released runtime and side files that equal a line of an answer or hidden test by
+# coincidence, by kit path and normalized line, each with the reason it gives nothing away. Any
+# other match fails the build; add one here only after reading both places.
+COINCIDENCES = {
+    ("course/05_autotuning/gemm.py", "kw=config.kwargs"): "describe() reads a config's "
+    "parameters, as 05's pruning answer does; the pruning rule is not in gemm.py",
+    ("grader/runtime/attention.py", "b,h,n,d=shape"): "unpacks an attention shape, as 01's "
+    "hidden test does; the checks around it are not there",
+    ("grader/runtime/results.py", "return[]"): "an empty list, returned",
+    ("grader/runtime/widgets/online_softmax.py", "m=m_new"): "the step-through explorer "
+    "updates the running max the prose derives; 06's kernel is Triton, the explorer NumPy",
+    ("grader/runtime/widgets/roofline.py", 'ifop=="matmul":'): "the explorer picks a shape by "
+    "op name, as 01's answer dispatches on it; the FLOP and byte formulas are not there",
+    ("grader/runtime/widgets/roofline.py", 'ifopin("attention_naive","attention_tiled"):'): "as "
+    "the line before",
+}
+ZIP_TIME = (2026, 1, 1, 0, 0, 0)  # fixed, so two builds of one kit are byte-identical
+
+
+class KitError(RuntimeError):
+    """The kit cannot be built; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A normalized code line that students must not receive: part of an answer (`solution`), a
+    hidden test, or a reference kernel; `notebook` is the one whose exercise it belongs to."""
+
+    line: str
+    kind: str
+    notebook: str
+    where: str
+
+
+@dataclass(frozen=True)
+class Leak:
+    """A line of the kit that is a secret: the kit file (relative to the kit), where in it (a
+    notebook's cell and line, or a file's line), and the secret."""
+
+    path: str
+    where: str
+    secret: Secret
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}, {self.where}: a {self.secret.kind} line of {self.secret.notebook} "
+            f"({self.secret.where}): {self.secret.line}"
+        )
+
+
+@dataclass(frozen=True)
+class Kit:
+    """A built kit: its folder, its zip, the notebooks it holds and the warnings of its build."""
+
+    folder: Path
+    zip: Path
+    notebooks: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+# -- lines and how they are compared
+
+
+def normalize(line: str) -> str:
+    """A code line as compared: without whitespace (`code_lines` drops comments first)."""
+    return re.sub(r"\s+", "", line)
+
+
+def code_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, normalized line) of Python source, comments dropped; lines too short to name
+    anything (TRIVIAL) are left out. Source that does not tokenize (a notebook's shell escape) is
+    cut at its first `#` instead."""
+    lines = text.splitlines()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                row, col = tok.start
+                lines[row - 1] = lines[row - 1][:col]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        lines = [line.split("#", 1)[0] for line in lines]
+    out = []
+    for i, line in enumerate(lines, 1):
+        norm = normalize(line)
+        if len(norm) >= TRIVIAL:
+            out.append((i, norm))
+    return out
+
+
+def regions(source: str, kind: str) -> tuple[list[str], str]:
+    """The lines inside `kind`'s markers (MARKERS), and the source without them (markers
+    included), as nbgrader's release leaves it apart from its `# YOUR CODE HERE` stub."""
+    begin, end = MARKERS[kind]
+    inside, outside, depth = [], [], 0
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped == begin:
+            depth += 1
+        elif stripped == end:
+            depth -= 1
+        elif depth:
+            inside.append(line)
+        else:
+            outside.append(line)
+    return inside, "\n".join(outside)
+
+
+@dataclass(frozen=True)
+class Course:
+    """What the leak check compares a kit with, read from solutions/: the secrets, and the lines
+    students are given anyway (the released text of every notebook)."""
+
+    secrets: dict[str, list[Secret]]
+    given: frozenset[str]
+
+
+def course(solutions: Path = build.SOLUTIONS, extra_kernels: Iterable[Path] = ()) -> Course:
+    """Every notebook's answers and hidden tests (by their markers), the reference kernels of
+    REFERENCE_KERNELS, and the Triton kernels of `extra_kernels` (files of the tests and the
+    benchmarks, which may be reference answers in another form); and the code lines every
+    released notebook gives students."""
+    secrets: dict[str, list[Secret]] = {}
+    given: set[str] = set()
+
+    def add(text: str, kind: str, notebook: str, where: str) -> None:
+        for _, line in code_lines(text):
+            secrets.setdefault(line, []).append(Secret(line, kind, notebook, where))
+
+    for a in build.assignments(solutions):
+        where = str(a.source.relative_to(solutions.parent))
+        for cell in build.to_notebook(a.source).cells:
+            if cell.cell_type != "code":  # prose, and the code it shows
+                given.update(line for _, line in code_lines(cell.source))
+                continue
+            answer, rest = regions(cell.source, "solution")
+            hidden, rest = regions(rest, "hidden test")
+            add("\n".join(answer), "solution", a.name, f"{where}, cell {cell.id}")
+            add("\n".join(hidden), "hidden test", a.name, f"{where}, cell {cell.id}")
+            given.update(line for _, line in code_lines(rest))
+        for side in sorted(a.source.parent.rglob("*.py")):
+            rel = side.relative_to(solutions).as_posix()
+            if side != a.source and rel not in REFERENCE_KERNELS:  # drafts to start from
+                given.update(line for _, line in code_lines(side.read_text()))
+    for rel, answers in REFERENCE_KERNELS.items():
+        for kernel in triton_kernels((solutions / rel).read_text()):
+            add(kernel, "reference kernel", answers, f"solutions/{rel}")
+    for path in extra_kernels:
+        for kernel in triton_kernels(path.read_text()):
+            add(kernel, "reference kernel", "no notebook", str(path.relative_to(build.ROOT)))
+    for line in given:  # students have these lines in the open, so they are no secret
+        secrets.pop(line, None)
+    return Course(secrets, frozenset(given))
+
+
+def triton_kernels(source: str) -> list[str]:
+    """The source of every function decorated with a `triton.jit` in a Python file."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    return [
+        "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and any("jit" in ast.unparse(d) for d in node.decorator_list)
+    ]
+
+
+def notebook_of(path: str) -> str | None:
+    """The notebook a kit file is released with (course/NN_topic/...), or None."""
+    parts = Path(path).parts
+    return parts[1] if len(parts) > 2 and parts[0] == "course" else None
+
+
+def allowed(secret: Secret, path: str) -> bool:
+    """The rule: an answer or reference kernel of notebook X may appear only in a side file (not
+    the notebook) released with a notebook later than X, given out after X's deadline; a hidden
+    test, or a kernel of the tests and benchmarks, may appear nowhere. COINCIDENCES are the
+    exceptions, read one by one."""
+    owner = notebook_of(path)
+    if (path, secret.line) in COINCIDENCES:
+        return True
+    return (
+        secret.kind != "hidden test"
+        and secret.notebook[:2].isdigit()
+        and owner is not None
+        and not path.endswith(".ipynb")
+        and owner > secret.notebook
+    )
+
+
+@dataclass(frozen=True)
+class Text:
+    """One piece of a kit's text: a notebook's cell (`where` names it) or a whole file."""
+
+    path: str
+    where: str
+    text: str
+    is_code: bool
+
+
+def kit_text(folder: Path) -> Iterator[Text]:
+    """Every cell of every notebook of a kit, and every other file whole."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if path.suffix == ".ipynb":
+            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+            for i, cell in enumerate(cells):
+                source = "".join(cell["source"])
+                yield Text(rel, f"cell {i}", source, cell["cell_type"] == "code")
+        elif path.suffix != ".zip":
+            text = path.read_text(encoding="utf-8", errors="replace")
+            yield Text(rel, "", text, path.suffix == ".py")
+
+
+def leaks(folder: Path, known: Course) -> list[Leak]:
+    """Every line of the kit at `folder` that is a secret it may not hold (see `allowed`)."""
+    found = []
+    for piece in kit_text(folder):
+        for lineno, line in code_lines(piece.text):
+            for secret in known.secrets.get(line, []):
+                if not allowed(secret, piece.path):
+                    where = f"{piece.where}, line {lineno}" if piece.where else f"line {lineno}"
+                    found.append(Leak(piece.path, where, secret))
+                    break
+    return found
+
+
+def test_and_bench_kernels(root: Path = build.ROOT) -> list[Path]:
+    """The files of tests/ and bench/ that define Triton kernels."""
+    return sorted(
+        p
+        for folder in ("tests", "bench")
+        for p in (root / folder).rglob("*.py")
+        if "triton.jit" in p.read_text(encoding="utf-8")
+    )
+
+
+# -- what the kit holds
+
+
+def selected(names: Iterable[str], course_dir: Path = build.COURSE) -> list[str]:
+    """The notebooks named (all of course/ when none is), in course order; an unknown name is an
+    error that lists the known ones."""
+    known = sorted(p.name for p in course_dir.iterdir() if p.is_dir() and p.name[:2].isdigit())
+    names = list(names)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KitError(
+            f"no notebook named {', '.join(unknown)} in {course_dir}; the notebooks are: "
+            f"{' '.join(known)} (run `make release` first if course/ is missing one)"
+        )
+    return [n for n in known if n in names] if names else known
+
+
+def ordering_warnings(notebooks: Iterable[str]) -> list[str]:
+    """One line per reference kernel in the kit whose exercise is in the kit too."""
+    chosen = set(notebooks)
+    return [
+        f"this kit holds {answers} and {rel.split('/')[0]}, whose {rel.split('/', 1)[1]} holds "
+        f"{answers}'s graded answer: hand {rel.split('/')[0]} out only after {answers}'s deadline"
+        for rel, answers in REFERENCE_KERNELS.items()
+        if answers in chosen and rel.split("/")[0] in chosen
+    ]
+
+
+def versions(root: Path = build.ROOT) -> dict[str, str]:
+    """Exact versions by package: pyproject.toml's pins, torch's and triton's from the Makefile
+    (pyproject.toml gives them as ranges)."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for req in [*project["dependencies"], *project["optional-dependencies"]["course"]]:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([\w.]+)", req.strip())
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    makefile = (root / "Makefile").read_text()
+    for var, version in re.findall(r"^(TORCH|TRITON)\s*\?=\s*\w+==([\w.]+)", makefile, re.M):
+        pins[var.lower()] = version
+    return pins
+
+
+def requirements(gpu: bool, root: Path = build.ROOT) -> str:
+    """requirements.txt (CPU) or requirements-gpu.txt: what released code imports, and the tools
+    that open it, pinned."""
+    pins = versions(root)
+    packages = dict.fromkeys([*PROVIDERS.values(), *TOOLS])
+    if gpu:
+        packages.pop("triton")  # the CUDA build of torch pins its own
+        head = "# NVIDIA GPU: a CUDA build of torch (setup.sh gpu), which brings its own Triton."
+    else:
+        head = "# CPU (the default): torch's CPU build (setup.sh), and Triton for its interpreter."
+    missing = [p for p in packages if p not in pins]
+    if missing:
+        raise KitError(f"pyproject.toml pins no exact version of {', '.join(missing)}")
+    return "\n".join([head, *(f"{p}=={pins[p]}" for p in packages)]) + "\n"
+
+
+def imports_outside(folder: Path) -> list[str]:
+    """Third-party modules imported by the kit's code that PROVIDERS does not cover."""
+    local = {"grader"} | {p.stem for p in (folder / "course").rglob("*.py")}
+    found = []
+    for piece in kit_text(folder):
+        if not piece.is_code:
+            continue
+        source = "\n".join(
+            "" if line.lstrip().startswith(("%", "!")) else line for line in piece.text.splitlines()
+        )
+        for node in ast.walk(ast.parse(source, piece.path)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in local | PROVIDERS.keys():
+                    found.append(f"{piece.path}: imports {name}")
+    return found
+
+
+# -- writing it
+
+
+def _ignore(_folder: str, names: list[str]) -> list[str]:
+    skip = ("__pycache__", ".ipynb_checkpoints")
+    return [n for n in names if n in skip or n.endswith((".pyc", ".executed.ipynb"))]
+
+
+def write_zip(folder: Path, target: Path) -> None:
+    """`folder` as a zip with `folder`'s name as its top folder; fixed times, scripts executable."""
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            info = zipfile.ZipInfo(f"{folder.name}/{path.relative_to(folder).as_posix()}", ZIP_TIME)
+            mode = 0o755 if path.suffix == ".sh" else 0o644
+            info.external_attr = (stat.S_IFREG | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, path.read_bytes())
+
+
+def build_kit(
+    names: Iterable[str] = (),
+    out: Path = OUT,
+    course_dir: Path = build.COURSE,
+    known: Course | None = None,
+) -> Kit:
+    """Write the kit of the notebooks `names` (default all) into `out`: a folder and its zip.
+    Refuses a kit that would leak an answer or import an unpinned package."""
+    notebooks = selected(names, course_dir)
+    folder = out / KIT_NAME
+    if out.exists():
+        shutil.rmtree(out)
+    folder.mkdir(parents=True)
+    for name in notebooks:
+        shutil.copytree(course_dir / name, folder / "course" / name, ignore=_ignore)
+    (folder / "grader").mkdir()
+    shutil.copyfile(RUNTIME.parent / "__init__.py", folder / "grader" / "__init__.py")
+    shutil.copytree(RUNTIME, folder / "grader" / "runtime", ignore=_ignore)
+    for path in sorted(FILES.iterdir()):
+        shutil.copyfile(path, folder / path.name)
+    (folder / "requirements.txt").write_text(requirements(gpu=False))
+    (folder / "requirements-gpu.txt").write_text(requirements(gpu=True))
+    for script in folder.glob("*.sh"):
+        script.chmod(0o755)
+
+    known = known or course(extra_kernels=test_and_bench_kernels())
+    problems = [str(leak) for leak in leaks(folder, known)]
+    problems += imports_outside(folder)
+    if problems:
+        shutil.rmtree(out)
+        raise KitError(
+            "the kit would hold what students must not receive, or need a package it does "
+            "not pin:\n  " + "\n  ".join(problems)
+        )
+    write_zip(folder, out / f"{KIT_NAME}.zip")
+    return Kit(
+        folder, out / f"{KIT_NAME}.zip", tuple(notebooks), tuple(ordering_warnings(notebooks))
+    )

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Set up the course: a Python environment in .venv beside this file, with the packages the
+# notebooks need (requirements.txt). `bash setup.sh` for a laptop or any machine without an NVIDIA
+# GPU: torch's CPU build, and Triton, whose interpreter runs the kernels on the CPU.
+# `bash setup.sh gpu` for an NVIDIA GPU: a CUDA build of torch, which brings its own Triton
+# (requirements-gpu.txt).
+# Settings: PYTHON=python3.12 picks another Python (3.11 or newer); TORCH_INDEX is where torch's
+# build comes from (default: PyTorch's cpu or cu128 index; another cuXXX for another CUDA driver,
+# see pytorch.org; empty for the package index alone).
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+case "${1:-cpu}" in
+  cpu) requirements=requirements.txt; index=https://download.pytorch.org/whl/cpu ;;
+  gpu) requirements=requirements-gpu.txt; index=https://download.pytorch.org/whl/cu128 ;;
+  *) echo "usage: bash setup.sh [gpu]" >&2; exit 2 ;;
+esac
+index="${TORCH_INDEX-$index}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup: the course needs Python 3.11 or newer, and $PYTHON is not; install one, then" >&2
+  echo "       PYTHON=python3.12 bash setup.sh" >&2
+  exit 1
+fi
+"$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet ${index:+--extra-index-url "$index"} \
+  --requirement "$requirements"
+echo "setup: installed into .venv; your device and versions:"
+.venv/bin/python -m grader.runtime
+echo "setup: done. Open the course with: bash lab.sh"
