@@ -31,10 +31,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.authoring import build
-from grader.grading import classreport, findings, gradebook, nbgrader_policy, sandbox
+from grader.grading import classreport, findings, gradebook, hidden_tests, nbgrader_policy, sandbox
 
 NBGRADER_VERSION = "0.9"
 LOCK_RETRIES = 2  # a run that lost a race for the SQLite file is run again
+RELEASE_FEEDBACK_READS = ("timestamp.txt", "submission_secret.txt")  # besides the pages
 
 
 class AutogradeError(RuntimeError):
@@ -324,7 +325,14 @@ def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
 
 
 def feedback(batch: Batch) -> None:
-    """`nbgrader generate_feedback` for every autograded submission, copied to out/feedback/."""
+    """`nbgrader generate_feedback` for every autograded submission; each student's pages copied
+    to out/feedback/. nbgrader also copies into feedback/ every other file of the autograded
+    folder, where a submission may have written anything (the hidden tests it saw, a page of its
+    own): only the pages made from the notebooks are kept, and what release_feedback reads."""
+    pages = {f"{n}.html" for n in gradebook.notebook_names(batch.url, batch.assignment)}
+    for student in students(batch):  # a page written there must not stand in for a failed one
+        for page in pages:
+            batch.folder("autograded", student).joinpath(page).unlink(missing_ok=True)
     done = run_nbgrader(batch, "generate_feedback", batch.assignment, "--force", check=False)
     if done.returncode != 0:
         print("warning: nbgrader generate_feedback failed for some students:", file=sys.stderr)
@@ -334,8 +342,16 @@ def feedback(batch: Batch) -> None:
         shutil.rmtree(target)
     for student in students(batch):
         made = batch.folder("feedback", student)
-        if made.is_dir():
-            shutil.copytree(made, target / student)
+        for path in made.iterdir() if made.is_dir() else []:
+            if path.name in pages or path.name in RELEASE_FEEDBACK_READS:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        for page in sorted(pages & {p.name for p in made.glob("*.html")}):
+            (target / student).mkdir(parents=True, exist_ok=True)
+            shutil.copy(made / page, target / student / page)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -369,16 +385,18 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
     ]
     points = {g: points[g] for g in [*order, *(g for g in points if g not in order)]}
     recorded = gradebook.grades(batch.url, batch.assignment)
+    hidden = {n: hidden_tests.Hidden.from_gradebook(batch.url, batch.assignment, n) for n in given}
     rows = []
     for student in sorted(set(students(batch)) | set(recorded)):
         grades = recorded.get(student) or gradebook.StudentGrades(student)
         submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
         autograded = _notebooks(batch.folder("autograded", student), list(given))
         graded = findings.Graded()
-        for nb in autograded.values():
-            one = findings.inspect_graded(nb)
+        for name, nb in autograded.items():
+            one = findings.inspect_graded(nb, hidden[name])
             graded.errors += one.errors
             graded.speed += one.speed
+            graded.shown += one.shown
         row = classreport.StudentRow(
             student,
             {g: grades.scores.get(g) for g in points},
