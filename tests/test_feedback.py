@@ -8,9 +8,11 @@ The unit tests below pin what grader.grading.hidden_tests matches and what it le
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import io
-import os
+import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -21,11 +23,13 @@ from grader.grading import autograde, gradebook, hidden_tests
 from tests import hostile
 from tests.hostile.hidden_tests import hidden_lines, leaked, page_text
 
+pytestmark = pytest.mark.tooling  # nbgrader grades; the unit tests below need nbformat
+
 
 def partial(m: hostile.Materials, grade_id: str, old: str, new: str) -> nbformat.NotebookNode:
     """The release with only `grade_id` answered, and answered wrong (`old` made `new`)."""
     nb = m.edited(m.answered(), grade_id, old, new)
-    release = nbformat.from_dict(m.release)
+    release = copy.deepcopy(m.release)
     m.cell(release, grade_id).source = m.cell(nb, grade_id).source
     return release
 
@@ -50,15 +54,18 @@ CASES = [(a, s) for a, students in CLASSES.items() for s in students]
 
 
 @functools.cache
-def graded(assignment: str, tmp: str) -> tuple[hostile.Graded, int, str]:
-    """One notebook's class, graded: (what it left, exit code, what it printed)."""
-    from pathlib import Path
+def sources(base: Path) -> Path:
+    """Every assignment's nbgrader source, built once for the module."""
+    build.build_sources(base / "all")
+    return base / "all" / "source"
 
-    tmp = Path(tmp)
+
+@functools.cache
+def graded(assignment: str, base: Path) -> tuple[hostile.Graded, int, str]:
+    """One notebook's class, graded: (what it left, exit code, what it printed)."""
+    tmp = base / assignment
     root = tmp / "course"
-    build.build_sources(tmp / "all")
-    (root / "source").mkdir(parents=True)
-    os.rename(tmp / "all" / "source" / assignment, root / "source" / assignment)
+    shutil.copytree(sources(base) / assignment, root / "source" / assignment)
     autograde.prepare(autograde.Batch(assignment, "interpreter", root=root))
     (path,) = (root / "release" / assignment).glob("*.ipynb")
     release = nbformat.read(path, as_version=4)
@@ -83,7 +90,8 @@ def graded(assignment: str, tmp: str) -> tuple[hostile.Graded, int, str]:
 
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory):
-    return lambda assignment: graded(assignment, str(tmp_path_factory.getbasetemp() / assignment))
+    base = tmp_path_factory.mktemp("feedback")
+    return lambda assignment: graded(assignment, base)
 
 
 def hidden_cells(nb) -> list:
@@ -95,7 +103,6 @@ def errors(cell) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.tooling
 @pytest.mark.parametrize("assignment,student", CASES, ids=[f"{a}-{s}" for a, s in CASES])
 def test_feedback_shows_no_hidden_test_source(batches, assignment, student):
     result, code, printed = batches(assignment)
@@ -126,7 +133,6 @@ def test_feedback_shows_no_hidden_test_source(batches, assignment, student):
 
 
 @pytest.mark.slow
-@pytest.mark.tooling
 @pytest.mark.parametrize("assignment", sorted(CLASSES))
 def test_partial_students_fail_only_the_hidden_tests(batches, assignment):
     result, _, _ = batches(assignment)
@@ -205,3 +211,13 @@ def test_display_data_is_redacted(hidden):
     )
     hidden_tests.clean_output(shown, hidden, hidden_cell=False)
     assert shown.data == {"text/plain": hidden_tests.REMOVED}
+
+
+def test_widget_state_that_shows_hidden_tests_is_dropped(hidden):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata.widgets = {"state": {"w": {"value": "check(add, 100_003, dtype)"}}}
+    hidden_tests.clean(nb, hidden)
+    assert "widgets" not in nb.metadata
+    nb.metadata.widgets = {"state": {"w": {"value": "check(add, 1000)"}}}
+    hidden_tests.clean(nb, hidden)
+    assert "widgets" in nb.metadata

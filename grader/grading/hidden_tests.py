@@ -151,6 +151,16 @@ def shown_by(cell, hidden: Hidden) -> bool:
     return False
 
 
+def clean(nb, hidden: Hidden) -> None:
+    """Redact every output of `nb` in place, and drop its saved widget state (which feedback pages
+    embed) where that shows hidden-test source."""
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            clean_output(output, hidden, _grade_id(cell) in hidden.cells)
+    if hidden.shows(json.dumps(nb.metadata.get("widgets", {}))):
+        del nb.metadata["widgets"]
+
+
 @functools.cache
 def _preprocessor():
     """HideHiddenTests, made on first use: nbgrader is imported only where it runs."""
@@ -161,17 +171,8 @@ def _preprocessor():
 
         def preprocess(self, nb, resources):
             info = resources["nbgrader"]
-            self.hidden = Hidden.from_gradebook(
-                info["db_url"], info["assignment"], info["notebook"]
-            )
-            return super().preprocess(nb, resources)
-
-        def preprocess_cell(self, cell, resources, index):
-            if cell.cell_type == "code":
-                hidden_cell = _grade_id(cell) in self.hidden.cells
-                for output in cell.get("outputs", []):
-                    clean_output(output, self.hidden, hidden_cell)
-            return cell, resources
+            clean(nb, Hidden.from_gradebook(info["db_url"], info["assignment"], info["notebook"]))
+            return nb, resources
 
     return HideHiddenTests
 
