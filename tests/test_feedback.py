@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import csv
 import functools
 import io
+import re
 import shutil
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 
 from grader import cli
 from grader.authoring import build
-from grader.grading import autograde, gradebook, hidden_tests
+from grader.grading import autograde, findings, gradebook, hidden_tests
 from tests import hostile
 from tests.hostile.hidden_tests import hidden_lines, leaked, page_text
 
@@ -85,7 +87,9 @@ def graded(assignment: str, base: Path) -> tuple[hostile.Graded, int, str]:
     url = gradebook.sqlite_url(root / "gradebook.db")
     scores = {s: g.scores for s, g in gradebook.grades(url, assignment).items()}
     out = root / "grading" / assignment
-    return hostile.Graded(root, out, scores, {}, m), code, printed.getvalue()
+    with open(out / "grades.csv", newline="") as f:
+        review = {row["student_id"]: row["needs_review"] for row in csv.DictReader(f)}
+    return hostile.Graded(root, out, scores, review, m), code, printed.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +117,10 @@ def test_feedback_shows_no_hidden_test_source(batches, assignment, student):
     )
     failed = [c for c in hidden_cells(autograded) if errors(c)]
     assert failed, f"{student}: no hidden-test cell failed; the class no longer tests anything"
-    quoted = {  # what the instructor's copy shows: the leak this test guards against
-        line
-        for c in failed
-        for line in hidden_lines(m)
-        if line in " ".join("\n".join(errors(c)[0].traceback).split())
-    }
+    shown = " ".join(  # the instructor's copy: the leak this test guards against
+        re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(errors(c)[0].traceback)) for c in failed
+    )
+    quoted = [line for line in hidden_lines(m) if line in " ".join(shown.split())]
     if student == "partial":
         assert quoted, "the failure is no longer inside the hidden region; update the class"
     assert not leaked(result, student), (student, leaked(result, student))
@@ -128,6 +130,7 @@ def test_feedback_shows_no_hidden_test_source(batches, assignment, student):
         message = " ".join(f"{error.ename}: {error.evalue}".split())
         assert message in page, (student, cell.metadata.nbgrader.grade_id, message)
     assert hidden_tests.NO_TRACEBACK in page
+    assert findings.KINDS["hidden-tests"] not in result.review[student], "IPython's own quote"
     if student == "blank":  # its visible tests failed too
         assert "Traceback (most recent call last)" in page, "visible tests lost their tracebacks"
 
@@ -163,6 +166,8 @@ def hidden():
 
 def test_hidden_lines_are_the_secret_lines_of_hidden_regions(hidden):
     assert hidden.cells == {"test-hidden"}
+    assert hidden.leaks("for dtype in DTYPES: check(add, 100_003, dtype)")
+    assert not hidden.leaks("check(add, 100_003, dtype, block)"), "another call"
     assert hidden.leaks("    check(add, 100_003, dtype)  # a large prime")
     assert hidden.leaks("### BEGIN HIDDEN TESTS")
     assert not hidden.leaks("for dtype in DTYPES:"), "a line the visible test shows is public"
@@ -221,3 +226,28 @@ def test_widget_state_that_shows_hidden_tests_is_dropped(hidden):
     nb.metadata.widgets = {"state": {"w": {"value": "check(add, 1000)"}}}
     hidden_tests.clean(nb, hidden)
     assert "widgets" in nb.metadata
+
+
+def _released_lines(source: str) -> list[str]:
+    """The lines of a cell that students see: all but its hidden and solution regions."""
+    shown, inside = [], False
+    for line in source.split("\n"):
+        inside = inside or hidden_tests.BEGIN in line or "BEGIN SOLUTION" in line
+        if not inside:
+            shown.append(line)
+        inside = inside and hidden_tests.END not in line and "END SOLUTION" not in line
+    return shown
+
+
+@pytest.mark.parametrize("assignment", build.assignments(), ids=lambda a: a.name)
+def test_no_line_of_a_released_notebook_counts_as_hidden(assignment):
+    """What students see anyway (a helper's lines quoted in a visible test's traceback, a frame's
+    signature) is neither removed from the feedback nor flagged."""
+    import jupytext
+
+    cells = jupytext.read(assignment.source).cells
+    shown = ["\n".join(_released_lines(c.source)) for c in cells]
+    hidden = hidden_tests.Hidden.from_sources(
+        {f"cell-{i}": c.source for i, c in enumerate(cells)}, shown
+    )
+    assert not [line for s in shown for line in s.split("\n") if hidden.leaks(line)]

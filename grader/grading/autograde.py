@@ -324,6 +324,13 @@ def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
     return runs
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
 def feedback(batch: Batch) -> None:
     """`nbgrader generate_feedback` for every autograded submission; each student's pages copied
     to out/feedback/. nbgrader also copies into feedback/ every other file of the autograded
@@ -332,7 +339,7 @@ def feedback(batch: Batch) -> None:
     pages = {f"{n}.html" for n in gradebook.notebook_names(batch.url, batch.assignment)}
     for student in students(batch):  # a page written there must not stand in for a failed one
         for page in pages:
-            batch.folder("autograded", student).joinpath(page).unlink(missing_ok=True)
+            _remove(batch.folder("autograded", student) / page)
     done = run_nbgrader(batch, "generate_feedback", batch.assignment, "--force", check=False)
     if done.returncode != 0:
         print("warning: nbgrader generate_feedback failed for some students:", file=sys.stderr)
@@ -343,13 +350,9 @@ def feedback(batch: Batch) -> None:
     for student in students(batch):
         made = batch.folder("feedback", student)
         for path in made.iterdir() if made.is_dir() else []:
-            if path.name in pages or path.name in RELEASE_FEEDBACK_READS:
-                continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        for page in sorted(pages & {p.name for p in made.glob("*.html")}):
+            if path.name not in pages and path.name not in RELEASE_FEEDBACK_READS:
+                _remove(path)
+        for page in sorted(p for p in pages if (made / p).is_file()):
             (target / student).mkdir(parents=True, exist_ok=True)
             shutil.copy(made / page, target / student / page)
 
@@ -385,7 +388,10 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
     ]
     points = {g: points[g] for g in [*order, *(g for g in points if g not in order)]}
     recorded = gradebook.grades(batch.url, batch.assignment)
-    hidden = {n: hidden_tests.Hidden.from_gradebook(batch.url, batch.assignment, n) for n in given}
+    hidden = {
+        n: hidden_tests.Hidden.from_gradebook(batch.url, batch.assignment, n, nb)
+        for n, nb in given.items()
+    }
     rows = []
     for student in sorted(set(students(batch)) | set(recorded)):
         grades = recorded.get(student) or gradebook.StudentGrades(student)

@@ -15,12 +15,12 @@ feedback anyway), the student's own code and the course's runtime, all public; t
 still runs on them, so a frame that does quote hidden source loses that line.
 
 The hidden lines come from the gradebook (the source cells nbgrader saved when it generated the
-assignment), never from the student's files. A line is matched by its words and numbers alone, so
-indentation, quoting (repr, JSON, HTML escapes, ANSI colors) and traceback prefixes do not hide
-it; lines that also appear outside the hidden regions, and lines too short to tell anything
-(`try:`, `)`), are not secrets. What this cannot see is hidden source that a submission encodes
-(base64, an image of it); `shown_by` finds the cells whose outputs hold it plainly, and
-grader.grading.findings lists them for a human look.
+assignment), never from the student's files. A line is matched with its whitespace squeezed out,
+as written and as decoded (ANSI colors, HTML tags and entities, repr and JSON escapes), so
+indentation, quoting and traceback prefixes do not hide it; lines that also appear outside the
+hidden regions, and lines too short to tell anything (`try:`, `)`), are not secrets. What this
+cannot see is hidden source that a submission encodes (base64, an image of it); `shown_by` finds
+the cells whose outputs hold it plainly, and grader.grading.findings lists them for a human look.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ import functools
 import html
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"  # nbgrader's ClearHiddenTests delimiters
 MIN_CHARS = 8  # a line of fewer word characters (`finally:`, `return []`) reveals nothing
@@ -39,54 +41,65 @@ NO_TRACEBACK = (
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TAG = re.compile(r"<[^>]*>")
-_WORD = re.compile(r"\w+")
+_ESCAPED = re.compile(r"\\(['\"\\])")  # \' \" \\ as repr and JSON write them
+_SPACE = re.compile(r"\s+")
+_NOT_WORD = re.compile(r"\W")
 _COMMENT = re.compile(r"\s*#[^'\"]*$")  # a trailing comment without quotes in it
 
 
-def _skeleton(text: str) -> str:
-    """The words and numbers of `text`, run together: what survives any quoting or layout."""
-    return "".join(_WORD.findall(_ANSI.sub("", text)))
+def _squeezed(text: str) -> str:
+    """`text` without its whitespace: what survives indentation, line prefixes and wrapping."""
+    return _SPACE.sub("", text)
 
 
-def _forms(line: str) -> tuple[str, ...]:
-    """`line` as written, and as HTML would show it (tags dropped, entities decoded)."""
-    return _skeleton(line), _skeleton(html.unescape(_TAG.sub("", line)))
+def _forms(line: str) -> set[str]:
+    """One output line as written and as shown: ANSI colors dropped; HTML tags dropped and
+    entities decoded; backslash escapes decoded; whitespace squeezed out of each."""
+    plain = _ANSI.sub("", line)
+    shown = html.unescape(_TAG.sub("", plain))
+    return {
+        _squeezed(t) for t in (plain, shown, _ESCAPED.sub(r"\1", plain), _ESCAPED.sub(r"\1", shown))
+    }
 
 
 @dataclass(frozen=True)
 class Hidden:
-    """What one notebook hides: its test cells with hidden regions, and the skeletons of the
-    lines in those regions (with and without a trailing comment) that appear nowhere else in
-    its graded and read-only cells."""
+    """What one notebook hides: its test cells with hidden regions, and the lines in those
+    regions (with and without a trailing comment; whitespace squeezed out) that appear nowhere
+    else in its graded and read-only cells."""
 
     cells: frozenset[str]  # grade_ids
     lines: frozenset[str]
 
     @classmethod
-    def from_sources(cls, sources: dict[str, str]) -> Hidden:
-        """From {grade_id: source} of the notebook's cells as its authors wrote them."""
-        cells, secret, public = set(), set(), set()
+    def from_sources(cls, sources: dict[str, str], public: Iterable[str] = ()) -> Hidden:
+        """From {grade_id: source} of the notebook's graded and read-only cells as its authors
+        wrote them, and the source of the notebook's cells as released (`public`)."""
+        cells, secret, shown = set(), set(), set()
         for grade_id, source in sources.items():
             inside = False
             for line in source.split("\n"):
                 if BEGIN in line:
                     inside = True
                     cells.add(grade_id)
-                forms = {_skeleton(line), _skeleton(_COMMENT.sub("", line))}  # and without it
-                (secret if inside else public).update(forms)
+                forms = {_squeezed(line), _squeezed(_COMMENT.sub("", line))}  # and without it
+                (secret if inside else shown).update(forms)
                 if END in line:
                     inside = False
-        lines = {s for s in secret - public if len(s) >= MIN_CHARS}
+        shown |= {_squeezed(line) for source in public for line in source.split("\n")}
+        lines = {s for s in secret - shown if len(_NOT_WORD.sub("", s)) >= MIN_CHARS}
         return cls(frozenset(cells), frozenset(lines))
 
     @classmethod
-    def from_gradebook(cls, db_url: str, assignment: str, notebook: str) -> Hidden:
-        """From the source cells that `nbgrader generate_assignment` saved in the gradebook."""
+    def from_gradebook(cls, db_url: str, assignment: str, notebook: str, release=None) -> Hidden:
+        """From the source cells that `nbgrader generate_assignment` saved in the gradebook, and
+        the notebook it released, where given."""
         from nbgrader.api import Gradebook
 
+        public = [c.source for c in release.cells] if release is not None else []
         with Gradebook(db_url) as gb:
             found = gb.find_notebook(notebook, assignment)
-            return cls.from_sources({c.name: c.source for c in found.source_cells})
+            return cls.from_sources({c.name: c.source for c in found.source_cells}, public)
 
     def leaks(self, line: str) -> bool:
         """Whether one line of output holds a hidden line."""
@@ -164,6 +177,8 @@ def clean(nb, hidden: Hidden) -> None:
 @functools.cache
 def _preprocessor():
     """HideHiddenTests, made on first use: nbgrader is imported only where it runs."""
+    import nbformat
+    from nbgrader.coursedir import CourseDirectory
     from nbgrader.preprocessors import NbGraderPreprocessor
 
     class HideHiddenTests(NbGraderPreprocessor):
@@ -171,8 +186,18 @@ def _preprocessor():
 
         def preprocess(self, nb, resources):
             info = resources["nbgrader"]
-            clean(nb, Hidden.from_gradebook(info["db_url"], info["assignment"], info["notebook"]))
+            hidden = Hidden.from_gradebook(
+                info["db_url"], info["assignment"], info["notebook"], self._release(info)
+            )
+            clean(nb, hidden)
             return nb, resources
+
+        def _release(self, info):
+            """The released notebook, from the course directory, if it is there."""
+            coursedir = CourseDirectory(config=self.config)
+            folder = coursedir.format_path(coursedir.release_directory, ".", info["assignment"])
+            path = Path(folder) / f"{info['notebook']}.ipynb"
+            return nbformat.read(path, as_version=4) if path.is_file() else None
 
     return HideHiddenTests
 
