@@ -65,8 +65,8 @@ def _forms(line: str) -> set[str]:
 @dataclass(frozen=True)
 class Hidden:
     """What one notebook hides: its test cells with hidden regions, and the lines in those
-    regions (with and without a trailing comment; whitespace squeezed out) that appear nowhere
-    else in its graded and read-only cells."""
+    regions (with and without a trailing comment; whitespace squeezed out) that the notebook as
+    released does not show."""
 
     cells: frozenset[str]  # grade_ids
     lines: frozenset[str]
@@ -91,15 +91,15 @@ class Hidden:
         return cls(frozenset(cells), frozenset(lines))
 
     @classmethod
-    def from_gradebook(cls, db_url: str, assignment: str, notebook: str, release=None) -> Hidden:
+    def from_gradebook(cls, db_url: str, assignment: str, notebook: str, release) -> Hidden:
         """From the source cells that `nbgrader generate_assignment` saved in the gradebook, and
-        the notebook it released, where given."""
+        the notebook it released."""
         from nbgrader.api import Gradebook
 
-        public = [c.source for c in release.cells] if release is not None else []
         with Gradebook(db_url) as gb:
             found = gb.find_notebook(notebook, assignment)
-            return cls.from_sources({c.name: c.source for c in found.source_cells}, public)
+            sources = {c.name: c.source for c in found.source_cells}
+        return cls.from_sources(sources, [c.source for c in release.cells])
 
     def leaks(self, line: str) -> bool:
         """Whether one line of output holds a hidden line."""
@@ -193,11 +193,16 @@ def _preprocessor():
             return nb, resources
 
         def _release(self, info):
-            """The released notebook, from the course directory, if it is there."""
+            """The released notebook, from the course directory."""
             coursedir = CourseDirectory(config=self.config)
             folder = coursedir.format_path(coursedir.release_directory, ".", info["assignment"])
             path = Path(folder) / f"{info['notebook']}.ipynb"
-            return nbformat.read(path, as_version=4) if path.is_file() else None
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{path}: feedback needs the released notebook, to tell the hidden tests from "
+                    f"what students saw; run `nbgrader generate_assignment {info['assignment']}`"
+                )
+            return nbformat.read(path, as_version=4)
 
     return HideHiddenTests
 
