@@ -87,9 +87,11 @@ def _only_pages(student: str):
         m = graded.materials
         assert not leaked(graded, student), (student, leaked(graded, student))
         page = f"{m.notebook}.html"
-        assert [p.name for p in (graded.out / "feedback" / student).iterdir()] == [page]
+        handed_out = [p.name for p in (graded.out / "feedback" / student).iterdir()]
+        assert handed_out == [page], handed_out
         made = graded.root / "feedback" / student / m.assignment  # what release_feedback sends
-        assert {p.name for p in made.iterdir()} <= {page, "timestamp.txt"}
+        kept = {p.name for p in made.iterdir()}
+        assert kept <= {page, "timestamp.txt"}, kept
         ran = graded.root / "autograded" / student / m.assignment / "hidden.txt"
         assert "HIDDEN TESTS" in ran.read_text(), "the attack did not run"
 
