@@ -1,8 +1,8 @@
-"""Class 3 of the attacks on grading: a submission that shows the hidden tests it ran. Its solution
-cell registers an IPython `pre_run_cell` hook, which sees the source of every later cell, hidden
-tests included, and puts it in that cell's outputs (printed, or as the message of an error), or
-in files beside the notebook, which nbgrader copies into the feedback folder. Outputs that show
-the hidden tests must be flagged for a human look, and no feedback file may hold a line of them."""
+"""Attacks on grading that show the hidden tests. The solution cell registers an IPython
+`pre_run_cell` hook, which sees the source of every later cell, hidden tests included, and puts
+it in that cell's outputs (printed, or as the message of an error), or in files beside the
+notebook, which nbgrader copies into the feedback folder. Outputs that show the hidden tests
+must be flagged for a human look, and no feedback file may hold a line of them."""
 
 import html
 import re
