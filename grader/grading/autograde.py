@@ -37,11 +37,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.authoring import build
-from grader.grading import classreport, findings, gradebook, jail, nbgrader_policy, sandbox
+from grader.grading import (
+    classreport,
+    findings,
+    gradebook,
+    hidden_tests,
+    jail,
+    nbgrader_policy,
+    sandbox,
+)
 
 NBGRADER_VERSION = "0.9"
 KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
 LOCK_RETRIES = 2  # a run that lost a race for the SQLite file is run again
+RELEASE_FEEDBACK_READS = ("timestamp.txt", "submission_secret.txt")  # besides the pages
 
 
 class AutogradeError(RuntimeError):
@@ -593,8 +602,22 @@ def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
     return runs
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
 def feedback(batch: Batch) -> None:
-    """`nbgrader generate_feedback` for every autograded submission, copied to out/feedback/."""
+    """`nbgrader generate_feedback` for every autograded submission; each student's pages copied
+    to out/feedback/. nbgrader also copies into feedback/ every other file of the autograded
+    folder, where a submission may have written anything (the hidden tests it saw, a page of its
+    own): only the pages made from the notebooks are kept, and what release_feedback reads."""
+    pages = {f"{n}.html" for n in gradebook.notebook_names(batch.url, batch.assignment)}
+    for student in students(batch):  # a page written there must not stand in for a failed one
+        for page in pages:
+            _remove(batch.folder("autograded", student) / page)
     done = run_nbgrader(batch, "generate_feedback", batch.assignment, "--force", check=False)
     if done.returncode != 0:
         print("warning: nbgrader generate_feedback failed for some students:", file=sys.stderr)
@@ -604,8 +627,12 @@ def feedback(batch: Batch) -> None:
         shutil.rmtree(target)
     for student in students(batch):
         made = batch.folder("feedback", student)
-        if made.is_dir():
-            shutil.copytree(made, target / student)
+        for path in made.iterdir() if made.is_dir() else []:
+            if path.name not in pages and path.name not in RELEASE_FEEDBACK_READS:
+                _remove(path)
+        for page in sorted(p for p in pages if (made / p).is_file()):
+            (target / student).mkdir(parents=True, exist_ok=True)
+            shutil.copy(made / page, target / student / page)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -642,6 +669,10 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
     recorded = gradebook.grades(batch.url, batch.assignment)
     left_out = refused(batch)
     here = set(students(batch)) | set(recorded)
+    hidden = {
+        n: hidden_tests.Hidden.from_gradebook(batch.url, batch.assignment, n, nb)
+        for n, nb in given.items()
+    }
     rows = []
     for student in sorted(here | {r.student for r in left_out}):
         grades = recorded.get(student) or gradebook.StudentGrades(student)
@@ -656,7 +687,9 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
         ]
         if student in here:
             try:
-                row.findings += _inspect(batch, student, given, row, runs.get(student), points)
+                row.findings += _inspect(
+                    batch, student, given, hidden, row, runs.get(student), points
+                )
             except Exception as exc:  # one submission's trouble, whatever it is, is its own
                 row.findings.append(findings.Finding("grader-error", _error(exc)))
         rows.append(row)
@@ -669,16 +702,18 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300] + "; the score is what the gradebook holds"
 
 
-def _inspect(batch: Batch, student: str, given, row, run, points) -> list[findings.Finding]:
-    """What one student's files say, for `results`; fills in `row.speed`."""
+def _inspect(batch: Batch, student: str, given, hidden, row, run, points) -> list[findings.Finding]:
+    """What one student's files say, for `results`; fills in `row.speed`. `hidden`: {notebook:
+    its hidden-test lines}."""
     submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
     autograded = _notebooks(batch.folder("autograded", student), list(given))
     graded = findings.Graded()
-    for nb in autograded.values():
-        one = findings.inspect_graded(nb)
+    for name, nb in autograded.items():
+        one = findings.inspect_graded(nb, hidden[name])
         graded.errors += one.errors
         graded.speed += one.speed
         graded.cut += one.cut
+        graded.shown += one.shown
     row.speed = graded.speed
     return findings.classify(
         run=run,

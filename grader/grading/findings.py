@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import nbgrader_policy, verdicts
+from grader.grading import hidden_tests, nbgrader_policy, verdicts
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
@@ -28,6 +28,7 @@ KINDS = {
     "stray-cells": "graded cells repeated or unknown",
     "output-cut": "output cut",
     "cheating": "cheating flagged",
+    "hidden-tests": "hidden tests printed",
     "zero-score": "zero score",
     "late": "late",
     "grader-error": "grader error",
@@ -105,6 +106,7 @@ class Graded:
     errors: list[CellError] = field(default_factory=list)
     speed: list[Speed] = field(default_factory=list)
     cut: list[str] = field(default_factory=list)  # cells whose output passed the limit
+    shown: list[str] = field(default_factory=list)  # cells whose outputs show hidden tests
 
 
 @dataclass(frozen=True)
@@ -391,8 +393,9 @@ def speed_of(grade_id: str, text: str) -> Speed:
     return Speed(grade_id, True, passed, measured, needed, unit, len(ratios), flags)
 
 
-def inspect_graded(nb) -> Graded:
-    """Errors and speed verdicts in an autograded notebook."""
+def inspect_graded(nb, hidden: hidden_tests.Hidden | None = None) -> Graded:
+    """Errors and speed verdicts in an autograded notebook, and the cells whose outputs show
+    the `hidden` tests."""
     result = Graded()
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -408,6 +411,8 @@ def inspect_graded(nb) -> Graded:
             result.speed.append(speed_of(label, text))
         if OUTPUT_CUT in text:
             result.cut.append(label)
+        if hidden is not None and hidden_tests.shown_by(cell, hidden):
+            result.shown.append(label)
     return result
 
 
@@ -502,6 +507,14 @@ def classify(
     cheats += [f"{s.grade_id}: {_short(flag, 120)}" for s in speed for flag in s.flags]
     if cheats:
         found.append(Finding("cheating", "; ".join(cheats)))
+    if graded and graded.shown:
+        found.append(
+            Finding(
+                "hidden-tests",
+                f"the outputs of {', '.join(graded.shown)} show hidden-test source "
+                "(removed from the feedback)",
+            )
+        )
     if score is not None and score <= 0 < max_score and readable and run and run.status == "ok":
         if submitted.unchanged_solutions:
             why = "no solution filled in: every solution cell is as released"

@@ -65,11 +65,14 @@ c.OverwriteCells.add_missing_cells = True
 # (grader/authoring/build.py); nbgrader's own locking would make that one non-editable too.
 c.LockCells.lock_readonly_cells = False
 
-# Feedback shows the autograded notebook; keep the hidden tests hidden there too, as in course/.
+# Feedback shows the autograded notebook; keep the hidden tests hidden there too, as in course/:
+# ClearHiddenTests clears the test cells' source, HideHiddenTests what their outputs quote of it
+# (tracebacks, and whatever a submission printed; see grader/grading/hidden_tests.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "grader.grading.hidden_tests.HideHiddenTests",
 ]
 
 # LMS downloads (`nbgrader zip_collect`): the file-name pattern, Canvas's by default; see
