@@ -257,8 +257,6 @@ def check(
     __tracebackhide__ = True
     if kernels and not writes_out:
         raise ValueError("kernels= needs writes_out: the output must be known before the call")
-    who = getattr(candidate, "__name__", "<lambda>")
-    who = "the launcher" if who == "<lambda>" else f"`{who}`"
     first_args = None
     for trial in range(trials):
         trial_seed = new_seed() if seed is None else seed + trial
@@ -276,8 +274,8 @@ def check(
         saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         if writes_out:
             out, check_guards = guarded(expected.shape, dtype, where=expected.device.type)
-            watch = launches.kernel_work(kernels, args, out, who) if kernels else nullcontext()
-            with watch:
+            who = launches.who(candidate)
+            with launches.kernel_work(kernels, args, out, who) if kernels else nullcontext():
                 call_graded(candidate, *args, out=out)
             check_guards(name, context)
             actual = out

@@ -71,6 +71,12 @@ def kernel_name(kernel) -> str:
     return getattr(kernel, "__name__", type(kernel).__name__)
 
 
+def who(fn) -> str:
+    """How messages name a launcher: `relu`, or "the launcher" for a lambda."""
+    name = getattr(fn, "__name__", "<lambda>")
+    return "the launcher" if name == "<lambda>" else f"`{name}`"
+
+
 def _tensors(values: Iterable) -> Iterator[torch.Tensor]:
     for v in values:
         if isinstance(v, torch.Tensor):
