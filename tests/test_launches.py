@@ -92,3 +92,11 @@ def test_spans_cover_strided_and_split_tensors():
     halves = [launches.Span.of(base[:5]), launches.Span.of(base[5:])]
     assert launches._covered(launches.Span.of(base), halves)
     assert not launches._covered(launches.Span.of(base), halves[:1])
+
+
+def test_checked_call_requires_the_returned_tensor_to_be_the_kernels():
+    x = torch.randn(300, device=DEV)
+    out = integrity.checked_call(lk.returns_its_output, x, kernels=["double_kernel"])
+    assert torch.equal(out, 2 * x)
+    with pytest.raises(launches.LaunchCheckError, match="returned a tensor .* that no launch"):
+        integrity.checked_call(lk.returns_a_torch_result, x, kernels=["double_kernel"])

@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader.runtime import checks, device, timing
+from grader.runtime import checks, device, launches, timing
 
 # Names (func.__name__) of torch functions and methods that compute attention or its parts.
 REFERENCE_OPS = frozenset(
@@ -219,13 +219,14 @@ def checked_call(
     **kwargs,
 ):
     """Call launcher(*args, **kwargs) once and return its output, after proving that it launched
-    each kernel in `kernels` and called none of `forbidden`. `namespace` defaults to the
-    launcher's globals, where it looks its kernels up."""
+    each kernel in `kernels`, called none of `forbidden`, handed its tensor arguments to Triton
+    launches and the tensor it returns to a launch of `kernels` (`launches.verify`).
+    `namespace` defaults to the launcher's globals, where it looks its kernels up."""
     __tracebackhide__ = True
     ns = launcher.__globals__ if namespace is None else namespace
     who = f"`{getattr(launcher, '__name__', 'the launcher')}`"
     watch = ReferenceWatch(forbidden)
-    with counting_launches(ns, kernels) as counters, watch:
+    with counting_launches(ns, kernels) as counters, watch, launches.recording(kernels) as rec:
         out = checks.call_graded(launcher, *args, **kwargs)
     if isinstance(out, torch.Tensor) and out.is_cuda:
         torch.cuda.synchronize()
@@ -240,6 +241,8 @@ def checked_call(
             f"{who} returned without launching {', '.join(idle)}: every graded call must run "
             "your Triton kernel (no cached or precomputed results)"
         )
+    returned = out if isinstance(out, torch.Tensor) else None
+    launches.verify(rec, [*args, *kwargs.values()], who, returned=returned)
     return out
 
 

@@ -182,8 +182,12 @@ def _describe(t: torch.Tensor) -> str:
     return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
 
 
-def verify(rec: Recording, inputs: Sequence, who: str) -> None:
-    """Raise LaunchCheckError unless the recorded call did its work with `rec.kernels`."""
+def verify(
+    rec: Recording, inputs: Sequence, who: str, returned: torch.Tensor | None = None
+) -> None:
+    """Raise LaunchCheckError unless the recorded call did its work with `rec.kernels`. Where
+    the output was not known before the call, `returned` (what the call returned) must at least
+    have been handed to one of their launches."""
     __tracebackhide__ = True
     names = " or ".join(sorted(rec.kernels))
     if rec.kernels and not rec.ours():
@@ -210,6 +214,13 @@ def verify(rec: Recording, inputs: Sequence, who: str) -> None:
             + "; ".join(what)
             + ". Did the launcher compute the result with torch (or launch the kernel on a "
             "dummy tensor)? Store every element of `out` from your kernel."
+        )
+    span = None if returned is None else Span.of(returned)
+    if span is not None and not _covered(span, [s for x in rec.ours() for s in x.spans]):
+        raise LaunchCheckError(
+            f"{who} returned a tensor ({_describe(returned)}) that no launch of {names} was "
+            "given: did it compute the result with torch (or launch the kernel on a dummy "
+            "tensor)? Return the tensor your kernel wrote."
         )
     given = [s for launch in rec.launches for s in launch.spans]
     for position, t in enumerate(inputs):
