@@ -47,7 +47,7 @@ def test_a_wrapped_kernel_is_recorded_once_under_its_function_name():
 )
 def test_a_result_the_kernel_did_not_make_is_refused(launcher, reason):
     _check(lk.honest)
-    with pytest.raises(launches.LaunchCheckError, match=reason) as caught:
+    with pytest.raises(launches.IntegrityError, match=reason) as caught:
         _check(launcher)
     assert f"`{launcher.__name__}`" in str(caught.value)
     assert "torch" in str(caught.value)  # the likely cause is named
@@ -59,7 +59,7 @@ def test_elements_nobody_wrote_are_left_to_the_value_check():
 
 
 def test_another_kernels_name_does_not_count():
-    with pytest.raises(launches.LaunchCheckError, match="without launching other_kernel"):
+    with pytest.raises(launches.IntegrityError, match="without launching other_kernel"):
         _check(lk.honest, kernels=("other_kernel",))
 
 
@@ -98,5 +98,5 @@ def test_checked_call_requires_the_returned_tensor_to_be_the_kernels():
     x = torch.randn(300, device=DEV)
     out = integrity.checked_call(lk.returns_its_output, x, kernels=["double_kernel"])
     assert torch.equal(out, 2 * x)
-    with pytest.raises(launches.LaunchCheckError, match="returned a tensor .* that no launch"):
+    with pytest.raises(launches.IntegrityError, match="returned a tensor .* that no launch"):
         integrity.checked_call(lk.returns_a_torch_result, x, kernels=["double_kernel"])

@@ -12,6 +12,8 @@ What each guard catches:
 - `counting_launches` swaps a `LaunchCounter` in for the kernel object in the namespace where the
   launcher looks up its globals (the notebook's, usually), and restores it afterwards: a launcher
   that returns without launching the kernel (a cached or precomputed result) is caught.
+- `checked_call` also records the call's Triton launches (`grader.runtime.launches`): the tensor
+  arguments and the returned tensor must have been handed to the kernel, not a placeholder.
 - `measure_isolated` sends the source of the kernel and launcher (`inspect.getsource`) to a fresh
   Python process, which defines them anew, checks them with the guards above on fresh inputs,
   times them against baselines with `grader.runtime.perf.compare` (the host clock beside the
@@ -50,6 +52,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from grader.runtime import checks, device, launches, timing
+from grader.runtime.launches import IntegrityError
 
 # Names (func.__name__) of torch functions and methods that compute attention or its parts.
 REFERENCE_OPS = frozenset(
@@ -74,10 +77,6 @@ REFERENCE_OPS = frozenset(
 )
 # Names of the torch functions that compute a softmax.
 SOFTMAX_OPS = frozenset({"softmax", "_softmax", "log_softmax", "logsumexp"})
-
-
-class IntegrityError(AssertionError):
-    """The graded call did not do its own work; the message says what it did instead."""
 
 
 def _qualified(func) -> str:

@@ -13,11 +13,16 @@ compared, bit for bit, before and after each launch of the exercise's kernels. A
 
 Launches are seen through `triton.runtime.KernelInterface.__getitem__`, which every Triton kernel
 (compiled, interpreted, autotuned) uses for `kernel[grid]`; it is patched only while a recording
-is open. Not seen: launches through `kernel.run(...)` directly (the call then counts as not
-launched), and work that the kernel's own pointer arithmetic aims elsewhere. A launcher that fills
-its output with torch and then overwrites it with the kernel's result is not a fault: the kernel
-changed every element. What a kernel computes from the inputs it received is the value check's
-business, not this module's.
+is open, and an autotuner's own benchmarking runs are not recorded.
+
+Limits. A launch through `kernel.run(...)` is not seen (the call counts as not launched). An
+element that the kernel rewrites with the value already there counts as not written by it, so
+outputs must start poisoned (checks.check poisons them) and launchers must not write them with
+anything else first. Not caught: a launch given the real inputs beside another that copies a
+result made elsewhere into the output, and pointer arithmetic aimed at memory other than the
+arguments'. When the output is only known once the call returns (`integrity.checked_call`), the
+check is weaker: the returned tensor must have been handed to a launch of the exercise's kernels.
+What a kernel computes from what it was given is the value check's business, not this module's.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ import torch
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-class LaunchCheckError(AssertionError):
-    """A graded call's result did not come from the exercise's kernel; the message says how."""
+class IntegrityError(AssertionError):
+    """The graded call did not do its own work; the message says what it did instead.
+    (`grader.runtime.integrity` raises it too; the grading side flags it for a human look.)"""
 
 
 @dataclass(frozen=True)
@@ -185,13 +191,13 @@ def _describe(t: torch.Tensor) -> str:
 def verify(
     rec: Recording, inputs: Sequence, who: str, returned: torch.Tensor | None = None
 ) -> None:
-    """Raise LaunchCheckError unless the recorded call did its work with `rec.kernels`. Where
+    """Raise IntegrityError unless the recorded call did its work with `rec.kernels`. Where
     the output was not known before the call, `returned` (what the call returned) must at least
     have been handed to one of their launches."""
     __tracebackhide__ = True
     names = " or ".join(sorted(rec.kernels))
     if rec.kernels and not rec.ours():
-        raise LaunchCheckError(
+        raise IntegrityError(
             f"{who} returned without launching {names}: the result must come from your kernel. "
             "Did the launcher compute it with torch, or return a result kept from earlier?"
         )
@@ -209,7 +215,7 @@ def verify(
             )
         if later:
             what.append(f"{later} elements that {names} wrote were changed afterwards")
-        raise LaunchCheckError(
+        raise IntegrityError(
             f"{who} returned an `out` that {names} did not write: "
             + "; ".join(what)
             + ". Did the launcher compute the result with torch (or launch the kernel on a "
@@ -217,7 +223,7 @@ def verify(
         )
     span = None if returned is None else Span.of(returned)
     if span is not None and not _covered(span, [s for x in rec.ours() for s in x.spans]):
-        raise LaunchCheckError(
+        raise IntegrityError(
             f"{who} returned a tensor ({_describe(returned)}) that no launch of {names} was "
             "given: did it compute the result with torch (or launch the kernel on a dummy "
             "tensor)? Return the tensor your kernel wrote."
@@ -227,7 +233,7 @@ def verify(
         if not isinstance(t, torch.Tensor) or (span := Span.of(t)) is None:
             continue
         if not _covered(span, given):
-            raise LaunchCheckError(
+            raise IntegrityError(
                 f"no kernel launched by {who} was given input {position} ({_describe(t)}): "
                 "the kernel must read the real inputs. Did the launcher launch it on a dummy "
                 "tensor or a copy and compute the result with torch?"

@@ -2,7 +2,8 @@
 launches. The launcher computes the output with torch (the kernel left blank), or launches a
 wrong kernel once on a placeholder tensor, so that a launch is seen, and computes the output
 with torch. Each honest base is the same notebook without the attack: the blank release, or the
-same wrong kernel behind the launcher as given; the attack must earn nothing more."""
+same wrong kernel behind the launcher as given; the attack must earn nothing more, and the
+failed integrity check is flagged for a human look."""
 
 from tests.hostile import Attacker
 
@@ -35,18 +36,24 @@ ATTACKERS = [
         "relu-by-torch",
         "00_setup",
         lambda m: m.files(m.rewritten(m.release, RELU_LAUNCH, "    out.copy_(torch.relu(x))\n")),
+        flags=frozenset({"cheating"}),
+        detail="returned without launching relu_kernel",
         base=lambda m: m.release,
     ),
     Attacker(
         "add-by-torch",
         "02_first_kernels",
         lambda m: m.files(m.rewritten(m.release, ADD_LAUNCH, "    torch.add(x, y, out=out)\n")),
+        flags=frozenset({"cheating"}),
+        detail="returned without launching add_kernel",
         base=lambda m: m.release,
     ),
     Attacker(
         "fused-dummy-launch",
         "02_first_kernels",
         lambda m: m.files(m.edited(_copying(m), "fused-kernel", FUSED_GRID, DUMMY_LAUNCH)),
+        flags=frozenset({"cheating"}),
+        detail="that bias_gelu_scale_kernel did not write",
         base=_copying,
     ),
 ]
