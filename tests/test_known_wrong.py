@@ -2,9 +2,11 @@
 
 For each notebook with a module in tests/known_wrong/, one kernel runs the solution notebook top
 to bottom; then, for each wrong source of an exercise (WRONG), the exercise cell is replaced by
-it and the cells up to that exercise's last test cell are run again: a test cell must fail.
+it (and the given cells a `WithGiven` rewrites, by theirs) and the cells up to that exercise's
+last test cell are run again: a test cell must fail.
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
-The reference is put back afterwards (tests/test_notebooks.py proves that it passes).
+The reference and the given cells are put back afterwards (tests/test_notebooks.py proves that
+the reference passes).
 """
 
 import importlib
@@ -13,6 +15,7 @@ import pkgutil
 import pytest
 
 import tests.known_wrong
+from tests.known_wrong import WithGiven
 from tests.notebook_session import Session
 
 pytestmark = pytest.mark.slow
@@ -63,18 +66,27 @@ def is_test(cell):
 def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
     session = sessions(notebook)
     index, last = session.span(grade_id)
+    source = SOURCES[notebook, grade_id, name]
+    if not isinstance(source, WithGiven):
+        source = WithGiven(source)
+    cells = session.code_cells(index + 1, last + 1)
+    rewritten = {}  # the given cells the source edits, by position in `cells`
+    for old, new in source.given.items():
+        (position,) = [i for i, c in enumerate(cells) if old in c.source and not is_test(c)]
+        rewritten[position] = rewritten.get(position, cells[position].source).replace(old, new)
     try:
-        status, detail = session.run(SOURCES[notebook, grade_id, name])
+        status, detail = session.run(source.exercise)
         if status != "ok":  # a wrong source may already fail to define itself; that counts
             return
-        for cell in session.code_cells(index + 1, last + 1):
-            status, detail = session.run(cell.source)
+        for position, cell in enumerate(cells):
+            status, detail = session.run(rewritten.get(position, cell.source))
             if status != "ok" and is_test(cell):
                 return  # rejected, with `detail` as the student would read it
         pytest.fail(f"'{name}' passed every test of {grade_id}")
     finally:
-        status, detail = session.run(session.cells[index].source)  # the reference, back
-        assert status == "ok", f"the reference no longer defines itself: {detail}"
+        for cell in [session.cells[index], *(cells[p] for p in rewritten)]:
+            status, detail = session.run(cell.source)  # the reference and given cells, back
+            assert status == "ok", f"the reference no longer defines itself: {detail}"
 
 
 @pytest.mark.gpu

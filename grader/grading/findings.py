@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,6 +227,17 @@ def _code(source: str) -> str:
     )
 
 
+# Batches grade students on several threads, and CPython 3.11 can fail ast.parse run on two at
+# once ("AST constructor recursion depth mismatch", python/cpython#106905): one at a time.
+_PARSING = threading.Lock()
+
+
+def _tree(source: str) -> ast.Module:
+    """The cell's syntax tree (SyntaxError as ast.parse raises it)."""
+    with _PARSING:
+        return ast.parse(_code(source))
+
+
 def _dotted(node) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
@@ -240,7 +252,7 @@ def module_aliases(sources: list[str]) -> dict[str, str]:
     aliases = {}
     for source in sources:
         try:
-            tree = ast.parse(_code(source))
+            tree = _tree(source)
         except SyntaxError:
             continue
         for node in ast.walk(tree):
@@ -260,7 +272,7 @@ def replaced_names(source: str, aliases: dict[str, str]) -> list[str]:
     """What `source` replaces in the watched modules: assignments to their attributes or to
     the names they were imported under, setattr/delattr on them, and mock.patch of them."""
     try:
-        tree = ast.parse(_code(source))
+        tree = _tree(source)
     except SyntaxError:
         return []
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
 import torch
 
-from grader.runtime import device, stubs
+from grader.runtime import device, launches, stubs
 
 # Tolerances follow torch.testing.assert_close's defaults for each dtype; the reference is float64.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -240,6 +241,7 @@ def check(
     atol: float | None = None,
     name: str = "out",
     seed: int | None = None,
+    kernels: Sequence[str] = (),
 ) -> None:
     """Check `candidate` against `reference` on `trials` fresh sets of inputs.
 
@@ -248,9 +250,13 @@ def check(
     launchers), the candidate is called as candidate(*args, out=out) with `out` poisoned and
     guarded by poisoned memory on both sides; otherwise its return value is checked. Inputs must
     come back unchanged. From the second trial on, the new values are written into the first
-    trial's tensors, so a result cached by input address is caught.
+    trial's tensors, so a result cached by input address is caught. With `kernels` (names of
+    Triton kernels; needs writes_out), the result must be their work: they were launched, given
+    every input tensor, and wrote every element of `out` (`grader.runtime.launches`).
     """
     __tracebackhide__ = True
+    if kernels and not writes_out:
+        raise ValueError("kernels= needs writes_out: the output must be known before the call")
     first_args = None
     for trial in range(trials):
         trial_seed = new_seed() if seed is None else seed + trial
@@ -268,7 +274,9 @@ def check(
         saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         if writes_out:
             out, check_guards = guarded(expected.shape, dtype, where=expected.device.type)
-            call_graded(candidate, *args, out=out)
+            who = launches.who(candidate)
+            with launches.kernel_work(kernels, args, out, who) if kernels else nullcontext():
+                call_graded(candidate, *args, out=out)
             check_guards(name, context)
             actual = out
         else:

@@ -12,6 +12,8 @@ What each guard catches:
 - `counting_launches` swaps a `LaunchCounter` in for the kernel object in the namespace where the
   launcher looks up its globals (the notebook's, usually), and restores it afterwards: a launcher
   that returns without launching the kernel (a cached or precomputed result) is caught.
+- `checked_call` also records the call's Triton launches (`grader.runtime.launches`): the tensor
+  arguments and the returned tensor must have been handed to the kernel, not a placeholder.
 - `measure_isolated` sends the source of the kernel and launcher (`inspect.getsource`) to a fresh
   Python process, which defines them anew, checks them with the guards above on fresh inputs,
   times them against baselines with `grader.runtime.perf.compare` (the host clock beside the
@@ -49,7 +51,8 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader.runtime import checks, device, timing
+from grader.runtime import checks, device, launches, timing
+from grader.runtime.launches import IntegrityError
 
 # Names (func.__name__) of torch functions and methods that compute attention or its parts.
 REFERENCE_OPS = frozenset(
@@ -74,10 +77,6 @@ REFERENCE_OPS = frozenset(
 )
 # Names of the torch functions that compute a softmax.
 SOFTMAX_OPS = frozenset({"softmax", "_softmax", "log_softmax", "logsumexp"})
-
-
-class IntegrityError(AssertionError):
-    """The graded call did not do its own work; the message says what it did instead."""
 
 
 def _qualified(func) -> str:
@@ -219,13 +218,14 @@ def checked_call(
     **kwargs,
 ):
     """Call launcher(*args, **kwargs) once and return its output, after proving that it launched
-    each kernel in `kernels` and called none of `forbidden`. `namespace` defaults to the
-    launcher's globals, where it looks its kernels up."""
+    each kernel in `kernels`, called none of `forbidden`, handed its tensor arguments to Triton
+    launches and the tensor it returns to a launch of `kernels` (`launches.verify`).
+    `namespace` defaults to the launcher's globals, where it looks its kernels up."""
     __tracebackhide__ = True
     ns = launcher.__globals__ if namespace is None else namespace
     who = f"`{getattr(launcher, '__name__', 'the launcher')}`"
     watch = ReferenceWatch(forbidden)
-    with counting_launches(ns, kernels) as counters, watch:
+    with counting_launches(ns, kernels) as counters, watch, launches.recording(kernels) as rec:
         out = checks.call_graded(launcher, *args, **kwargs)
     if isinstance(out, torch.Tensor) and out.is_cuda:
         torch.cuda.synchronize()
@@ -240,6 +240,8 @@ def checked_call(
             f"{who} returned without launching {', '.join(idle)}: every graded call must run "
             "your Triton kernel (no cached or precomputed results)"
         )
+    returned = out if isinstance(out, torch.Tensor) else None
+    launches.verify(rec, [*args, *kwargs.values()], who, returned=returned)
     return out
 
 

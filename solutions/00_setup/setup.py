@@ -93,7 +93,11 @@ print(report)
 # - **a float64 reference**, compared with **tolerances per dtype** (those of
 #   `torch.testing.assert_close`: for example `rtol=1e-3` for float16, `1.3e-6` for float32);
 # - **inputs must come back unchanged**, and a failure names the first mismatches with their
-#   indices, the expected and the actual values.
+#   indices, the expected and the actual values;
+# - **your kernel must do the work**: with `kernels=["relu_kernel"]`, the check records every
+#   Triton launch during the call and compares the output before and after each launch of your
+#   kernel. The kernel must be launched, be given the real inputs, and write every element of
+#   `out`: a launcher that computes the result with PyTorch fails, whatever its values.
 
 # %% [markdown]
 # ## A first kernel: ReLU
@@ -194,12 +198,12 @@ def relu_inputs(n, dtype=torch.float32):
 # %% [markdown]
 # ### Visible test
 #
-# `checks.check` calls `relu` on fresh random inputs (two trials), with `out` poisoned, and
-# compares the result with the float64 reference.
+# `checks.check` calls `relu` on fresh random inputs (two trials), with `out` poisoned, checks
+# that `relu_kernel` wrote `out`, and compares the result with the float64 reference.
 
 # %% nbgrader={"grade": true, "grade_id": "test-relu-visible", "points": 1}
-checks.check(relu, relu_reference, relu_inputs(1000))
-print("visible test passed: 1000 elements, float32")
+checks.check(relu, relu_reference, relu_inputs(1000), kernels=["relu_kernel"])
+print("visible test passed: 1000 elements, float32, written by relu_kernel")
 
 # %% [markdown]
 # ### Hidden tests
@@ -208,15 +212,16 @@ print("visible test passed: 1000 elements, float32")
 # large primes, in float32 and float16 (and bfloat16 on a GPU).
 
 # %% nbgrader={"grade": true, "grade_id": "test-relu-hidden", "points": 2}
-checks.check(relu, relu_reference, relu_inputs(1))  # one element; the hidden tests follow
+# one element; the hidden tests follow
+checks.check(relu, relu_reference, relu_inputs(1), kernels=["relu_kernel"])
 ### BEGIN HIDDEN TESTS
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
 for n in CHECK_SIZES:
     for dtype in DTYPES:
-        checks.check(relu, relu_reference, relu_inputs(n, dtype))
+        checks.check(relu, relu_reference, relu_inputs(n, dtype), kernels=["relu_kernel"])
 for block in (128, 256):  # the kernel must not depend on one block size
     checks.check(lambda x, out, block=block: relu(x, out, block), relu_reference,
-                 relu_inputs(3 * block + 1))
+                 relu_inputs(3 * block + 1), kernels=["relu_kernel"])
 print(f"hidden tests passed: sizes {CHECK_SIZES}, dtypes {[str(d)[6:] for d in DTYPES]}")
 ### END HIDDEN TESTS
 

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, integrity, perf, results, timing
+from grader.runtime import checks, perf, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -189,10 +189,12 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block: int = 1024) 
 #
 # 1000 elements with the default `BLOCK = 1024`: one program, whose last 24 lanes lie past the
 # end. Fresh random inputs, two trials, `out` and its guard bands poisoned, a float64 reference.
+# `kernels=["add_kernel"]` makes the check record the call's Triton launches: `add_kernel` must be
+# launched on `x` and `y` and write every element of `out` itself.
 
 # %% nbgrader={"grade": true, "grade_id": "test-add-visible", "points": 1}
-checks.check(add, add_reference, add_inputs(1000))
-print("visible test passed: 1000 elements, float32, nothing written past the end")
+checks.check(add, add_reference, add_inputs(1000), kernels=["add_kernel"])
+print("visible test passed: 1000 elements, float32, written by add_kernel, nothing past the end")
 
 # %% [markdown]
 # ### Hidden tests
@@ -201,15 +203,16 @@ print("visible test passed: 1000 elements, float32, nothing written past the end
 # block sizes.
 
 # %% nbgrader={"grade": true, "grade_id": "test-add-hidden", "points": 2}
-checks.check(add, add_reference, add_inputs(1))  # one element; the hidden tests follow
+# one element; the hidden tests follow
+checks.check(add, add_reference, add_inputs(1), kernels=["add_kernel"])
 ### BEGIN HIDDEN TESTS
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
 for n in ADD_SIZES:
     for dtype in DTYPES:
-        checks.check(add, add_reference, add_inputs(n, dtype))
+        checks.check(add, add_reference, add_inputs(n, dtype), kernels=["add_kernel"])
 for block in (128, 4096):  # the kernel must not depend on one block size
     checks.check(lambda x, y, out, block=block: add(x, y, out, block), add_reference,
-                 add_inputs(3 * block + 1))
+                 add_inputs(3 * block + 1), kernels=["add_kernel"])
 print(f"hidden tests passed: sizes {ADD_SIZES}, dtypes {[str(d)[6:] for d in DTYPES]}")
 ### END HIDDEN TESTS
 
@@ -525,8 +528,8 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
 #
 # The tests feed the kernel fresh inputs: `x` and `bias` from a normal distribution, `scale`
 # drawn from [0.25, 0.75), every input followed by random spare data. They also check that
-# `bias_gelu_scale` really launches `bias_gelu_scale_kernel`: computing the result with PyTorch
-# inside the launcher is not the exercise.
+# `bias_gelu_scale_kernel` did the work: it was launched on `x` and `bias` and wrote every element
+# of `out` itself. Computing the result with PyTorch inside the launcher is not the exercise.
 
 # %%
 def fused_inputs(shape, dtype=torch.float32, x_scale=1.0, row_gap=0):
@@ -550,23 +553,12 @@ def check_fused(shape, dtype=torch.float32, block=None, **input_options):
     else:
         def launch(x, bias, scale, out):
             return bias_gelu_scale(x, bias, scale, out, block_m=block[0], block_n=block[1])
-    checks.check(launch, bias_gelu_scale_reference, fused_inputs(shape, dtype, **input_options))
-
-
-def launches_of(kernel_name, call):
-    """How many times `call()` launches the kernel defined under `kernel_name`."""
-    with integrity.counting_launches(globals(), [kernel_name]) as counters:
-        call()
-    return counters[kernel_name].launches
+    checks.check(launch, bias_gelu_scale_reference, fused_inputs(shape, dtype, **input_options),
+                 kernels=["bias_gelu_scale_kernel"])
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-fused-visible", "points": 1}
 check_fused((37, 300))
-x_probe, bias_probe, scale_probe = fused_inputs((5, 7))(checks.generator(checks.new_seed()))
-launched = launches_of("bias_gelu_scale_kernel", lambda: bias_gelu_scale(
-    x_probe, bias_probe, scale_probe, out=torch.empty_like(x_probe)))
-assert launched >= 1, (
-    "bias_gelu_scale never launched bias_gelu_scale_kernel: the result must come from the kernel")
 print("visible test passed: (37, 300) float32, computed by bias_gelu_scale_kernel")
 
 # %% [markdown]

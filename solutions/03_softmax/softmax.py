@@ -364,7 +364,9 @@ def softmax(x, out, *, num_warps=None, rows_per_program=None):
 # thousands), `-inf` entries, whole rows of `-inf`, and rows that are a view into a wider
 # matrix (row stride larger than the row). `kernel_only` runs your launcher while watching the
 # PyTorch functions it calls: the softmax must come from your kernel, so a call to
-# `torch.softmax`, `exp`, `sum` and the like fails the test.
+# `torch.softmax`, `exp`, `sum` and the like fails the test; and `checks.check` with
+# `kernels=["softmax_kernel"]` requires that kernel to be launched on `x` and to write every
+# element of `out` itself.
 
 # %%
 def softmax_inputs(n_rows, n_cols, dtype=torch.float32, *, scale=1.0, spread=0.0, offset=0.0,
@@ -409,7 +411,7 @@ def kernel_only(launcher):
 
 def check_softmax(n_rows, n_cols, dtype=torch.float32, launcher=None, **kinds):
     checks.check(kernel_only(launcher or softmax), softmax_reference,
-                 softmax_inputs(n_rows, n_cols, dtype, **kinds))
+                 softmax_inputs(n_rows, n_cols, dtype, **kinds), kernels=["softmax_kernel"])
 
 
 def check_exact_zeros(n_rows, n_cols, dtype=torch.float32):

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, perf, results, roofline, timing
+from grader.runtime import checks, launches, perf, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -346,7 +346,8 @@ def matmul(a, b, out, *, tf32=False, **config):
 #   the wrong answer instead of crashing.
 # - **Guarded output.** `out` is a window in a larger poisoned buffer, with its own row stride;
 #   writing outside it (a missing store mask) is reported as such. Inside the call, torch's own
-#   matrix products are switched off: the work must be done by your kernel.
+#   matrix products are switched off, and the call's Triton launches are recorded: `matmul_kernel`
+#   must be given `A` and `B` and write every element of `out` itself.
 # - **Tolerances.** The reference is float64. Your result differs from it by (i) the rounding of
 #   the output to its dtype, covered by that dtype's `rtol`, and (ii) the rounding of a $K$-term
 #   float32 sum. For (ii) the classic bound for a dot product is $|\hat{s} - s| \le \gamma_K
@@ -436,7 +437,8 @@ def guarded(launch):
         M, N = out.shape
         frame = checks.poisoned((M + PAD, N + PAD), out.dtype, where=out.device.type)
         window = frame[:M, :N]
-        with torch_matmul_switched_off():
+        with torch_matmul_switched_off(), launches.kernel_work(
+                ["matmul_kernel"], (a, b), window, who=launches.who(launch)):
             launch(a, b, window)
         outside = checks.poison_mask(frame)
         outside[:M, :N] = True

@@ -384,7 +384,8 @@ def flash_attention(q, k, v, out, causal=False, config=None):
 # $2^{-11} \approx 4.9 \times 10^{-4}$ of its value, and the probabilities are rounded to float16
 # before the second product (as FlashAttention does), which the absolute term covers; the cell
 # prints PyTorch's own fused attention's error on the same inputs for comparison. During the call
-# torch's matmul, softmax and `scaled_dot_product_attention` are refused: the work must be yours.
+# torch's matmul, softmax and `scaled_dot_product_attention` are refused, and `attn_fwd_kernel`
+# must be launched on `q`, `k` and `v` and write every element of `out`: the work must be yours.
 
 # %%
 ATTENTION_TOLERANCE = dict(rtol=1e-3, atol=1e-3)
@@ -416,7 +417,8 @@ def check_attention(b, h, n, d, causal, **kind):
     graded = without_torch_attention(flash_attention)
     checks.check(lambda q, k, v, out: graded(q, k, v, out, causal=causal),
                  lambda q, k, v: attention_reference(q, k, v, causal),
-                 attention_inputs(b, h, n, d, **kind), **ATTENTION_TOLERANCE)
+                 attention_inputs(b, h, n, d, **kind), kernels=["attn_fwd_kernel"],
+                 **ATTENTION_TOLERANCE)
 
 
 q, k, v = attention_inputs(2, 2, 100, 32)(checks.generator(0))

@@ -55,6 +55,14 @@ class Materials:
         cell.source = cell.source.replace(old, new)
         return nb
 
+    def rewritten(self, nb, old: str, new: str) -> nbformat.NotebookNode:
+        """A copy of `nb` with `old` replaced by `new` in the one cell that holds it (a given,
+        ungraded cell that students may edit, such as a launcher)."""
+        nb = copy.deepcopy(nb)
+        (cell,) = [c for c in nb.cells if old in c.source]
+        cell.source = cell.source.replace(old, new)
+        return nb
+
     def appended(self, nb, grade_id: str, code: str) -> nbformat.NotebookNode:
         """A copy of `nb` with `code` run at the end of the cell `grade_id`."""
         nb = copy.deepcopy(nb)

@@ -1,5 +1,7 @@
 """Wrong ReLU kernels for 00 · Setup."""
 
+from tests.known_wrong import WithGiven
+
 NOTEBOOK = "00_setup"
 
 HEADER = """
@@ -10,9 +12,29 @@ def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     mask = offsets < n
 """
 
+STUB = HEADER + "    raise NotImplementedError()\n"
+ZEROS = HEADER + "    tl.store(out_ptr + offsets, tl.zeros((BLOCK,), tl.float32), mask=mask)\n"
+LAUNCH = "    relu_kernel[grid](x, out, n, BLOCK=block)\n"  # in the given launcher
+
 WRONG = {
     "relu-kernel": {
-        "stub left in place": HEADER + "    raise NotImplementedError()\n",
+        "stub left in place": STUB,
+        # the kernel left blank, the given launcher rewritten to compute the result with torch
+        "torch in the launcher": WithGiven(STUB, {LAUNCH: "    out.copy_(torch.relu(x))\n"}),
+        # the kernel launched on a placeholder, so that a launch is seen; the result from torch
+        "dummy launch, result from torch": WithGiven(
+            ZEROS,
+            {
+                LAUNCH: "    spare = torch.empty(1, device=x.device)\n"
+                "    relu_kernel[(1,)](spare, torch.empty_like(spare), 1, BLOCK=block)\n"
+                "    out.copy_(x.clamp(min=0))\n"
+            },
+        ),
+        # the kernel writes out, then torch writes it again
+        "overwritten by torch after the kernel": WithGiven(
+            ZEROS,
+            {LAUNCH: LAUNCH + "    out.copy_(torch.relu(x))\n"},
+        ),
         "never stores": HEADER + "    x = tl.load(x_ptr + offsets, mask=mask)\n",
         "identity": HEADER
         + """

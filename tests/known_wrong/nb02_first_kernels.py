@@ -1,5 +1,7 @@
 """Wrong and slow kernels for 02 · First kernels."""
 
+from tests.known_wrong import WithGiven
+
 NOTEBOOK = "02_first_kernels"
 
 ADD_HEADER = """
@@ -56,6 +58,8 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
 """
 
 CORRECT_FUSED = FUSED_HEADER + MASKS + LOADS + GELU + STORE
+TORCH_FUSED = "    out.copy_(bias_gelu_scale_reference(x.float(), bias.float(), scale))\n"
+ADD_LAUNCH = "    add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)\n"  # given
 
 
 def fused(body: str) -> str:
@@ -66,6 +70,11 @@ def fused(body: str) -> str:
 WRONG = {
     "add-kernel": {
         "stub left in place": ADD_HEADER + "    raise NotImplementedError()\n",
+        # the kernel left blank, the given launcher rewritten to add with torch
+        "torch in the launcher": WithGiven(
+            ADD_HEADER + "    raise NotImplementedError()\n",
+            {ADD_LAUNCH: "    torch.add(x, y, out=out)\n"},
+        ),
         "never stores": ADD_HEADER
         + ADD_BODY
         + """
@@ -232,6 +241,34 @@ WRONG = {
     y = 0.5 * z * (1.0 + (e - 1.0) / (e + 1.0)) * scale
 """
             + STORE
+        ),
+        # a kernel that never stores, launched once on a placeholder; the result from torch
+        "dummy launch, result from torch": FUSED_HEADER
+        + MASKS
+        + LOADS
+        + GELU
+        + """
+
+def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
+    spare = torch.zeros(1, 1, device=x.device, dtype=x.dtype)
+    bias_gelu_scale_kernel[(1, 1)](spare, spare[0], torch.empty_like(spare), 1, 1, 1, 1, scale,
+                                   BLOCK_M=1, BLOCK_N=16)
+"""
+        + TORCH_FUSED
+        + """    return out
+""",
+        # a kernel that forgets the scale, launched on the real tensors; torch then writes out
+        "overwritten by torch after the kernel": fused(
+            MASKS
+            + LOADS
+            + """
+    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+    y = z * tl.sigmoid(2.0 * u)
+"""
+            + STORE
+        ).replace(
+            "    return out\n",
+            TORCH_FUSED + "    return out\n",
         ),
         "PyTorch called from the launcher": CORRECT_FUSED
         + """

@@ -63,6 +63,19 @@ WRONG = {
     "softmax-kernel": {
         "stub left in place": KERNEL_HEAD + "    raise NotImplementedError()\n" + CONFIG + LAUNCHER,
         "never stores": cell(store="\n"),
+        # a blank kernel launched on a placeholder; the softmax from torch's softmin, which the
+        # list of refused torch functions does not name
+        "dummy launch, softmin from torch": cell(
+            reduce="    y = x\n",
+            launcher="""
+
+def softmax(x, out, *, num_warps=None, rows_per_program=None):
+    spare = torch.zeros(1, 1, device=x.device, dtype=x.dtype)
+    softmax_kernel[(1,)](torch.empty_like(spare), spare, 1, 1, 1, 1, BLOCK=1, ROWS=1)
+    out.copy_(torch.nn.functional.softmin(-x.float(), dim=1))
+    return out
+""",
+        ),
         "no max subtraction (overflows on large scores)": cell(
             reduce=REDUCE.replace("tl.exp(x - row_max[:, None])", "tl.exp(x)")
         ),

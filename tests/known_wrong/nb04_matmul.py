@@ -98,6 +98,10 @@ WRONG = {
     "matmul-kernel": {
         "stub left in place": kernel("    raise NotImplementedError()\n"),
         "never stores": kernel(OFFSETS + POINTERS + LOOP + MASKED_LOADS + DOT + ADVANCE),
+        # the kernel left blank; the launcher multiplies by broadcasting, which is no matmul call
+        "broadcast product in the launcher": SIGNATURE
+        + "    raise NotImplementedError()\n"
+        + launcher(call="    out.copy_((a.float()[:, :, None] * b.float()[None]).sum(1))\n"),
         "missing K mask": kernel(
             OFFSETS
             + POINTERS

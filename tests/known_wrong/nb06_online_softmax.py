@@ -1,5 +1,7 @@
 """Wrong merges, chunked softmaxes and long-row kernels for 06 · Online softmax."""
 
+from tests.known_wrong import WithGiven
+
 NOTEBOOK = "06_online_softmax"
 
 MERGE = """
@@ -109,6 +111,15 @@ def merge(m1, d1, m2, d2):
     },
     "long-softmax-kernel": {
         "stub left in place": KERNEL + "    raise NotImplementedError()\n",
+        # the kernel left blank, the given launcher rewritten to compute the softmax with torch
+        "torch in the launcher": WithGiven(
+            KERNEL + "    raise NotImplementedError()\n",
+            {
+                "    return launch_rows(softmax_online_kernel, x, out, block=block)": """\
+    e = (x.float() - x.float().amax(dim=1, keepdim=True)).exp()
+    return out.copy_(e / e.sum(dim=1, keepdim=True))"""
+            },
+        ),
         "last block not masked": KERNEL
         + """
     m = tl.full((BLOCK,), float("-inf"), tl.float32)

@@ -41,6 +41,15 @@ TAIL_MASK = """        elif MASK_N:
             qk = tl.where(cols[None, :] < N, qk, float("-inf"))
 """
 LAUNCH = "    attn_fwd_kernel[grid](\n"
+TORCH_ATTENTION = """\
+    scores = (q.float()[..., :, None, :] * k.float()[..., None, :, :]).sum(-1) / math.sqrt(d)
+    if causal:
+        hidden = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    p = (scores - scores.amax(-1, keepdim=True)).exp()
+    p = p / p.sum(-1, keepdim=True)
+    return out.copy_((p[..., :, :, None] * v.float()[..., None, :, :]).sum(-2))
+"""
 
 WRONG = {
     GRADE_ID: {
@@ -70,6 +79,10 @@ WRONG = {
                 "    scores = torch.empty((b, h, n, n), device=q.device, dtype=torch.float16)\n"
                 "    scores.zero_()\n" + LAUNCH,
             )
+        ),
+        # the kernel left blank; attention from broadcasting, which calls no refused function
+        "attention by broadcasting in the launcher": _stub().replace(
+            LAUNCH, TORCH_ATTENTION + LAUNCH
         ),
         "calls SDPA": _edit(
             (

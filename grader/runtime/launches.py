@@ -1,0 +1,253 @@
+"""Did the student's kernel do the work? Around a graded call, every Triton launch
+(`kernel[grid](...)`) is recorded with the memory of its tensor arguments, and the output is
+compared, bit for bit, before and after each launch of the exercise's kernels. Afterwards:
+
+- the exercise's kernels were launched at least once;
+- every input tensor's memory was handed to some Triton launch (a dummy tensor or a copy is not
+  the input);
+- every element of the output holds what one of the exercise's launches wrote there: an element
+  that the kernel did not change, but that is no longer what it held before the call, was written
+  by something else (torch, before the kernel ran or after it); an element the kernel wrote and
+  something changed later was overwritten. Elements nobody wrote are left to the value check,
+  which reports them as never written (the output starts poisoned).
+
+Launches are seen through `triton.runtime.KernelInterface.__getitem__`, which every Triton kernel
+(compiled, interpreted, autotuned) uses for `kernel[grid]`; it is patched only while a recording
+is open, and an autotuner's own benchmarking runs are not recorded.
+
+Limits. A launch through `kernel.run(...)` is not seen (the call counts as not launched). An
+element that the kernel rewrites with the value already there counts as not written by it, so
+outputs must start poisoned (checks.check poisons them) and launchers must not write them with
+anything else first. Not caught: a launch given the real inputs beside another that copies a
+result made elsewhere into the output, and pointer arithmetic aimed at memory other than the
+arguments'. When the output is only known once the call returns (`integrity.checked_call`), the
+check is weaker: the returned tensor must have been handed to a launch of the exercise's kernels.
+What a kernel computes from what it was given is the value check's business, not this module's.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+class IntegrityError(AssertionError):
+    """The graded call did not do its own work; the message says what it did instead.
+    (`grader.runtime.integrity` raises it too; the grading side flags it for a human look.)"""
+
+
+@dataclass(frozen=True)
+class Span:
+    """The bytes [start, stop) from a tensor's lowest to its highest element."""
+
+    start: int
+    stop: int
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> Span | None:
+        if t.numel() == 0 or t.layout != torch.strided:
+            return None
+        low = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True) if s < 0)
+        high = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True) if s > 0)
+        size = t.element_size()
+        return cls(t.data_ptr() + low * size, t.data_ptr() + (high + 1) * size)
+
+
+@dataclass
+class Launch:
+    """One `kernel[grid](...)`: the kernel's name and the spans of its tensor arguments."""
+
+    kernel: str
+    spans: list[Span]
+
+
+def kernel_name(kernel) -> str:
+    """The name of the function under a Triton kernel (through autotuners and heuristics)."""
+    fn = kernel
+    for _ in range(8):
+        if inspect.isfunction(fn):
+            return fn.__name__
+        fn = getattr(fn, "fn", None)
+    return getattr(kernel, "__name__", type(kernel).__name__)
+
+
+def who(fn) -> str:
+    """How messages name a launcher: `relu`, or "the launcher" for a lambda."""
+    name = getattr(fn, "__name__", "<lambda>")
+    return "the launcher" if name == "<lambda>" else f"`{name}`"
+
+
+def _tensors(values: Iterable) -> Iterator[torch.Tensor]:
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, tuple | list):
+            yield from _tensors(v)
+        elif isinstance(getattr(v, "base", None), torch.Tensor):  # tensor descriptors, wrappers
+            yield v.base
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` that compares bit for bit (NaN payloads included)."""
+    copy = t.detach().clone()
+    if copy.is_floating_point() or copy.is_complex():
+        return copy.view(_BITS[copy.element_size()])
+    return copy
+
+
+@dataclass
+class Recording:
+    """What one graded call launched, and, for `out`, which elements the exercise's kernels
+    changed (`written`) and to what (`left`)."""
+
+    kernels: frozenset[str]
+    out: torch.Tensor | None
+    launches: list[Launch] = field(default_factory=list)
+    written: torch.Tensor | None = None
+    left: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.out is not None:
+            self.left = _bits(self.out)
+            self.written = torch.zeros(self.out.shape, dtype=torch.bool, device=self.out.device)
+
+    def _launched(self, kernel, args, kwargs) -> torch.Tensor | None:
+        name = kernel_name(kernel)
+        spans = [s for t in _tensors([*args, *kwargs.values()]) if (s := Span.of(t))]
+        self.launches.append(Launch(name, spans))
+        if self.out is not None and name in self.kernels:
+            return _bits(self.out)
+        return None
+
+    def _finished(self, before: torch.Tensor | None) -> None:
+        if before is None:
+            return
+        after = _bits(self.out)
+        changed = after != before
+        self.written |= changed
+        self.left = torch.where(changed, after, self.left)
+
+    def ours(self) -> list[Launch]:
+        return [launch for launch in self.launches if launch.kernel in self.kernels]
+
+
+_ACTIVE: list[Recording] = []
+_PLAIN_GETITEM = []  # KernelInterface.__getitem__ as Triton defines it, while a recording is open
+
+
+def _recording_getitem(kernel, grid):
+    launch = _PLAIN_GETITEM[0](kernel, grid)
+
+    def recorded(*args, **kwargs):
+        watching = list(_ACTIVE)
+        before = [r._launched(kernel, args, kwargs) for r in watching]
+        result = launch(*args, **kwargs)
+        for r, b in zip(watching, before, strict=True):
+            r._finished(b)
+        return result
+
+    return recorded
+
+
+@contextmanager
+def recording(kernels: Iterable[str] = (), out: torch.Tensor | None = None):
+    """Record every Triton launch in the block; with `out`, also which of its elements the
+    launches of `kernels` changed. Yields the Recording."""
+    from triton.runtime import KernelInterface
+
+    rec = Recording(frozenset(kernels), out)
+    if not _ACTIVE:
+        _PLAIN_GETITEM[:] = [KernelInterface.__getitem__]
+        KernelInterface.__getitem__ = _recording_getitem
+    _ACTIVE.append(rec)
+    try:
+        yield rec
+    finally:
+        _ACTIVE.remove(rec)
+        if not _ACTIVE:
+            KernelInterface.__getitem__ = _PLAIN_GETITEM.pop()
+
+
+def _covered(span: Span, spans: Sequence[Span]) -> bool:
+    """Whether the union of `spans` covers `span`."""
+    reach = span.start
+    for s in sorted(spans, key=lambda s: s.start):
+        if s.start > reach:
+            break
+        reach = max(reach, s.stop)
+    return reach >= span.stop
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
+def verify(
+    rec: Recording, inputs: Sequence, who: str, returned: torch.Tensor | None = None
+) -> None:
+    """Raise IntegrityError unless the recorded call did its work with `rec.kernels`. Where
+    the output was not known before the call, `returned` (what the call returned) must at least
+    have been handed to one of their launches."""
+    __tracebackhide__ = True
+    names = " or ".join(sorted(rec.kernels))
+    if rec.kernels and not rec.ours():
+        raise IntegrityError(
+            f"{who} returned without launching {names}: the result must come from your kernel. "
+            "Did the launcher compute it with torch, or return a result kept from earlier?"
+        )
+    final = None if rec.out is None else _bits(rec.out)
+    foreign = None if final is None else final != rec.left
+    if foreign is not None and bool(foreign.any()):
+        later = int((foreign & rec.written).sum())
+        instead = int((foreign & ~rec.written).sum())
+        total = rec.out.numel()
+        what = []
+        if instead:
+            what.append(
+                f"{instead} of its {total} elements were not written by {names}, yet changed "
+                "during the call"
+            )
+        if later:
+            what.append(f"{later} elements that {names} wrote were changed afterwards")
+        raise IntegrityError(
+            f"{who} returned an `out` that {names} did not write: "
+            + "; ".join(what)
+            + ". Did the launcher compute the result with torch (or launch the kernel on a "
+            "dummy tensor)? Store every element of `out` from your kernel."
+        )
+    span = None if returned is None else Span.of(returned)
+    if span is not None and not _covered(span, [s for x in rec.ours() for s in x.spans]):
+        raise IntegrityError(
+            f"{who} returned a tensor ({_describe(returned)}) that no launch of {names} was "
+            "given: did it compute the result with torch (or launch the kernel on a dummy "
+            "tensor)? Return the tensor your kernel wrote."
+        )
+    given = [s for launch in rec.launches for s in launch.spans]
+    for position, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) or (span := Span.of(t)) is None:
+            continue
+        if not _covered(span, given):
+            raise IntegrityError(
+                f"no kernel launched by {who} was given input {position} ({_describe(t)}): "
+                "the kernel must read the real inputs. Did the launcher launch it on a dummy "
+                "tensor or a copy and compute the result with torch?"
+            )
+
+
+@contextmanager
+def kernel_work(
+    kernels: Sequence[str], inputs: Sequence, out: torch.Tensor | None = None, who: str = "it"
+) -> Iterator[Recording]:
+    """Around a graded call: on leaving the block without an exception, require that `kernels`
+    were launched, were given every tensor in `inputs`, and wrote every element of `out` that
+    changed (see the module's docstring)."""
+    __tracebackhide__ = True
+    with recording(kernels, out) as rec:
+        yield rec
+    verify(rec, inputs, who)

@@ -1,0 +1,59 @@
+"""Class 3 of the attacks on grading: a launcher whose result does not come from the kernel it
+launches. The launcher computes the output with torch (the kernel left blank), or launches a
+wrong kernel once on a placeholder tensor, so that a launch is seen, and computes the output
+with torch. Each honest base is the same notebook without the attack: the blank release, or the
+same wrong kernel behind the launcher as given; the attack must earn nothing more, and the
+failed integrity check is flagged for a human look."""
+
+from tests.hostile import Attacker
+
+RELU_LAUNCH = "    relu_kernel[grid](x, out, n, BLOCK=block)\n"
+ADD_LAUNCH = "    add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)\n"
+
+# A fused kernel that copies x to out: it runs, and it is wrong.
+COPYING_KERNEL = """\
+    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], mask=mask)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], x, mask=mask)"""
+FUSED_GRID = "    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))\n"
+DUMMY_LAUNCH = """\
+    spare = torch.zeros(1, 1, device=x.device, dtype=x.dtype)
+    bias_gelu_scale_kernel[(1, 1)](spare, spare[0], torch.empty_like(spare), 1, 1, 1, 1, scale,
+                                   BLOCK_M=1, BLOCK_N=16)
+    return out.copy_(bias_gelu_scale_reference(x.float(), bias.float(), scale))
+"""
+
+
+def _copying(m):
+    """The release with the fused kernel written as a copy: a wrong kernel behind the launcher."""
+    return m.edited(m.release, "fused-kernel", "    raise NotImplementedError()", COPYING_KERNEL)
+
+
+ATTACKERS = [
+    Attacker(
+        "relu-by-torch",
+        "00_setup",
+        lambda m: m.files(m.rewritten(m.release, RELU_LAUNCH, "    out.copy_(torch.relu(x))\n")),
+        flags=frozenset({"cheating"}),
+        detail="returned without launching relu_kernel",
+        base=lambda m: m.release,
+    ),
+    Attacker(
+        "add-by-torch",
+        "02_first_kernels",
+        lambda m: m.files(m.rewritten(m.release, ADD_LAUNCH, "    torch.add(x, y, out=out)\n")),
+        flags=frozenset({"cheating"}),
+        detail="returned without launching add_kernel",
+        base=lambda m: m.release,
+    ),
+    Attacker(
+        "fused-dummy-launch",
+        "02_first_kernels",
+        lambda m: m.files(m.edited(_copying(m), "fused-kernel", FUSED_GRID, DUMMY_LAUNCH)),
+        flags=frozenset({"cheating"}),
+        detail="that bias_gelu_scale_kernel did not write",
+        base=_copying,
+    ),
+]
