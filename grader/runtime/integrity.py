@@ -383,11 +383,7 @@ def grade(
         f"yours ({c['variant']}): {c['candidate_ms'] * 1e3:.1f} us, {comparison}: "
         f"{c['baseline_ms'] * 1e3:.1f} us, speedup {c['speedup']:.2f}x"
     )
-    if c["speedup"] >= at_least:
-        print(f"PASS {c['speedup']:.2f}x {comparison} (needs {at_least:g}x): {points:g} points")
-        return float(points)
-    print(f"NOT YET {c['speedup']:.2f}x {comparison} (needs {at_least:g}x): 0 of {points:g}")
-    return 0.0
+    return perf.score_verdict(perf.Verdict(comparison, c["speedup"], at_least), points)
 
 
 # -- the isolated process --------------------------------------------------------------------------

@@ -4,15 +4,63 @@ in the same run on the same device. Thresholds are ratios, never absolute times.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from grader.runtime import checks, device, timing
 
-# How a speed cell off the supported GPU class begins its message (grader.grading.verdicts
-# reads it).
+# How a speed cell off the supported GPU class begins its message.
 NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
+# The display-data type of a speed verdict (`Verdict`): the batch grader's report, its checks of
+# the scores and bench/trust.py read verdicts only from it, never from printed text.
+SPEED_MIMETYPE = "application/vnd.gpu-kernels-course.speed+json"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One comparison of a speed cell, published as data. `measured` and `needed` are in `unit`:
+    "x" (a speedup over `comparison`) or "%" (a share of the copy bandwidth). `flags` name doubts
+    about the measurement itself (empty when there are none)."""
+
+    comparison: str
+    measured: float
+    needed: float
+    unit: str = "x"
+    flags: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.measured >= self.needed
+
+    def line(self) -> str:
+        """The verdict for people: "1.53x eager (needs 1.2x)", "71% of copy bandwidth (needs
+        80%)"."""
+        if self.unit == "%":
+            return f"{self.measured:.0f}% of {self.comparison} (needs {self.needed:g}%)"
+        return f"{self.measured:.2f}x {self.comparison} (needs {self.needed:g}x)"
+
+    def record(self) -> dict:
+        """The JSON published under SPEED_MIMETYPE."""
+        return {**asdict(self), "flags": list(self.flags), "passed": self.passed}
+
+
+def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
+    """Show `text` (the verdict's own line by default) and publish `verdict` beside it as
+    SPEED_MIMETYPE display data; outside IPython, only print the text. Returns verdict.passed."""
+    text = verdict.line() if text is None else text
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # a plain Python process without IPython
+        shell = None
+    else:
+        shell = get_ipython()
+    if shell is None:
+        print(text)
+    else:
+        display({SPEED_MIMETYPE: verdict.record(), "text/plain": text}, raw=True)
+    return verdict.passed
 
 
 @dataclass(frozen=True)
@@ -82,11 +130,12 @@ def not_graded_here(points: float) -> float:
     return 0.0
 
 
-def _verdict(ok: bool, points: float, measured: str, needed: str) -> float:
-    if ok:
-        print(f"PASS {measured} (needs {needed}): {points:g} of {points:g} points")
+def score_verdict(verdict: Verdict, points: float) -> float:
+    """Publish `verdict` with the cell's score: full points when it passed, else 0."""
+    if verdict.passed:
+        publish_verdict(verdict, f"PASS {verdict.line()}: {points:g} of {points:g} points")
         return float(points)
-    print(f"NOT YET {measured} (needs {needed}): 0 of {points:g} points")
+    publish_verdict(verdict, f"NOT YET {verdict.line()}: 0 of {points:g} points")
     return 0.0
 
 
@@ -104,9 +153,7 @@ def grade_speedup(
         return not_graded_here(points)
     result = compare(candidate, baseline, names=names, verify=verify)
     print(result)
-    return _verdict(
-        result.speedup >= at_least, points, f"{result.speedup:.2f}x {names[1]}", f"{at_least:g}x"
-    )
+    return score_verdict(Verdict(names[1], result.speedup, at_least), points)
 
 
 def grade_bandwidth(
@@ -131,6 +178,4 @@ def grade_bandwidth(
         f"{name}: {result.candidate.per_second(bytes_moved) / 1e9:.0f} GB/s, "
         f"copy: {result.baseline.per_second(bytes_moved) / 1e9:.0f} GB/s"
     )
-    return _verdict(
-        fraction >= at_least, points, f"{fraction:.0%} of copy bandwidth", f"{at_least:.0%}"
-    )
+    return score_verdict(Verdict("copy bandwidth", 100 * fraction, 100 * at_least, "%"), points)

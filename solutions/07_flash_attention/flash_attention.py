@@ -636,9 +636,10 @@ def speed_cases(points):
     for d in (64, 128):
         for causal in (False, True):
             for what, speedup, need in speed_case(d, causal):
-                verdict = "ok" if speedup >= need else "TOO SLOW"
-                print(f"{what:34s}: {speedup:6.2f}x (needs {need:g}x) {verdict}")
-                if speedup < need:
+                verdict = perf.Verdict(what, speedup, need)
+                mark = "ok" if verdict.passed else "TOO SLOW"
+                if not perf.publish_verdict(verdict, f"{what:34s}: {speedup:6.2f}x "
+                                                     f"(needs {need:g}x) {mark}"):
                     failed.append(what)
     if failed:
         print(f"NOT YET: {len(failed)} comparison(s) short: {', '.join(failed)}: 0 of {points:g}")
