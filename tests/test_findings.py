@@ -8,6 +8,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from grader.grading import findings
+from grader.runtime import perf
 
 pytestmark = pytest.mark.tooling  # nbgrader's checksums
 
@@ -99,7 +100,10 @@ def test_tampering_is_found_by_checksum(release):
     [
         ("checks.check = lambda *a, **k: None", "grader.runtime.checks.check"),
         ("import grader.runtime.checks as gc\ngc.check = print", "grader.runtime.checks.check"),
-        ("from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)", "grader.runtime.perf"),
+        (
+            "from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)",
+            "grader.runtime.perf",
+        ),
         ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
         ("checks = None", "grader.runtime.checks"),
         (
@@ -172,52 +176,58 @@ def error(ename, evalue):
     return new_output("error", ename=ename, evalue=evalue, traceback=[])
 
 
-@pytest.mark.parametrize(
-    "printed, want",
-    [
-        ("speedup 1.53x\nPASS 1.53x eager (needs 1.2x): 1 of 1 points", (True, 1.53, 1.2, "x", 1)),
-        ("NOT YET 71% of copy bandwidth (needs 80%): 0 of 1 points", (False, 71, 80, "%", 1)),
-        (  # a parenthesis between the figure and its threshold (03's eager baseline)
-            "NOT YET 0.12x eager (5 operations) (needs 2.5x): 0 of 1 points",
-            (False, 0.12, 2.5, "x", 1),
-        ),
-        (
-            "yours: 10 us, speedup 3.10x\nPASS 3.10x naive (needs 3x): 1 points",
-            (True, 3.1, 3, "x", 1),
-        ),
-        ("NOT YET: the isolated process died (exit 1). 0 of 1 points", (False, None, None, "", 0)),
-        (  # several comparisons in one cell (07): the one closest to failing stands for it
-            "D=64, non-causal vs SDPA flash   :   0.95x (needs 0.8x) ok\n"
-            "D=64, non-causal vs naive eager  :   5.20x (needs 5x) ok\n"
-            "D=128, causal vs SDPA flash      :   0.70x (needs 0.8x) TOO SLOW\n"
-            "NOT YET: 1 comparison(s) short: D=128, causal vs SDPA flash: 0 of 3",
-            (False, 0.7, 0.8, "x", 3),
-        ),
-    ],
-)
-def test_speed_verdicts_are_read(printed, want):
-    speed = findings.speed_of("speed-f", printed)
-    assert speed.graded_here
-    assert (speed.passed, speed.measured, speed.needed, speed.unit, speed.comparisons) == want
+def result(text):
+    return new_output("execute_result", data={"text/plain": text}, execution_count=1)
 
 
-def test_speed_off_the_gpu_is_said_so():
-    text = "Speed is graded on an NVIDIA GPU, sm_80 or newer; this notebook runs on the CPU."
-    assert not findings.speed_of("speed-f", text).graded_here
+def record(comparison, measured, needed, unit="x"):
+    data = perf.Verdict(comparison, measured, needed, unit).record()
+    return new_output("display_data", data={perf.SPEED_MIMETYPE: data, "text/plain": "..."})
 
 
 def test_inspect_graded(release):
     nb = answered(release)
     nb.cells[2] = with_outputs(nb.cells[2], error("CellTimeoutError", ""))
     nb.cells[3] = with_outputs(nb.cells[3], error("IntegrityError", "called torch.softmax"))
-    nb.cells[4] = with_outputs(nb.cells[4], stdout("PASS 2.5x eager (needs 2x): 1 of 1"))
-    graded = findings.inspect_graded(nb)
+    nb.cells[4] = with_outputs(nb.cells[4], record("eager", 2.5, 2.0))
+    graded = findings.inspect_graded(nb, grades_speed=True)
     assert [(e.cell, e.ename) for e in graded.errors] == [
         ("f-code", "CellTimeoutError"),
         ("test-f", "IntegrityError"),
     ]
     assert graded.speed == [findings.Speed("speed-f", True, True, 2.5, 2.0, "x", 1)]
     assert graded.speed[0].relative == 1.25
+    assert graded.doubts == []
+
+
+def test_speed_is_not_read_where_it_is_not_graded(release):
+    """On the CPU a speed cell measures nothing: a printed verdict is text, and a published
+    record is one the grader did not write."""
+    nb = answered(release)
+    fake = stdout("PASS 9.9x eager (needs 2x): 1 of 1 points")
+    nb.cells[4] = with_outputs(nb.cells[4], fake, result("0.0"))
+    graded = findings.inspect_graded(nb)
+    assert graded.speed == [findings.Speed("speed-f", False)] and graded.doubts == []
+    nb.cells[4] = with_outputs(nb.cells[4], record("eager", 9.9, 2.0), result("0.0"))
+    graded = findings.inspect_graded(nb)
+    assert graded.speed == [findings.Speed("speed-f", False)]
+    assert graded.doubts == ["cell speed-f publishes a speed verdict where speed is not graded"]
+    nb.cells[4] = with_outputs(nb.cells[4], result("1.0"))  # a score shown by the student's code
+    assert findings.inspect_graded(nb).doubts == ["cell speed-f scored 1 where speed is not graded"]
+    nb.cells[4] = with_outputs(nb.cells[4], record("eager", 9.9, 2.0), result("0.0"))
+    graded = findings.inspect_graded(nb)
+    found = findings.classify(
+        run=OK, submitted=findings.Submitted(), graded=graded, score=1, max_score=2
+    )
+    assert kinds(found) == ["forged-output"] and "speed-f" in found[0].detail
+
+
+def test_printed_verdicts_are_not_read(release):
+    nb = answered(release)
+    nb.cells[4] = with_outputs(nb.cells[4], stdout("PASS 9.9x eager (needs 2x): 1 of 1 points"))
+    graded = findings.inspect_graded(nb, grades_speed=True)
+    assert graded.speed == [findings.Speed("speed-f", True)]
+    assert graded.doubts == ["cell speed-f scored 1 without publishing a speed verdict"]
 
 
 # -- the verdict -------------------------------------------------------------------------------

@@ -376,9 +376,10 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
         autograded = _notebooks(batch.folder("autograded", student), list(given))
         graded = findings.Graded()
         for nb in autograded.values():
-            one = findings.inspect_graded(nb)
+            one = findings.inspect_graded(nb, grades_speed=grades_speed)
             graded.errors += one.errors
             graded.speed += one.speed
+            graded.doubts += one.doubts
         row = classreport.StudentRow(
             student,
             {g: grades.scores.get(g) for g in points},

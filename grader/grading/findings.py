@@ -25,6 +25,7 @@ KINDS = {
     "tampered": "graded cells tampered with",
     "parameters": "parameters changed",
     "cheating": "cheating flagged",
+    "forged-output": "outputs the grader cannot have written",
     "zero-score": "zero score",
     "late": "late",
 }
@@ -57,9 +58,10 @@ class CellError:
 
 @dataclass(frozen=True)
 class Speed:
-    """A speed cell's verdict. `measured` and `needed` are as printed, a speedup ("x") or a
-    share of the copy bandwidth ("%"); for a cell that makes several comparisons, those of the
-    one furthest below (or least above) its threshold. None when the cell measured nothing."""
+    """A speed cell's verdict, from the records it published. `measured` and `needed` are a
+    speedup ("x") or a share of the copy bandwidth ("%"); for a cell that makes several
+    comparisons, those of the one furthest below (or least above) its threshold. None when the
+    cell measured nothing, or where the batch does not grade speed (`graded_here` False)."""
 
     grade_id: str
     graded_here: bool
@@ -96,6 +98,7 @@ class Graded:
 
     errors: list[CellError] = field(default_factory=list)
     speed: list[Speed] = field(default_factory=list)
+    doubts: list[str] = field(default_factory=list)  # outputs the grader cannot have written
 
 
 @dataclass(frozen=True)
@@ -334,33 +337,47 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
 # -- autograded notebooks ----------------------------------------------------------------------
 
 
-def speed_of(grade_id: str, text: str) -> Speed:
-    """A speed cell's verdict from its printed output."""
-    if verdicts.NOT_GRADED_HERE in text:
-        return Speed(grade_id, graded_here=False)
-    passed = verdicts.passed(text)
-    ratios = verdicts.ratios(text)
-    if not ratios:  # nothing measured (the isolated measurement failed, or the cell did)
-        return Speed(grade_id, graded_here=True, passed=passed)
-    measured, needed, unit = min(ratios, key=lambda r: r[0] / r[1] if r[1] else float("inf"))
-    return Speed(grade_id, True, passed, measured, needed, unit, len(ratios))
+def speed_of(grade_id: str, records: list[verdicts.Record]) -> Speed:
+    """A speed cell's verdict from the records it published (none: it measured nothing)."""
+    worst = verdicts.worst(records)
+    if worst is None:  # nothing measured (the isolated measurement failed, or the cell did)
+        return Speed(grade_id, graded_here=True)
+    passed = all(r.passed for r in records)
+    return Speed(grade_id, True, passed, worst.measured, worst.needed, worst.unit, len(records))
 
 
-def inspect_graded(nb) -> Graded:
-    """Errors and speed verdicts in an autograded notebook."""
+def cell_score(cell) -> float | None:
+    """The points nbgrader gives a graded cell of an autograded notebook (None: not graded)."""
+    from nbgrader import utils
+
+    if not utils.is_grade(cell) or cell.cell_type != "code":
+        return None
+    try:
+        return utils.determine_grade(cell)[0]
+    except ValueError:  # a result above the cell's points: nbgrader refuses it too
+        return None
+
+
+def inspect_graded(nb, *, grades_speed: bool = False) -> Graded:
+    """Errors, speed verdicts and doubts about them in an autograded notebook. Speed verdicts
+    are read only where the batch grades speed, only from speed cells' published records."""
     result = Graded()
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         label = cell_label(cell, i)
-        text = "".join(
-            o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream"
-        )
-        for o in cell.get("outputs", []):
+        outputs = cell.get("outputs", [])
+        for o in outputs:
             if o.output_type == "error":
                 result.errors.append(CellError(label, o.get("ename", ""), o.get("evalue", "")))
-        if label.startswith("speed-") and "grade_id" in cell.metadata.get("nbgrader", {}):
-            result.speed.append(speed_of(label, text))
+        score = cell_score(cell)
+        speed_cell = score is not None and label.startswith("speed-")
+        result.doubts += verdicts.doubts(
+            label, outputs, speed_cell=speed_cell, grades_speed=grades_speed, score=score
+        )
+        if speed_cell:
+            records = [r for r in verdicts.published(outputs) if isinstance(r, verdicts.Record)]
+            result.speed.append(speed_of(label, records) if grades_speed else Speed(label, False))
     return result
 
 
@@ -438,6 +455,8 @@ def classify(
     cheats += submitted.patches
     if cheats:
         found.append(Finding("cheating", "; ".join(cheats)))
+    if graded and graded.doubts:
+        found.append(Finding("forged-output", _short("; ".join(graded.doubts), 400)))
     if score is not None and score <= 0 < max_score and readable and run and run.status == "ok":
         if submitted.unchanged_solutions:
             why = "no solution filled in: every solution cell is as released"
