@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader.grading import findings
+from grader.grading import findings, scan
 from grader.runtime import perf
 
 pytestmark = pytest.mark.tooling  # nbgrader's checksums
@@ -98,34 +98,42 @@ def test_tampering_is_found_by_checksum(release):
 @pytest.mark.parametrize(
     "cheat, replaced",
     [
-        ("checks.check = lambda *a, **k: None", "grader.runtime.checks.check"),
+        ("checks.check = lambda *a, **k: None", "replaces grader.runtime.checks.check"),
         ("import grader.runtime.checks as gc\ngc.check = print", "grader.runtime.checks.check"),
         (
             "from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)",
-            "grader.runtime.perf",
+            "replaces grader.runtime.perf.grade_speedup",
         ),
         ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
-        ("checks = None", "grader.runtime.checks"),
+        ("checks = None", "rebinds checks, the release's grader.runtime.checks"),
         (
             "from unittest import mock\nmock.patch('grader.runtime.timing.bench').start()",
-            "grader.runtime.timing",
+            "replaces grader.runtime.timing.bench",
         ),
-        ("torch.matmul, x = my_matmul, 1", "torch.matmul"),
+        ("torch.matmul, x = my_matmul, 1", "replaces torch.matmul"),
     ],
 )
 def test_replacing_the_graders_functions_is_flagged(release, cheat, replaced):
     nb = answered(release, "def f(x):\n    return x\n" + cheat)
-    (found,) = findings.grader_patches(nb, release)
-    assert found.startswith("cell f-code replaces ") and replaced in found
+    (found,) = scan.scan(nb, release)
+    assert found.kind == "cheating" and found.cell == "f-code" and replaced in found.what, found
+    (finding,) = findings.classify(
+        run=OK,
+        submitted=findings.Submitted(patches=[found]),
+        graded=findings.Graded(),
+        score=1,
+        max_score=2,
+    )
+    assert finding.kind == "cheating" and str(found) in finding.detail
 
 
 def test_ordinary_code_is_not_flagged(release):
     code = "import torch\ny = torch.zeros(3)\ny[0] = 1\nchecks.check(f, f, None)\nx = checks"
-    assert findings.grader_patches(answered(release, code), release) == []
+    assert scan.scan(answered(release, code), release) == []
     released_code_only = copy.deepcopy(release)
     released_code_only.cells[0].source += "\ntorch.backends.cuda.matmul.allow_tf32 = False"
-    assert findings.grader_patches(released_code_only, released_code_only) == []
-    assert findings.grader_patches(answered(release, "%timeit f(1)\n!ls"), release) == []
+    assert scan.scan(released_code_only, released_code_only) == []
+    assert scan.scan(answered(release, "%timeit f(1)\n!ls"), release) == []
 
 
 def test_changed_parameters_are_named(release):
@@ -264,8 +272,14 @@ def test_a_clean_submission_needs_no_look():
          ["crashed"]),
         (OK, findings.Submitted(tampered=["test-f edited"]), [], 4, ["tampered"]),
         (OK, findings.Submitted(parameters=["SIZES = [1]"]), [], 4, ["parameters"]),
-        (OK, findings.Submitted(patches=["cell x replaces grader.runtime.checks.check"]), [], 4,
-         ["cheating"]),
+        (OK, findings.Submitted(patches=[scan.Route("cheating", "x", "replaces checks.check")]),
+         [], 4, ["cheating"]),
+        (OK, findings.Submitted(patches=[scan.Route("hooks", "x", "sets sys.excepthook")]), [], 4,
+         ["hooks"]),
+        (OK, findings.Submitted(patches=[scan.Route("dynamic-code", "x", "runs exec")]), [], 4,
+         ["dynamic-code"]),
+        (OK, findings.Submitted(patches=[scan.Route("forged-output", "x", "prints PASS")]), [], 4,
+         ["forged-output"]),
         (OK, findings.Submitted(), [("test-f", "IntegrityError", "called torch.mm")], 3,
          ["cheating"]),
         (OK, findings.Submitted(unchanged_solutions=True), [], 0, ["zero-score"]),

@@ -6,13 +6,12 @@ scores nbgrader recorded."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import verdicts
+from grader.grading import scan, verdicts
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
@@ -25,11 +24,12 @@ KINDS = {
     "tampered": "graded cells tampered with",
     "parameters": "parameters changed",
     "cheating": "cheating flagged",
+    "hooks": "changes how later cells run",
+    "dynamic-code": "dynamic code",
     "forged-output": "outputs the grader cannot have written",
     "zero-score": "zero score",
     "late": "late",
 }
-WATCHED_MODULES = ("grader", "torch", "triton")  # replacing their functions can fake a result
 OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
 OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 GPU_FAULT_TEXT = ("illegal memory access", "misaligned address", "unspecified launch failure")
@@ -87,7 +87,7 @@ class Submitted:
     missing: list[str] = field(default_factory=list)
     other_files: list[str] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)
-    patches: list[str] = field(default_factory=list)
+    patches: list[scan.Route] = field(default_factory=list)  # what its code does to later cells
     parameters: list[str] = field(default_factory=list)  # lines of the parameters cell changed
     unchanged_solutions: bool = False
 
@@ -177,102 +177,6 @@ def tampered_cells(submitted, released) -> list[str]:
     return found
 
 
-def _code(source: str) -> str:
-    """Cell source as Python: IPython magics and shell escapes commented out."""
-    return "\n".join(
-        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
-    )
-
-
-def _dotted(node) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
-def module_aliases(sources: list[str]) -> dict[str, str]:
-    """{local name: module} for the watched modules imported anywhere in `sources`."""
-    aliases = {}
-    for source in sources:
-        try:
-            tree = ast.parse(_code(source))
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name.split(".")[0] in WATCHED_MODULES:
-                        local = a.asname or a.name.split(".")[0]
-                        aliases[local] = a.name if a.asname else local
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                if node.module.split(".")[0] in WATCHED_MODULES:
-                    for a in node.names:
-                        aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
-
-
-def replaced_names(source: str, aliases: dict[str, str]) -> list[str]:
-    """What `source` replaces in the watched modules: assignments to their attributes or to
-    the names they were imported under, setattr/delattr on them, and mock.patch of them."""
-    try:
-        tree = ast.parse(_code(source))
-    except SyntaxError:
-        return []
-
-    def watched(name: str | None) -> str | None:
-        if not name:
-            return None
-        root, _, rest = name.partition(".")
-        if root in aliases:
-            return aliases[root] + ("." + rest if rest else "")
-        return None
-
-    found = []
-    for node in ast.walk(tree):
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.Delete):
-            targets = node.targets if isinstance(node, ast.Delete) else [node.target]
-        for target in targets:
-            for t in target.elts if isinstance(target, ast.Tuple | ast.List) else [target]:
-                hit = watched(_dotted(t))
-                if hit:
-                    found.append(hit)
-        if isinstance(node, ast.Call):
-            name = _dotted(node.func) or ""
-            args = node.args
-            if name.split(".")[-1] in ("setattr", "delattr", "object") and args:
-                hit = watched(_dotted(args[0]))
-                if hit and len(args) > 1 and isinstance(args[1], ast.Constant):
-                    found.append(f"{hit}.{args[1].value}")
-                elif hit:
-                    found.append(hit)
-            elif name.split(".")[-1] == "patch" and args and isinstance(args[0], ast.Constant):
-                target = str(args[0].value)
-                if target.split(".")[0] in WATCHED_MODULES:
-                    found.append(target)
-    return sorted(set(found))
-
-
-def grader_patches(submitted, released) -> list[str]:
-    """The student's own code (cells not found as released) that replaces functions or flags of
-    grader, torch or triton, e.g. "cell relu-kernel replaces grader.runtime.checks.check"."""
-    released_code = {c.source.strip() for c in released.cells if c.cell_type == "code"}
-    code = [c for c in submitted.cells if c.cell_type == "code"]
-    aliases = module_aliases([c.source for c in code])
-    found = []
-    for i, cell in enumerate(submitted.cells):
-        if cell.cell_type != "code" or cell.source.strip() in released_code:
-            continue
-        for name in replaced_names(cell.source, aliases):
-            found.append(f"cell {cell_label(cell, i)} replaces {name}")
-    return found
-
-
 def changed_parameters(submitted, released) -> list[str]:
     """The lines of the cell tagged `parameters` that differ from the release. The build makes
     that cell read-only for nbgrader, which grades with the release's version; the student's own
@@ -327,7 +231,7 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
             result.unreadable[name] = why
             continue
         result.tampered += tampered_cells(nb, release)
-        result.patches += grader_patches(nb, release)
+        result.patches += scan.scan(nb, release)
         result.parameters += changed_parameters(nb, release)
         unchanged.append(solutions_unchanged(nb, release))
     result.unchanged_solutions = bool(unchanged) and all(unchanged)
@@ -452,11 +356,16 @@ def classify(
             )
         )
     cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
-    cheats += submitted.patches
+    routes = {kind: [str(r) for r in submitted.patches if r.kind == kind] for kind in KINDS}
+    cheats += routes["cheating"]
     if cheats:
         found.append(Finding("cheating", "; ".join(cheats)))
-    if graded and graded.doubts:
-        found.append(Finding("forged-output", _short("; ".join(graded.doubts), 400)))
+    for kind in ("hooks", "dynamic-code"):
+        if routes[kind]:
+            found.append(Finding(kind, "; ".join(routes[kind])))
+    forged = routes["forged-output"] + (graded.doubts if graded else [])
+    if forged:
+        found.append(Finding("forged-output", "; ".join(forged)))
     if score is not None and score <= 0 < max_score and readable and run and run.status == "ok":
         if submitted.unchanged_solutions:
             why = "no solution filled in: every solution cell is as released"
