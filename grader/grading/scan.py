@@ -34,6 +34,10 @@ KERNEL = ("IPython", "ipykernel", "traitlets", "zmq", "jupyter_client", "nbclien
 SHELL = "get_ipython()"
 NAMESPACE = "__main__"  # the notebook's own namespace (globals(), vars(), sys.modules[...])
 BUILTINS = frozenset(dir(builtins))
+REACHING = frozenset(
+    {"exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr", "globals"}
+    | {"vars", "locals", "breakpoint"}
+)
 MAGICS = frozenset({"time", "timeit", "matplotlib", "capture"})  # change nothing that follows
 # Functions of the runtime whose names, assigned on any object, look like a patch of them.
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
@@ -99,6 +103,9 @@ DUNDER_PATCHES = frozenset(
     {"__code__", "__defaults__", "__kwdefaults__", "__globals__", "__dict__", "__class__"}
     | {"__closure__", "__bases__", "__getattr__", "__getattribute__", "__setattr__", "__call__"}
 )
+VERDICT_WRITERS = frozenset(
+    f"grader.runtime.perf.{name}" for name in ("publish_verdict", "Verdict", "score_verdict")
+)
 VERDICT_TEXT = re.compile(r"^\s*(PASS|NOT YET)\b|\(needs \d|\bneeds [\d.]+x\b", re.MULTILINE)
 
 
@@ -160,9 +167,18 @@ class Names:
     def __init__(self):
         self.env: dict[str, str] = {}
         self.returns: dict[str, str] = {}  # user functions (and lambdas) that return an origin
+        # every name the code binds: no builtin there, but for those that reach other code (a
+        # parameter named `exec` must not hide the builtin passed to it)
+        self.bound: set[str] = set()
 
     def learn(self, tree: ast.AST) -> None:
         for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                self.bound.add(node.id)
+            elif isinstance(node, ast.arg):
+                self.bound.add(node.arg)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                self.bound.add(node.name)
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.env[a.asname or a.name.split(".")[0]] = (
@@ -214,7 +230,8 @@ class Names:
                 return "IPython.get_ipython"
             if node.id == "__builtins__":
                 return "builtins"
-            return f"builtins.{node.id}" if node.id in BUILTINS else None
+            builtin = node.id in REACHING or (node.id in BUILTINS and node.id not in self.bound)
+            return f"builtins.{node.id}" if builtin else None
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
             if node.attr == "__globals__":  # a function's module: the notebook's, or the grader's
@@ -403,15 +420,13 @@ class _Cell:
         elif origin.startswith("sys.") and origin.split(".")[1] in SYS_HOOKS:
             if origin.split(".")[1] in ("settrace", "setprofile", "monitoring", "addaudithook"):
                 self.add("hooks", SYS_HOOKS[origin.split(".")[1]])
-        elif origin in ("grader.runtime.perf.publish_verdict", "grader.runtime.perf.Verdict"):
-            self.add("forged-output", f"publishes a speed verdict of its own ({origin})")
-        elif origin == "grader.runtime.perf.score_verdict":
+        elif origin in VERDICT_WRITERS:
             self.add("forged-output", f"publishes a speed verdict of its own ({origin})")
         for prefix, why in ALWAYS_DYNAMIC.items():
             if origin == prefix or origin.startswith(prefix + "."):
                 self.add("dynamic-code", why + self.through)
 
-    def _store(self, target, value_origin: str | None = None) -> None:
+    def _store(self, target) -> None:
         if isinstance(target, ast.Starred):
             target = target.value
         if isinstance(target, ast.Name):
@@ -425,6 +440,10 @@ class _Cell:
                 and (base in ("sys.modules", NAMESPACE) or base.endswith(".__dict__"))
             ):
                 self.add("dynamic-code", f"writes {base}[...] under a name built at run time")
+            elif base == "sys.modules" and origin:
+                kind = "cheating" if origin.split(".")[0] in WATCHED else "hooks"
+                self.add(kind, f"replaces the module {origin} in sys.modules{self.through}")
+                return
         if origin is None and isinstance(target, ast.Attribute):
             self._unknown_attribute(target)
         if origin is not None:
@@ -454,10 +473,6 @@ class _Cell:
             self._rebinds(rest.split(".")[0], None)
         elif root == "sys" and rest.split(".")[0] in SYS_HOOKS:
             self.add("hooks", SYS_HOOKS[rest.split(".")[0]] + self.through)
-        elif root == "sys" and rest.startswith("modules."):
-            module = rest[len("modules.") :]
-            kind = "cheating" if module.split(".")[0] in WATCHED else "hooks"
-            self.add(kind, f"replaces the module {module} in sys.modules{self.through}")
         elif root in WATCHED:
             self.add("cheating", f"replaces {origin}{self.through}")
         elif root == "builtins":
