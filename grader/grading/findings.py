@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import scan, verdicts
+from grader.grading import scan, tells, verdicts
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
@@ -263,8 +263,9 @@ def cell_score(cell) -> float | None:
 
 
 def inspect_graded(nb, *, grades_speed: bool = False) -> Graded:
-    """Errors, speed verdicts and doubts about them in an autograded notebook. Speed verdicts
-    are read only where the batch grades speed, only from speed cells' published records."""
+    """Errors, speed verdicts, and outputs the grader cannot have written (grader.grading.tells,
+    and doubts about the speed records) in an autograded notebook. Speed verdicts are read only
+    where the batch grades speed, only from speed cells' published records."""
     result = Graded()
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -282,6 +283,7 @@ def inspect_graded(nb, *, grades_speed: bool = False) -> Graded:
         if speed_cell:
             records = [r for r in verdicts.published(outputs) if isinstance(r, verdicts.Record)]
             result.speed.append(speed_of(label, records) if grades_speed else Speed(label, False))
+    result.doubts += tells.tells(nb)
     return result
 
 
