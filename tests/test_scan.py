@@ -198,6 +198,18 @@ def test_an_added_cell_is_scanned_and_a_locked_one_is_not():
     assert scan.scan(edited, release) == []
 
 
+def test_a_given_cell_edited_in_place_may_define_its_own_names_again():
+    source, release = notebooks("00_setup")
+    (launcher,) = [c for c in source.cells if c.source.startswith("def relu(")]
+    nb = copy.deepcopy(source)
+    (mine,) = [c for c in nb.cells if c.get("id") == launcher.get("id")]
+    mine.source = mine.source.replace("    n = x.numel()", "    print(x.shape)\n    n = x.numel()")
+    assert mine.source != launcher.source and scan.scan(nb, release) == []
+    mine.source += "\n\nrelu_reference = relu"  # not its own: the tests' reference
+    (found,) = scan.scan(nb, release)
+    assert "rebinds relu_reference" in found.what
+
+
 def test_ordinary_code_is_not_flagged():
     for code in (
         "import torch\nimport triton.language as tl\nfrom grader.runtime import checks",

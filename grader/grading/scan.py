@@ -106,7 +106,9 @@ DUNDER_PATCHES = frozenset(
 VERDICT_WRITERS = frozenset(
     f"grader.runtime.perf.{name}" for name in ("publish_verdict", "Verdict", "score_verdict")
 )
-VERDICT_TEXT = re.compile(r"^\s*(PASS|NOT YET)\b|\(needs \d|\bneeds [\d.]+x\b", re.MULTILINE)
+VERDICT_TEXT = re.compile(  # "PASS 1.53x eager", "NOT YET 71% of ...", "(needs 1.2x)"
+    r"^\s*(PASS|NOT YET)\b[^\n]*?\d(\.\d+)?\s*(x|%)|\(needs [\d.]+\s*(x|%)\)", re.MULTILINE
+)
 
 
 @dataclass(frozen=True)
@@ -604,25 +606,13 @@ def protected_names(released) -> tuple[dict[str, str], dict[str, str]]:
             given.append(tree)
             if "parameters" in cell.metadata.get("tags", []):
                 parameters.append(tree)
-    probe = _Cell(Names(), "", {}, {})
     bound, imported = {}, {}
     for tree in given:
-        for stmt in tree.body:
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                bound[stmt.name] = None
-                continue
-            for node in probe._own_nodes(stmt):
-                for name, origin in probe._bindings(node):
-                    bound[name] = origin
-                    if isinstance(node, ast.Import | ast.ImportFrom):
-                        imported[name] = origin
-    exercise = set()
-    for tree in solutions:
-        for stmt in tree.body:
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                exercise.add(stmt.name)
-            for node in probe._own_nodes(stmt):
-                exercise |= {name for name, _ in probe._bindings(node)}
+        for name, origin, node in _top_bindings(tree):
+            bound[name] = origin
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                imported[name] = origin
+    exercise = {name for tree in solutions for name, _, _ in _top_bindings(tree)}
     read = _loads(tests)
     setting = {name for tree in parameters for name in _loads([tree]) | _stores(tree)}
     protected = {}
@@ -639,14 +629,26 @@ def protected_names(released) -> tuple[dict[str, str], dict[str, str]]:
     return protected, imported
 
 
+def _top_bindings(tree: ast.Module):
+    """(name, origin or None, binding node) for each name `tree` binds at its top level."""
+    probe = _Cell(Names(), "", {}, {})
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield stmt.name, None, stmt
+            continue
+        for node in probe._own_nodes(stmt):
+            for name, origin in probe._bindings(node):
+                yield name, origin, node
+
+
 def _stores(tree) -> set[str]:
     return {
         n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
     }
 
 
-def student_cells(submitted, released) -> list[tuple[str, str]]:
-    """(label, source) of each code cell whose code runs as the student wrote it: solution
+def student_cells(submitted, released) -> list[tuple[str, object]]:
+    """(label, cell) of each code cell whose code runs as the student wrote it: solution
     cells and cells added or changed, not the release's own cells, and not its locked cells,
     which nbgrader puts back before grading."""
     given = {c.source.strip() for c in released.cells if c.cell_type == "code"}
@@ -664,7 +666,7 @@ def student_cells(submitted, released) -> list[tuple[str, str]]:
         grade_id = _meta(cell).get("grade_id")
         if grade_id in locked:
             continue
-        found.append((grade_id or cell.get("id") or f"#{i}", cell.source))
+        found.append((grade_id or cell.get("id") or f"#{i}", cell))
     return found
 
 
@@ -677,9 +679,16 @@ def scan(submitted, released) -> list[Route]:
             if tree is not None:
                 names.learn(tree)
     protected, imported = protected_names(released)
+    own = {  # a given cell edited in place may define again what it defined
+        c.get("id"): {name for name, _, _ in _top_bindings(tree)}
+        for c in released.cells
+        if c.cell_type == "code" and c.get("id") and (tree := _parse(c.source)) is not None
+    }
     found = []
-    for label, source in student_cells(submitted, released):
-        cell = _Cell(names, label, protected, imported)
+    for label, written in student_cells(submitted, released):
+        source = written.source
+        mine = {k: v for k, v in protected.items() if k not in own.get(written.get("id"), set())}
+        cell = _Cell(names, label, mine, imported)
         for magic in magics(source):
             cell.add("hooks", f"runs the magic %{magic}: it can change how later cells run")
         tree = _parse(source)
