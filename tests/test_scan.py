@@ -93,6 +93,8 @@ ATTACKS = {
     # class 2: the checker, the timer, the speed grading, through every route
     "alias": ("import grader.runtime.checks as c\nc.check = print", "cheating", "checks.check"),
     "alias of an alias": ("k = checks\nk.check = print", "cheating", "replaces grader.runtime."),
+    "nested target": ("x, (checks.check, y) = 1, (f, 2)", "cheating", "checks.check"),
+    "for target": ("for perf.compare in [f]:\n    pass", "cheating", "perf.compare"),
     "from-import": ("from grader.runtime import timing as t\nt.bench = f", "cheating", "bench"),
     "exec": ("exec('checks.check = print')", "cheating", "checks.check (through exec)"),
     "exec itself": ("exec('checks.check = print')", "dynamic-code", "with exec"),

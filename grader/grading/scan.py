@@ -381,7 +381,7 @@ class _Cell:
 
     def _rebinds(self, name: str, origin: str | None) -> None:
         if name == "*":
-            self.add("cheating", f"imports * {self.through}: it can rebind any name the tests read")
+            self.add("cheating", f"imports *{self.through}: it can rebind any name the tests read")
             return
         if name not in self.protected:
             return
@@ -392,11 +392,10 @@ class _Cell:
     # -- everything else, anywhere in the cell --------------------------------------------------
 
     def _node(self, node) -> None:
-        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
-            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
-            for target in targets:
-                for t in target.elts if isinstance(target, ast.Tuple | ast.List) else [target]:
-                    self._store(t)
+        if isinstance(node, ast.Attribute | ast.Subscript) and isinstance(
+            node.ctx, ast.Store | ast.Del
+        ):  # any target: assignment, for, with, del, nested in tuples
+            self._store(node)
         elif isinstance(node, ast.Call):
             self._call(node)
         elif isinstance(node, ast.Attribute | ast.Name) and isinstance(node.ctx, ast.Load):
@@ -428,11 +427,7 @@ class _Cell:
             if origin == prefix or origin.startswith(prefix + "."):
                 self.add("dynamic-code", why + self.through)
 
-    def _store(self, target) -> None:
-        if isinstance(target, ast.Starred):
-            target = target.value
-        if isinstance(target, ast.Name):
-            return  # rebinding: _statements
+    def _store(self, target: ast.Attribute | ast.Subscript) -> None:
         origin = self.names.resolve(target)
         if isinstance(target, ast.Subscript):
             base = self.names.resolve(target.value)

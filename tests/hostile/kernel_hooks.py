@@ -25,12 +25,19 @@ def _before(info):
 get_ipython().events.register("pre_run_cell", _before)
 """
 
-SWALLOW = """
+# ipykernel still publishes the error a custom handler was given (its name and value): the
+# handler changes only the traceback shown, so nbgrader scores the cell 0 all the same.
+CUSTOM_EXC = """
 def _swallow(shell, etype, value, tb, tb_offset=None):
     return None
 
 
-get_ipython().set_custom_exc((AssertionError, NotImplementedError), _swallow)
+get_ipython().set_custom_exc((Exception,), _swallow)  # AssertionError and the stub's error
+"""
+
+# Without showtraceback no error is published at all: nbgrader sees a test cell that passed.
+NO_TRACEBACK = """
+get_ipython().showtraceback = lambda *args, **kwargs: None
 """
 
 # On the CPU the speed cell scores 0.0; shown as 1.0, nbgrader would record a point.
@@ -63,10 +70,18 @@ ATTACKERS = [
         "cell relu-kernel registers an IPython pre_run_cell hook: it can rewrite the test cells",
         flags=frozenset({"hooks", "cheating", "forged-output"}),
     ),
-    _on_stub(
+    Attacker(
         "hook-custom-exception",
-        SWALLOW,
-        "cell relu-kernel sets a custom exception handler: it can hide the tests' failures",
+        "00_setup",
+        lambda m: m.files(m.appended(m.release, "relu-kernel", CUSTOM_EXC)),
+        flags=frozenset({"hooks"}),
+        detail="cell relu-kernel sets a custom exception handler: it can hide the tests' failures",
+        total=0.0,
+    ),
+    _on_stub(
+        "hook-no-traceback",
+        NO_TRACEBACK,
+        "cell relu-kernel replaces how IPython shows errors: it can hide the tests' failures",
     ),
     Attacker(  # on a right kernel: its correctness points are its own, the speed point is not
         "hook-display-formatter",
