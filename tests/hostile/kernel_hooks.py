@@ -3,7 +3,8 @@ through the kernel's own machinery, so that the test cells run as something else
 shown is not the score earned. Each attack sits on a blank notebook (the released stub), where
 every test must fail: nbgrader's raw score may be fooled, which is why each must be flagged,
 by the scan of its code (hooks) and, where the outputs give it away, by the tell-tale outputs
-(forged output)."""
+(forged output). Two routes do not fool nbgrader 0.9.6, which records an error from the kernel's
+reply when no error output was shown: they must score 0 and still be flagged."""
 
 from tests.hostile import Attacker
 
@@ -35,7 +36,8 @@ def _swallow(shell, etype, value, tb, tb_offset=None):
 get_ipython().set_custom_exc((Exception,), _swallow)  # AssertionError and the stub's error
 """
 
-# Without showtraceback no error is published at all: nbgrader sees a test cell that passed.
+# Without showtraceback no error output is published at all; nbgrader adds the error from the
+# kernel's reply itself, so this too scores 0.
 NO_TRACEBACK = """
 get_ipython().showtraceback = lambda *args, **kwargs: None
 """
@@ -78,10 +80,13 @@ ATTACKERS = [
         detail="cell relu-kernel sets a custom exception handler: it can hide the tests' failures",
         total=0.0,
     ),
-    _on_stub(
+    Attacker(
         "hook-no-traceback",
-        NO_TRACEBACK,
-        "cell relu-kernel replaces how IPython shows errors: it can hide the tests' failures",
+        "00_setup",
+        lambda m: m.files(m.appended(m.release, "relu-kernel", NO_TRACEBACK)),
+        flags=frozenset({"hooks"}),
+        detail="cell relu-kernel replaces how IPython shows errors",
+        total=0.0,
     ),
     Attacker(  # on a right kernel: its correctness points are its own, the speed point is not
         "hook-display-formatter",
