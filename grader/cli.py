@@ -91,13 +91,15 @@ def _lab(args: argparse.Namespace) -> int:
 
 
 def _autograde(args: argparse.Namespace) -> int:
-    from grader.grading import autograde, sandbox
+    from grader.grading import autograde, jail, sandbox
     from grader.runtime import device
 
     try:
         autograde.require_nbgrader()
+        if args.sandbox == "bwrap":
+            jail.require()
         dev = device.setup(args.mode)
-    except (autograde.AutogradeError, device.ModeError) as problem:
+    except (autograde.AutogradeError, jail.JailError, device.ModeError) as problem:
         print(f"autograde: {problem}", file=sys.stderr)
         return 2
     jobs = args.jobs or (1 if dev.is_gpu else os.cpu_count() or 1)
@@ -121,10 +123,17 @@ def _autograde(args: argparse.Namespace) -> int:
         if args.memory_limit
         else sandbox.default_memory_limit(jobs),
         force=args.force,
+        jailed=args.sandbox == "bwrap",
     )
     print(
         f"grading {args.assignment} on {dev.describe()}, {jobs} at a time; outputs in {batch.out}"
     )
+    if not batch.jailed:
+        print(
+            "warning: --sandbox none: each student's code runs with the grader's rights (the "
+            "course directory, the gradebook, the network); the class report says so",
+            file=sys.stderr,
+        )
     try:
         written = autograde.autograde(
             batch,
@@ -137,6 +146,12 @@ def _autograde(args: argparse.Namespace) -> int:
     except autograde.AutogradeError as problem:
         print(f"autograde: {problem}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # grade_all recorded the students in flight as not graded
+        print(
+            "autograde: interrupted; run the same command again to grade the rest",
+            file=sys.stderr,
+        )
+        return 130
     for what, path in written.items():
         print(f"{what:9s} {path}")
     print(f"feedback  {batch.out / 'feedback'}/<student>/")
@@ -304,6 +319,14 @@ def parser() -> argparse.ArgumentParser:
         "match grader/grading/nbgrader_config.py's (named groups student_id and file_id)",
     )
     a.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
+    a.add_argument(
+        "--sandbox",
+        choices=["bwrap", "none"],
+        default="bwrap",
+        help="where each student's code runs: bwrap, an OS sandbox of its own (bubblewrap, "
+        "the default; `apt-get install bubblewrap`), or none, with the grader's own rights "
+        "(the class report says so)",
+    )
     a.set_defaults(func=_autograde)
     return p
 

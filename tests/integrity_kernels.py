@@ -73,3 +73,9 @@ class ScaleProblem:
 
 def problem(n=1000):
     return ScaleProblem(n)
+
+
+def scale_keeps_first_output(x, factor=2.0, _kept={}):  # noqa: B006 (the cache is the point)
+    """Launches the kernel on every call, but returns the output of the first call at an address."""
+    out = scale(x, factor)
+    return _kept.setdefault(x.data_ptr(), out)

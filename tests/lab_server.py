@@ -79,11 +79,16 @@ def free_port() -> int:
 
 
 def start(
-    tmp: Path, *extra: str, cwd: Path | None = None, settings: dict[str, dict] | None = None
+    tmp: Path,
+    *extra: str,
+    cwd: Path | None = None,
+    settings: dict[str, dict] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Lab:
     """Start `python -m grader lab *extra` on a free port and return at once; `cwd` is the folder
     it starts in, `settings` its user settings by plugin (e.g.
-    {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}})."""
+    {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}), `env` variables
+    set on top of its environment (a user's HOME and Jupyter folders)."""
     tmp.mkdir(parents=True, exist_ok=True)
     for plugin, values in (settings or {}).items():
         package, name = plugin.split(":")
@@ -91,7 +96,7 @@ def start(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     port, log = free_port(), tmp / "server.log"
-    env = {**build.nbgrader_env(), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime")}
+    env = {**build.nbgrader_env(), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), **(env or {})}
     command = [
         sys.executable,
         "-m",
@@ -135,10 +140,14 @@ def stop(*labs: Lab, timeout_s: float = 30) -> None:
 
 @contextmanager
 def running(
-    tmp: Path, *extra: str, cwd: Path | None = None, settings: dict[str, dict] | None = None
+    tmp: Path,
+    *extra: str,
+    cwd: Path | None = None,
+    settings: dict[str, dict] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Lab]:
     """A started server (see `start`) for the length of the block."""
-    lab = start(tmp, *extra, cwd=cwd, settings=settings)
+    lab = start(tmp, *extra, cwd=cwd, settings=settings, env=env)
     try:
         lab.wait_ready()
         yield lab

@@ -70,7 +70,9 @@ def test_asking_for_gpu_without_one_says_what_to_check():
 
 
 def test_importing_triton_first_is_caught_with_a_fix():
-    result = run_python("import triton; from grader.runtime import device; device.setup('interpreter')")
+    result = run_python(
+        "import triton; from grader.runtime import device; device.setup('interpreter')"
+    )
     assert "ModeError" in result.stderr
     assert "Restart the kernel and run the notebook from the top" in result.stderr
 

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader.grading import findings, scan
+from grader.grading import findings, scan, verdicts
 from grader.runtime import perf
 
 pytestmark = pytest.mark.tooling  # nbgrader's checksums
@@ -345,3 +345,29 @@ def test_late_says_by_how_much_and_what_it_cost():
 )
 def test_crash_detail(log, want):
     assert want in findings.crash_detail(log)
+
+
+def test_a_flagged_speed_cell_is_read_and_needs_a_look():
+    why = (
+        "measured 127 TB/s, above this GPU's measured copy bandwidth of 2.9 TB/s (+10% allowed): "
+        "is the output cached between timed calls?"
+    )
+    flagged = perf.Verdict("copy bandwidth", 4400.0, 80.0, "%", flags=(why,))
+    speed = findings.speed_of("speed-fused-bandwidth", [verdicts.parse(flagged.record())])
+    assert not speed.passed and speed.flags == (why,)
+    graded = findings.Graded(speed=[speed])
+    (found,) = findings.classify(
+        run=OK, submitted=findings.Submitted(), graded=graded, score=3, max_score=4
+    )
+    assert found.kind == "cheating" and found.detail.startswith("speed-fused-bandwidth: measured")
+    stopped = perf.Verdict("copy bandwidth", None, 80.0, "%", flags=(why,))
+    speed = findings.speed_of("speed-fused-bandwidth", [verdicts.parse(stopped.record())])
+    assert (speed.measured, speed.flags) == (None, (why,))
+    passed = verdicts.parse(perf.Verdict("eager", 2.5, 2.0).record())
+    clean = findings.Graded(speed=[findings.speed_of("speed-f", [passed])])
+    assert (
+        findings.classify(
+            run=OK, submitted=findings.Submitted(), graded=clean, score=3, max_score=4
+        )
+        == []
+    )

@@ -5,7 +5,7 @@ guards catch, whatever the calling process's state."""
 import pytest
 import torch
 
-from grader.runtime import device, integrity
+from grader.runtime import device, integrity, perf
 from tests import integrity_kernels as ik
 
 DEV = device.current().torch_device  # where kernels read their tensors
@@ -169,3 +169,30 @@ def test_grade_scores_only_on_a_gpu_and_only_at_the_threshold(monkeypatch, capsy
     assert integrity.grade(failed, "flash", at_least=0.6, points=1) == 0.0
     printed = capsys.readouterr().out
     assert "PASS 0.80x flash" in printed and "NOT YET 0.80x" in printed and "ran past" in printed
+
+
+def test_isolated_process_flags_an_output_kept_across_timed_calls():
+    honest = isolated(ik.scale, clock="cpu")
+    assert honest.ok and honest.flags == []
+    result = isolated(ik.scale_keeps_first_output, clock="cpu")
+    assert result.ok, result.error  # it launches every call and its first output is right
+    assert result.flags and result.flags[0].startswith("torch: ")
+    assert "cached" in result.flags[0] and "flagged:" in str(result)
+
+
+def test_grade_scores_a_flagged_measurement_zero_and_says_why(monkeypatch, capsys):
+    monkeypatch.setattr(device, "_current", device.Device(device.GPU, "Test GPU", (9, 0)))
+    timed = {
+        "variant": "default",
+        "candidate_ms": 0.001,
+        "candidate_spread": 0.0,
+        "baseline_ms": 1.0,
+        "baseline_spread": 0.0,
+        "speedup": 1000.0,
+    }
+    clean = integrity.Measurement(True, comparisons={"torch": timed})
+    assert integrity.grade(clean, "torch", at_least=1.0, points=1) == 1.0
+    flagged = integrity.Measurement(True, comparisons={"torch": timed}, flags=["torch: too fast"])
+    assert integrity.grade(flagged, "torch", at_least=1.0, points=1) == 0.0
+    printed = capsys.readouterr().out
+    assert f"{perf.FLAGGED}: torch: too fast" in printed and "0 of 1 points" in printed

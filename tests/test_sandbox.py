@@ -89,3 +89,27 @@ def test_the_data_limit_fails_the_allocation_not_the_process(tmp_path):
 def test_default_memory_limit_shares_the_machine():
     one, many = sandbox.default_memory_limit(1), sandbox.default_memory_limit(64)
     assert 2 * sandbox.GIB <= many <= one <= 16 * sandbox.GIB
+
+
+def test_autograde_refuses_without_bwrap_and_names_the_install(monkeypatch, capsys, tmp_path):
+    from grader import cli
+    from grader.grading import jail
+
+    monkeypatch.setattr(jail.shutil, "which", lambda name: None)
+    with pytest.raises(jail.JailError, match="apt-get install bubblewrap"):
+        jail.require()
+    code = cli.main(["autograde", "00_setup", "--root", str(tmp_path), "--mode", "interpreter"])
+    assert code == 2
+    said = capsys.readouterr().err
+    assert "apt-get install bubblewrap" in said and "--sandbox none" in said
+    assert not (tmp_path / "grading").exists()  # nothing was graded
+
+
+def test_report_says_when_grading_ran_without_the_sandbox():
+    from grader.grading import classreport
+
+    results = classreport.ClassResults("00_setup", "the CPU", False, {"a": 1.0}, [])
+    assert "without the sandbox" not in classreport.render_markdown(results, {})
+    results.sandboxed = False
+    top = classreport.render_markdown(results, {}).split("## Scores")[0]
+    assert "**Graded without the sandbox** (`--sandbox none`)" in top

@@ -88,3 +88,16 @@ def test_doubts(outputs, kw, why):
 def test_worst_is_the_comparison_closest_to_failing():
     records = [verdicts.parse(good("a", 0.95, 0.8)), verdicts.parse(good("b", 0.7, 0.8))]
     assert verdicts.worst(records).comparison == "b" and verdicts.worst([]) is None
+
+
+def test_a_flagged_record_never_passes_and_may_have_no_figure():
+    stopped = verdicts.parse(perf.Verdict("eager", None, 2.0, flags=("output wrong",)).record())
+    assert (stopped.measured, stopped.passed, stopped.flags) == (None, False, ("output wrong",))
+    fast = verdicts.parse(perf.Verdict("eager", 9.0, 2.0, flags=("timer replaced",)).record())
+    assert fast.measured == 9.0 and not fast.passed
+    assert "without finite figures" in verdicts.parse({**good(), "measured": None})
+    assert "says passed=True" in verdicts.parse({**good(), "flags": ["timer replaced"]})
+    assert verdicts.worst([stopped, fast]) is fast
+    assert doubts([shown(perf.Verdict("eager", 9.0, 2.0, flags=("x",)).record())]) == [
+        "cell speed-x scored 1 with a failed speed verdict"
+    ]

@@ -10,7 +10,9 @@ how it fits with the rest of nbgrader.
 3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
    side on the CPU and one at a time on a GPU (speed cells time kernels), each in
    grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
-   alone, and every score already in the gradebook stays there. A submission graded before
+   alone, and every score already in the gradebook stays there. The Jupyter kernel that runs
+   the student's code is in grader.grading.jail (bubblewrap), out of reach of the course
+   directory, the other students and the network. A submission graded before
    and unchanged since is not graded again unless `force` is set.
 4. `nbgrader generate_feedback`, then grades read back through nbgrader's Gradebook API, each
    submission inspected by grader.grading.findings, and grader.grading.classreport writes the
@@ -22,18 +24,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
-import time
+import zipfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.authoring import build
-from grader.grading import classreport, findings, gradebook, nbgrader_policy, sandbox
+from grader.grading import classreport, findings, gradebook, jail, nbgrader_policy, sandbox
 
 NBGRADER_VERSION = "0.9"
+KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
 LOCK_RETRIES = 2  # a run that lost a race for the SQLite file is run again
 
 
@@ -74,6 +81,7 @@ class Batch:
     timeout: int = nbgrader_policy.SUBMISSION_TIMEOUT
     memory_limit: int = field(default_factory=lambda: sandbox.default_memory_limit(1))
     force: bool = False
+    jailed: bool = True  # each student's kernel in grader.grading.jail (bubblewrap)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -104,6 +112,28 @@ def environment(batch: Batch) -> dict[str, str]:
     if batch.mode != "gpu":  # side-by-side kernels should not each start a thread per core
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // batch.jobs)))
     return env
+
+
+@contextmanager
+def kernel_sandbox(batch: Batch) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """nbgrader's extra options and environment for one student's run: with `batch.jailed`, a
+    kernel in grader.grading.jail of its own (a uid, and on a GPU a device, of its own while it
+    runs), its private folders removed afterwards."""
+    env = environment(batch)
+    if not batch.jailed:
+        yield [], env
+        return
+    kernel = jail.kernel_argv(KERNEL)
+    with jail.slot() as n:
+        devices = jail.gpus() if batch.mode == "gpu" else []
+        with jail.prepared(
+            kernel,
+            uid=jail.UID_BASE + n,
+            scratch_bytes=batch.memory_limit // 4,
+            nproc=max(1024, 8 * (os.cpu_count() or 1)),
+            gpu=devices[n % len(devices)] if devices else None,
+        ) as (spec, variables):
+            yield jail.nbgrader_options(spec), {**env, **variables}
 
 
 def nbgrader_command(batch: Batch, *args: str) -> list[str]:
@@ -152,59 +182,258 @@ def prepare(batch: Batch) -> None:
 
 # -- submissions in --------------------------------------------------------------------------
 
+MAX_FILE_BYTES = findings.MAX_NOTEBOOK_BYTES  # one file handed in
+MAX_EXTRACTED_BYTES = 4 << 30  # all files of one LMS download together, once extracted
+TOO_LARGE = f"over the {MAX_FILE_BYTES >> 20} MiB limit for one file, not read"
+GLOB_CHARACTERS = "*?[]"  # `nbgrader --student` takes a pattern: these would match others
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A file or folder of the submissions left out of the batch, and why. `student` is the
+    student it belongs to (as the report may print it), else the file's own name."""
+
+    student: str
+    reason: str
+
+
+def printable(name: str) -> str:
+    """`name` as text a report can hold: bytes that are not UTF-8 as \\xNN escapes, control
+    characters as \\uNNNN."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+
+
+def student_id_problem(name: str) -> str | None:
+    """Why `name` cannot be a student id in the batch, or None when it can."""
+    if printable(name) != name:
+        return "the name is not printable UTF-8 text (a byte of another encoding, or a control)"
+    if any(c in GLOB_CHARACTERS for c in name):
+        return (
+            "the name holds one of * ? [ ], which `nbgrader autograde --student` reads as a "
+            "pattern matching other students"
+        )
+    if name.startswith(".") or not name.strip():
+        return "the name is empty or starts with a dot (a hidden folder)"
+    return None
+
+
+def _refused_path(batch: Batch) -> Path:
+    return batch.out / "refused.json"
+
+
+def refused(batch: Batch) -> list[Refused]:
+    """What the last import left out, and every folder of submitted/ whose name is not a
+    student id the batch can use."""
+    path = _refused_path(batch)
+    found = [Refused(**r) for r in json.loads(path.read_text())] if path.is_file() else []
+    submitted = batch.folder("submitted")
+    for d in sorted(submitted.iterdir()) if submitted.is_dir() else []:
+        problem = student_id_problem(d.name)
+        if problem and (d / batch.assignment).is_dir():
+            found.append(Refused(printable(d.name), f"submitted/{printable(d.name)}: {problem}"))
+    return list(dict.fromkeys(found))
+
 
 def students(batch: Batch) -> list[str]:
-    """Every student with a submission folder for the assignment in submitted/."""
+    """Every student with a submission folder for the assignment in submitted/ and a name the
+    batch can use as a student id (`refused` lists the others)."""
     submitted = batch.folder("submitted")
     if not submitted.is_dir():
         return []
-    return sorted(d.name for d in submitted.iterdir() if (d / batch.assignment).is_dir())
+    return sorted(
+        d.name
+        for d in submitted.iterdir()
+        if (d / batch.assignment).is_dir() and student_id_problem(d.name) is None
+    )
+
+
+def _copy_capped(read, target: Path, limit: int) -> int | None:
+    """Copy the binary stream `read` to `target`, at most `limit` bytes: the bytes written, or
+    None (and nothing written) when there were more."""
+    written = 0
+    with open(target, "wb") as out:
+        while chunk := read.read(1 << 20):
+            written += len(chunk)
+            if written > limit:
+                break
+            out.write(chunk)
+    if written > limit:
+        target.unlink()
+        return None
+    return written
+
+
+def _copy_student(batch: Batch, student: Path, notes: list[Refused]) -> None:
+    """submitted/<student>/<assignment> from a folder in nbgrader's layout: plain files only,
+    none over the size limit; symbolic links are never followed."""
+    target = batch.folder("submitted", student.name)
+    if target.exists():
+        shutil.rmtree(target)
+    source = student / batch.assignment
+    for path in sorted(source.rglob("*")):
+        where = f"{student.name}/{batch.assignment}/{path.relative_to(source)}"
+        if path.is_symlink():
+            notes.append(Refused(student.name, f"{printable(where)}: a symbolic link, not read"))
+        elif path.is_file() and not any(p.is_symlink() for p in path.relative_to(source).parents):
+            (target / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "rb") as f:
+                copied = _copy_capped(f, target / path.relative_to(source), MAX_FILE_BYTES)
+            if copied is None:
+                notes.append(Refused(student.name, f"{printable(where)}: {TOO_LARGE}"))
+    target.mkdir(parents=True, exist_ok=True)
+
+
+def _from_layout(batch: Batch, layout: Path, notes: list[Refused]) -> list[str]:
+    """Copy every student folder of `layout` (nbgrader's) that holds the assignment."""
+    found = []
+    for d in sorted(layout.iterdir()):
+        if not (d / batch.assignment).is_dir():
+            continue
+        problem = student_id_problem(d.name)
+        if problem:
+            notes.append(Refused(printable(d.name), f"{printable(d.name)}/: {problem}"))
+        elif d.is_symlink() or (d / batch.assignment).is_symlink():
+            notes.append(Refused(d.name, f"{d.name}/: a symbolic link, not followed"))
+        else:
+            _copy_student(batch, d, notes)
+            found.append(d.name)
+    return found
+
+
+def _lms_files(source: Path, into: Path, notes: list[Refused]) -> list[Path]:
+    """The files of an LMS download (a zip, or a folder of files and zips) extracted into
+    `into` as plain files: no entry outside it, no link, none over the size limits. An archive
+    inside one of the download's zips is a student's file, left to `_collect`."""
+    budget = [MAX_EXTRACTED_BYTES]
+    written: list[Path] = []
+
+    def put(name: str, read) -> None:
+        parts = Path(name).parts
+        if not parts or Path(name).is_absolute() or ".." in parts:
+            notes.append(
+                Refused(printable(name), f"{printable(name)}: a path outside the download")
+            )
+            return
+        target = into.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        size = _copy_capped(read, target, min(MAX_FILE_BYTES, budget[0]))
+        if size is None:
+            why = TOO_LARGE if budget[0] > MAX_FILE_BYTES else "over the download's size limit"
+            notes.append(Refused(printable(Path(name).name), f"{printable(name)}: {why}"))
+        else:
+            budget[0] -= size
+            written.append(target)
+
+    def unzip(path: Path, prefix: str) -> None:
+        try:
+            with zipfile.ZipFile(path) as z:
+                for info in z.infolist():
+                    if info.is_dir():
+                        continue
+                    if stat.S_ISLNK(info.external_attr >> 16):
+                        notes.append(Refused(printable(info.filename), "a symbolic link, not read"))
+                        continue
+                    with z.open(info) as read:
+                        put(prefix + info.filename, read)
+        except (zipfile.BadZipFile, OSError, RuntimeError) as exc:  # damaged, encrypted
+            notes.append(Refused(printable(path.name), f"an unreadable zip archive ({exc})"))
+
+    if source.is_file():
+        unzip(source, "")
+        return written
+    for path in sorted(source.rglob("*")):
+        name = str(path.relative_to(source))
+        if path.is_symlink():
+            notes.append(Refused(printable(path.name), f"{printable(name)}: a symbolic link"))
+        elif path.is_file() and path.suffix == ".zip":
+            unzip(path, name + "/")
+        elif path.is_file() and not any(p.is_symlink() for p in path.relative_to(source).parents):
+            with open(path, "rb") as f:
+                put(name, f)
+    return written
+
+
+def _collect(files: list[Path], pattern: str, notes: list[Refused]) -> list[Path]:
+    """The files `nbgrader zip_collect` may collect: notebooks whose full path matches the LMS
+    file-name pattern, with a student id the batch can use, one per student and notebook (of
+    two, the last in name order: the later submission, as LMSs number them). Every other file
+    is noted with the reason."""
+    chosen: dict[tuple[str, str], Path] = {}
+    for path in sorted(files):
+        match = re.match(pattern, str(path))
+        info = match.groupdict() if match else {}
+        student, file_id = info.get("student_id"), info.get("file_id")
+        shown = printable(path.name)
+        if not student or not file_id:
+            notes.append(
+                Refused(shown, "its name does not match the LMS's file-name pattern (--regexp)")
+            )
+        elif student_id_problem(student):
+            notes.append(Refused(printable(student), f"{shown}: {student_id_problem(student)}"))
+        elif path.suffix != ".ipynb":
+            kind = "an archive inside the download" if path.suffix == ".zip" else "not a notebook"
+            notes.append(Refused(student, f"{shown}: {kind}; unpack or rename it and grade again"))
+        else:
+            key = (student, Path(file_id).stem)
+            if key in chosen:
+                notes.append(
+                    Refused(
+                        student,
+                        f"{printable(chosen[key].name)}: a second {key[1]}.ipynb of the student; "
+                        f"{shown} was graded",
+                    )
+                )
+            chosen[key] = path
+    return list(chosen.values())
 
 
 def import_submissions(batch: Batch, source: Path, regexp: str | None = None) -> list[str]:
     """Bring submissions into submitted/: copy a folder in nbgrader's layout (or the course
     directory's own submitted/), or run `nbgrader zip_collect` on an LMS download (a zip file or
-    a folder of the files in one). Returns the students found."""
+    a folder of the files in one). Returns the students found; what was left out, and why, goes
+    to `refused`, which the report lists."""
     source = Path(source).resolve()
     if not source.exists():
         raise AutogradeError(f"{source}: no such file or folder")
     layout = source / "submitted" if (source / "submitted").is_dir() else source
     if layout == batch.folder("submitted"):
         return students(batch)
-    if source.is_dir():
-        found = [d for d in sorted(layout.iterdir()) if (d / batch.assignment).is_dir()]
-        if found:
-            for student in found:
-                target = batch.folder("submitted", student.name)
-                if target.exists():
-                    shutil.rmtree(target)
-                shutil.copytree(student / batch.assignment, target)
-            return [d.name for d in found]
-    archive = batch.root / "downloaded" / batch.assignment / "archive"
-    if archive.exists():
-        shutil.rmtree(archive)
-    archive.mkdir(parents=True)
-    files = [source] if source.is_file() else [p for p in source.rglob("*") if p.is_file()]
+    notes: list[Refused] = []
+    found = _from_layout(batch, layout, notes) if source.is_dir() else []
+    if not found and not notes:
+        found = _from_lms(batch, source, regexp, notes)
+    batch.out.mkdir(parents=True, exist_ok=True)
+    _refused_path(batch).write_text(json.dumps([asdict(n) for n in notes], indent=1))
+    return found
+
+
+def _from_lms(batch: Batch, source: Path, regexp: str | None, notes: list[Refused]) -> list[str]:
+    """An LMS download through `nbgrader zip_collect`, given only the files it may collect."""
+    downloaded = batch.root / "downloaded" / batch.assignment
+    for step in ("archive", "extracted", "unpacked"):
+        if (downloaded / step).exists():
+            shutil.rmtree(downloaded / step)
+    unpacked, archive = downloaded / "unpacked", downloaded / "archive"
+    pattern = regexp or nbgrader_policy.LMS_FILE_PATTERN
+    # zip_collect matches the pattern on the path it extracted each file to
+    files = _collect(_lms_files(source, unpacked, notes), pattern, notes)
     for f in files:
-        target = archive / (f.name if source.is_file() else f.relative_to(source))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, target)
-    options = [f"--FileNameCollectorPlugin.named_regexp={regexp}"] if regexp else []
-    start = time.time()
-    done = run_nbgrader(batch, "zip_collect", batch.assignment, "--force", *options)
-    collected = [  # the students zip_collect wrote files for just now
-        s
-        for s in students(batch)
-        if any(p.stat().st_mtime >= start - 1 for p in batch.folder("submitted", s).rglob("*"))
-    ]
-    if not collected:
+        (archive / f.relative_to(unpacked)).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(f, archive / f.relative_to(unpacked))
+    shutil.rmtree(unpacked)
+    if not files:
         raise AutogradeError(
-            f"{source}: nbgrader zip_collect found no submission of {batch.assignment}. Its "
-            "file-name pattern (FileNameCollectorPlugin.named_regexp in "
-            "grader/grading/nbgrader_config.py, or --regexp) must match the LMS's file names.\n"
-            + done.stderr[-2000:]
+            f"{source}: no submission of {batch.assignment} found. The LMS's file-name pattern "
+            "(FileNameCollectorPlugin.named_regexp in grader/grading/nbgrader_config.py, or "
+            "--regexp) must match its file names; left out:\n"
+            + "\n".join(f"  {n.student}: {n.reason}" for n in notes[:20])
         )
-    return collected
+    options = [f"--FileNameCollectorPlugin.named_regexp={regexp}"] if regexp else []
+    run_nbgrader(batch, "zip_collect", batch.assignment, "--force", *options)
+    return sorted(
+        {re.match(pattern, str(archive / f.relative_to(unpacked)))["student_id"] for f in files}
+    )
 
 
 # -- grading -----------------------------------------------------------------------------------
@@ -252,15 +481,16 @@ def grade_one(batch: Batch, student: str, given: dict[str, object]) -> findings.
         data_limit = batch.memory_limit - min(sandbox.GIB, batch.memory_limit // 4)
     command = nbgrader_command(batch, "autograde", batch.assignment, f"--student={student}")
     for _ in range(1 + LOCK_RETRIES):
-        finished = sandbox.run(
-            [*command, "--force"],
-            log=log,
-            timeout=batch.timeout,
-            memory_limit=batch.memory_limit,
-            data_limit=data_limit,
-            cwd=batch.root,
-            env=environment(batch),
-        )
+        with kernel_sandbox(batch) as (options, env):
+            finished = sandbox.run(
+                [*command, *options, "--force"],
+                log=log,
+                timeout=batch.timeout,
+                memory_limit=batch.memory_limit,
+                data_limit=data_limit,
+                cwd=batch.root,
+                env=env,
+            )
         text = log.read_text(encoding="utf-8", errors="replace")
         if finished.ok or "database is locked" not in text:
             break
@@ -288,6 +518,8 @@ def previous_run(batch: Batch, student: str, graded: set[str]) -> findings.Run |
     if batch.force or student not in graded or not path.is_file():
         return None
     record = json.loads(path.read_text())
+    if record["status"] == INTERRUPTED:
+        return None
     if record.pop("fingerprint", None) != fingerprint(
         batch.folder("submitted", student), batch.mode
     ):
@@ -295,8 +527,27 @@ def previous_run(batch: Batch, student: str, graded: set[str]) -> findings.Run |
     return findings.Run(**record)
 
 
+INTERRUPTED = "interrupted"  # a Run's status while grading is under way, and after Ctrl-C
+
+
+def _interrupted(batch: Batch, student: str) -> None:
+    """Record `student` as not graded: the next run grades it (see previous_run)."""
+    run = findings.Run(INTERRUPTED, detail="grading was interrupted; the next run grades it")
+    (batch.out / "runs").mkdir(parents=True, exist_ok=True)
+    (batch.out / "runs" / f"{student}.json").write_text(json.dumps(asdict(run), indent=1))
+
+
+def _stop_grading() -> None:
+    """Kill every process this one started (the students' nbgrader runs and their kernels)."""
+    import psutil
+
+    sandbox.kill(psutil.Process().children(recursive=True))
+
+
 def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
-    """Grade `names` side by side (batch.jobs at a time) with a progress bar."""
+    """Grade `names` side by side (batch.jobs at a time) with a progress bar. Each student is
+    recorded as interrupted while it is graded; on KeyboardInterrupt (Ctrl-C) the grading
+    processes are killed, the students in flight stay recorded so, and the interrupt goes on."""
     from tqdm.auto import tqdm
 
     graded = set(gradebook.grades(batch.url, batch.assignment))
@@ -309,17 +560,36 @@ def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
         ThreadPoolExecutor(max(1, batch.jobs)) as pool,
         tqdm(total=len(todo), desc=f"grading {batch.assignment}", unit="student") as bar,
     ):
-        futures = {pool.submit(grade_one, batch, s, given): s for s in todo}
-        for future in as_completed(futures):
-            student = futures[future]
-            try:
-                run = future.result()
-            except Exception as exc:  # the grader's own trouble (a disk, the database): go on
-                run = _save(batch, student, findings.Run("failed", detail=f"not graded: {exc}"))
-            runs[student] = run
-            if run.status != "ok":
-                bar.write(f"{student}: {run.status}: {run.detail or run.limit}")
-            bar.update()
+
+        def one(student: str) -> findings.Run:
+            _interrupted(batch, student)
+            return grade_one(batch, student, given)
+
+        futures = {pool.submit(one, s): s for s in todo}
+        try:
+            for future in as_completed(futures):
+                student = futures[future]
+                try:
+                    run = future.result()
+                except Exception as exc:  # the grader's own trouble (a disk, the database): go on
+                    run = _save(batch, student, findings.Run("failed", detail=f"not graded: {exc}"))
+                runs[student] = run
+                if run.status != "ok":
+                    bar.write(f"{student}: {run.status}: {printable(run.detail or run.limit)}")
+                bar.update()
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            _stop_grading()
+            pool.shutdown(wait=True)
+            in_flight = [s for f, s in futures.items() if s not in runs and not f.cancelled()]
+            for student in in_flight:  # whatever their runs said as they were killed
+                _interrupted(batch, student)
+            bar.write(
+                f"interrupted: {len(in_flight)} students in flight recorded as not graded; "
+                "run again to grade them and the rest"
+            )
+            raise
     return runs
 
 
@@ -342,13 +612,14 @@ def feedback(batch: Batch) -> None:
 
 
 def _notebooks(folder: Path, names: list[str]) -> dict[str, object]:
-    import nbformat
-
-    return {
-        n: nbformat.read(folder / f"{n}.ipynb", as_version=4)
-        for n in names
-        if (folder / f"{n}.ipynb").is_file()
-    }
+    """{name: notebook} of those of `names` in `folder` that read as notebooks."""
+    found = {}
+    for name in names:
+        path = folder / f"{name}.ipynb"
+        nb = findings.read_notebook(path)[0] if path.is_file() else None
+        if nb is not None:
+            found[name] = nb
+    return found
 
 
 def released(batch: Batch) -> dict[str, object]:
@@ -369,35 +640,60 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
     ]
     points = {g: points[g] for g in [*order, *(g for g in points if g not in order)]}
     recorded = gradebook.grades(batch.url, batch.assignment)
+    left_out = refused(batch)
+    here = set(students(batch)) | set(recorded)
     rows = []
-    for student in sorted(set(students(batch)) | set(recorded)):
+    for student in sorted(here | {r.student for r in left_out}):
         grades = recorded.get(student) or gradebook.StudentGrades(student)
-        submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
-        autograded = _notebooks(batch.folder("autograded", student), list(given))
-        graded = findings.Graded()
-        for nb in autograded.values():
-            one = findings.inspect_graded(nb, grades_speed=grades_speed)
-            graded.errors += one.errors
-            graded.speed += one.speed
-            graded.doubts += one.doubts
         row = classreport.StudentRow(
             student,
             {g: grades.scores.get(g) for g in points},
             seconds_late=grades.seconds_late,
             penalty=grades.penalty,
-            speed=graded.speed,
         )
-        row.findings = findings.classify(
-            run=runs.get(student),
-            submitted=submitted,
-            graded=graded if autograded else None,
-            score=row.total,
-            max_score=sum(points.values()),
-            seconds_late=grades.seconds_late,
-            penalty=grades.penalty,
-        )
+        row.findings = [
+            findings.Finding("not-imported", r.reason) for r in left_out if r.student == student
+        ]
+        if student in here:
+            try:
+                row.findings += _inspect(
+                    batch, student, given, row, runs.get(student), points, grades_speed
+                )
+            except Exception as exc:  # one submission's trouble, whatever it is, is its own
+                row.findings.append(findings.Finding("grader-error", _error(exc)))
         rows.append(row)
-    return classreport.ClassResults(batch.assignment, device, grades_speed, points, rows)
+    return classreport.ClassResults(
+        batch.assignment, device, grades_speed, points, rows, sandboxed=batch.jailed
+    )
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300] + "; the score is what the gradebook holds"
+
+
+def _inspect(
+    batch: Batch, student: str, given, row, run, points, grades_speed: bool
+) -> list[findings.Finding]:
+    """What one student's files say, for `results`; fills in `row.speed`."""
+    submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
+    autograded = _notebooks(batch.folder("autograded", student), list(given))
+    graded = findings.Graded()
+    for nb in autograded.values():
+        one = findings.inspect_graded(nb, grades_speed=grades_speed)
+        graded.errors += one.errors
+        graded.speed += one.speed
+        graded.cut += one.cut
+        graded.doubts += one.doubts
+    row.speed = graded.speed
+    return findings.classify(
+        run=run,
+        submitted=submitted,
+        graded=graded if autograded else None,
+        score=row.total,
+        max_score=sum(points.values()),
+        seconds_late=row.seconds_late,
+        penalty=row.penalty,
+    )
 
 
 def autograde(
@@ -427,7 +723,10 @@ def autograde(
     given = released(batch)
     recorded = gradebook.grades(batch.url, batch.assignment)
     for student in names:  # every student in the gradebook; a notebook never read scores 0
-        submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
+        try:
+            submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
+        except Exception:  # the report says why (grader-error); its grading went on
+            submitted = findings.Submitted()
         unread = [*submitted.missing, *submitted.unreadable]
         if unread or student not in recorded:
             gradebook.record_ungraded(batch.url, batch.assignment, student, unread)

@@ -1,7 +1,11 @@
 """The class report for one graded assignment: grades as CSV for an LMS (one row per student, a
 column per graded cell), and a report in Markdown (and HTML) with plots of the score distribution,
 the pass rate of each graded cell, and the speed measured by the speed cells; then the list of
-submissions that need a human look, and why."""
+submissions that need a human look, and why.
+
+Student ids and the reasons for a look hold what students wrote (file names, error messages): in
+the report each is Markdown-escaped, so that it shows as text in report.md and report.html alike;
+in the CSV a cell that a spreadsheet would read as a formula is quoted."""
 
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ class ClassResults:
     grades_speed: bool
     max_scores: dict[str, float]
     students: list[StudentRow]
+    sandboxed: bool = True  # False: graded with `--sandbox none`, said at the top of the report
 
     @property
     def max_total(self) -> float:
@@ -58,6 +63,24 @@ def _number(x: float) -> str:
     return f"{x:g}"
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what spreadsheets read as a formula
+
+
+def spreadsheet_text(text: str) -> str:
+    """`text` as a CSV cell no spreadsheet runs: one that starts a formula gets a leading '."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+MARKDOWN_SPECIAL = set("\\`*_{}[]<>()#+!|&~$")  # what may start markup, a tag or an entity
+
+
+def markdown_text(text: str) -> str:
+    """`text` as Markdown that renders as exactly that text, on one line within a table: each
+    character that could start markup, a link, an HTML tag or entity, math or a table's `|`
+    backslash-escaped."""
+    return "".join("\\" + c if c in MARKDOWN_SPECIAL else c for c in " ".join(text.split()))
+
+
 def write_csv(results: ClassResults, path: Path) -> Path:
     """One row per student: id, score (after any late penalty), max, a column per graded cell,
     the late penalty, and the reasons for a human look (empty when none)."""
@@ -69,8 +92,8 @@ def write_csv(results: ClassResults, path: Path) -> Path:
             per_cell = [_number(s.scores[c]) if s.scores.get(c) is not None else "" for c in cells]
             review = "; ".join(str(f) for f in s.findings)
             w.writerow(
-                [s.student, _number(s.total), _number(results.max_total), *per_cell]
-                + [_number(s.penalty), review]
+                [spreadsheet_text(s.student), _number(s.total), _number(results.max_total)]
+                + [*per_cell, _number(s.penalty), spreadsheet_text(review)]
             )
     return path
 
@@ -255,9 +278,17 @@ def _review_section(results: ClassResults) -> list[str]:
         "|---|---:|---|",
     ]
     for s in sorted(flagged, key=lambda s: s.student):
-        why = "<br>".join(str(f).replace("|", "\\|") for f in s.findings)
-        lines.append(f"| {s.student} | {_number(s.total)} | {why} |")
+        why = "<br>".join(markdown_text(str(f)) for f in s.findings)
+        lines.append(f"| {markdown_text(s.student)} | {_number(s.total)} | {why} |")
     return lines
+
+
+UNSANDBOXED = (
+    "> **Graded without the sandbox** (`--sandbox none`): each student's code ran with the "
+    "grader's own rights, able to read and write the course directory, the gradebook, the hidden "
+    "tests and the other students' files, and to reach the network. These scores are only as "
+    "trustworthy as every submission; grade again with bubblewrap installed before publishing."
+)
 
 
 def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> str:
@@ -272,6 +303,7 @@ def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> st
         f"Graded on {results.device}. {len(totals)} submissions, "
         f"{len(results.needs_look())} of them need a human look.",
         "",
+        *(() if results.sandboxed else (UNSANDBOXED, "")),
         "| | |",
         "|---|---:|",
         f"| submissions | {len(totals)} |",

@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import scan, tells, verdicts
+from grader.grading import nbgrader_policy, scan, tells, verdicts
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
+    "not-imported": "not imported",
     "not-a-notebook": "not a notebook",
     "missing-notebook": "missing notebook",
     "crashed": "crashed",
@@ -23,15 +24,20 @@ KINDS = {
     "cell-timeout": "a cell timed out",
     "tampered": "graded cells tampered with",
     "parameters": "parameters changed",
+    "stray-cells": "graded cells repeated or unknown",
+    "output-cut": "output cut",
     "cheating": "cheating flagged",
     "hooks": "changes how later cells run",
     "dynamic-code": "dynamic code",
     "forged-output": "outputs the grader cannot have written",
     "zero-score": "zero score",
     "late": "late",
+    "grader-error": "grader error",
 }
+MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file larger than this is not read, nor graded
 OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
 OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
+OUTPUT_CUT = nbgrader_policy.OUTPUT_CUT.format(limit=nbgrader_policy.OUTPUT_LIMIT >> 20)
 GPU_FAULT_TEXT = ("illegal memory access", "misaligned address", "unspecified launch failure")
 
 
@@ -70,6 +76,7 @@ class Speed:
     needed: float | None = None
     unit: str = ""
     comparisons: int = 0
+    flags: tuple[str, ...] = ()  # why the figures could not be trusted (the cell scored 0)
 
     @property
     def relative(self) -> float | None:
@@ -89,6 +96,7 @@ class Submitted:
     tampered: list[str] = field(default_factory=list)
     patches: list[scan.Route] = field(default_factory=list)  # what its code does to later cells
     parameters: list[str] = field(default_factory=list)  # lines of the parameters cell changed
+    stray: list[str] = field(default_factory=list)  # graded cells repeated or unknown
     unchanged_solutions: bool = False
 
 
@@ -99,6 +107,7 @@ class Graded:
     errors: list[CellError] = field(default_factory=list)
     speed: list[Speed] = field(default_factory=list)
     doubts: list[str] = field(default_factory=list)  # outputs the grader cannot have written
+    cut: list[str] = field(default_factory=list)  # cells whose output passed the limit
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,9 @@ def read_notebook(path: Path):
     """(notebook, None), or (None, why it is not a notebook)."""
     import nbformat
 
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        return None, f"{size / (1 << 20):.0f} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit"
     data = path.read_bytes()
     if data.startswith(b"%PDF"):
         return None, "a PDF file with an .ipynb name"
@@ -128,21 +140,33 @@ def read_notebook(path: Path):
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None, "a binary file, not text"
+    nested = "JSON nested too deeply to read (hundreds of levels, in its metadata or elsewhere)"
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    except RecursionError:
+        return None, nested
     if not isinstance(raw, dict) or "cells" not in raw:
         return None, "JSON, but not a Jupyter notebook (no cells)"
     try:
-        return nbformat.reads(text, as_version=4), None
+        nb = nbformat.reads(text, as_version=4)
+    except RecursionError:
+        return None, nested
     except Exception as exc:  # nbformat's own reasons, whichever they are
-        return None, f"not a readable Jupyter notebook ({exc})"
+        return None, f"not a readable Jupyter notebook ({_short(str(exc))})"
+    return nb, None
+
+
+def grade_id_of(cell) -> str | None:
+    """The cell's grade_id, None where it has none (or its nbgrader metadata is malformed)."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+    return grade_id if isinstance(grade_id, str) else None
 
 
 def cell_label(cell, index: int) -> str:
-    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-    return grade_id or cell.get("id") or f"#{index}"
+    return grade_id_of(cell) or cell.get("id") or f"#{index}"
 
 
 def _locked(nb) -> dict:
@@ -153,6 +177,25 @@ def _locked(nb) -> dict:
         for c in nb.cells
         if "grade_id" in c.get("metadata", {}).get("nbgrader", {}) and utils.is_locked(c)
     }
+
+
+def stray_cells(submitted, released) -> list[str]:
+    """Cells of `submitted` with nbgrader metadata that nbgrader cannot grade as they are: a
+    grade_id unknown to `released` or missing, or one a later cell repeats.
+    notebook_guards.StrayGradeIds runs them as plain code."""
+    known = {grade_id_of(c) for c in released.cells} - {None}
+    seen, found = set(), []
+    for i in reversed(range(len(submitted.cells))):
+        cell = submitted.cells[i]
+        if "nbgrader" not in cell.get("metadata", {}):
+            continue
+        grade_id = grade_id_of(cell)
+        if grade_id not in known:
+            found.append(f"{grade_id or 'a cell without a grade_id'} unknown (cell #{i})")
+        elif grade_id in seen:
+            found.append(f"{grade_id} repeated (cell #{i}; the last one was graded)")
+        seen.add(grade_id)
+    return found[::-1]
 
 
 def tampered_cells(submitted, released) -> list[str]:
@@ -233,6 +276,7 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
         result.tampered += tampered_cells(nb, release)
         result.patches += scan.scan(nb, release)
         result.parameters += changed_parameters(nb, release)
+        result.stray += stray_cells(nb, release)
         unchanged.append(solutions_unchanged(nb, release))
     result.unchanged_solutions = bool(unchanged) and all(unchanged)
     return result
@@ -243,11 +287,14 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
 
 def speed_of(grade_id: str, records: list[verdicts.Record]) -> Speed:
     """A speed cell's verdict from the records it published (none: it measured nothing)."""
+    flags = tuple(f for r in records for f in r.flags)
     worst = verdicts.worst(records)
     if worst is None:  # nothing measured (the isolated measurement failed, or the cell did)
-        return Speed(grade_id, graded_here=True)
+        return Speed(grade_id, graded_here=True, flags=flags)
     passed = all(r.passed for r in records)
-    return Speed(grade_id, True, passed, worst.measured, worst.needed, worst.unit, len(records))
+    return Speed(
+        grade_id, True, passed, worst.measured, worst.needed, worst.unit, len(records), flags
+    )
 
 
 def cell_score(cell) -> float | None:
@@ -283,6 +330,9 @@ def inspect_graded(nb, *, grades_speed: bool = False) -> Graded:
         if speed_cell:
             records = [r for r in verdicts.published(outputs) if isinstance(r, verdicts.Record)]
             result.speed.append(speed_of(label, records) if grades_speed else Speed(label, False))
+        text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+        if OUTPUT_CUT in text:
+            result.cut.append(label)
     result.doubts += tells.tells(nb)
     return result
 
@@ -350,6 +400,21 @@ def classify(
                 f"{', '.join(submitted.tampered)} (nbgrader graded the released version)",
             )
         )
+    if submitted.stray:
+        found.append(
+            Finding(
+                "stray-cells",
+                _short("; ".join(submitted.stray) + " (run as plain code; the rest was graded)"),
+            )
+        )
+    if graded is not None and graded.cut:
+        found.append(
+            Finding(
+                "output-cut",
+                f"over {nbgrader_policy.OUTPUT_LIMIT >> 20} MiB of output, from cell "
+                f"{graded.cut[0]} on; the rest was dropped, errors and results kept",
+            )
+        )
     if submitted.parameters:
         found.append(
             Finding(
@@ -360,6 +425,8 @@ def classify(
     cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
     routes = {kind: [str(r) for r in submitted.patches if r.kind == kind] for kind in KINDS}
     cheats += routes["cheating"]
+    speed = graded.speed if graded else []
+    cheats += [f"{s.grade_id}: {_short(flag, 120)}" for s in speed for flag in s.flags]
     if cheats:
         found.append(Finding("cheating", "; ".join(cheats)))
     for kind in ("hooks", "dynamic-code"):

@@ -31,6 +31,28 @@ c.Execute.timeout_func = nbgrader_policy.cell_timeout
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "python3"
 
+# One student's notebook cannot fail its whole grading through its nbgrader metadata (a graded
+# cell duplicated, a grade_id the assignment does not have: those cells run as plain code), nor
+# hold unbounded output (kept up to nbgrader_policy.OUTPUT_LIMIT). grader.grading.findings flags
+# both for a human look.
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "grader.grading.notebook_guards.StrayGradeIds",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.Autograde.autograde_preprocessors = [
+    "grader.grading.notebook_guards.CappedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # A test cell with any stderr output scores 0; library warnings are not the student's failure.
 c.IgnorePattern.enabled = True  # off by default in nbgrader 0.9.6
 c.IgnorePattern.pattern = nbgrader_policy.STDERR_NOISE
@@ -50,11 +72,9 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
 ]
 
-# LMS downloads (`nbgrader zip_collect`): Canvas names files
-# <login>[_late]_<user id>_<submission id>_<file name>; change this for another LMS.
-c.FileNameCollectorPlugin.named_regexp = (
-    r".*/(?P<student_id>[^/_]+)_(?:late_)?\d+_\d+_(?P<file_id>[^/]+)$"
-)
+# LMS downloads (`nbgrader zip_collect`): the file-name pattern, Canvas's by default; see
+# grader/grading/nbgrader_policy.py.
+c.FileNameCollectorPlugin.named_regexp = nbgrader_policy.LMS_FILE_PATTERN
 
 # Late submissions: nbgrader records how late each one is; the penalty is the instructor's call
 # (LateSubmissionPlugin.penalty_method: "none", the default, or "zero", or a plugin of your own).

@@ -12,6 +12,10 @@ libraries (a deprecation in torch, a numpy RuntimeWarning in the interpreter) sa
 student's answer, so `STDERR_NOISE` matches stderr text made only of warnings; nbgrader's
 IgnorePattern preprocessor drops such output before the cell is scored. Anything else on stderr
 still costs the cell, and errors are never stderr: they are error outputs.
+
+Sizes: a notebook's outputs are kept up to `OUTPUT_LIMIT` bytes while it runs
+(grader.grading.notebook_guards.CappedExecute); past it, what a cell prints or displays is
+dropped, and `OUTPUT_CUT` says so in the cell.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ SPEED_CELL_TIMEOUT = 900  # seconds; compilation, autotuning and timing in one c
 SUBMISSION_TIMEOUT = 1800  # seconds for one student's whole grading (grader.grading.autograde)
 CELL_TIMEOUT_VARIABLE = "COURSE_CELL_TIMEOUT"
 SPEED_CELL_TIMEOUT_VARIABLE = "COURSE_SPEED_CELL_TIMEOUT"
+OUTPUT_LIMIT = 16 << 20  # bytes of output one notebook keeps while it is graded
+OUTPUT_CUT = "[grader: this notebook's output passed {limit} MiB; the rest of it was dropped]"
+
+# LMS downloads (`nbgrader zip_collect`): Canvas names files
+# <login>[_late]_<user id>_<submission id>_<file name>; --regexp gives another LMS's pattern.
+LMS_FILE_PATTERN = r".*/(?P<student_id>[^/_]+)_(?:late_)?\d+_\d+_(?P<file_id>[^/]+)$"
 
 # One Python warning as `warnings` prints it ("path:line: SomeWarning: message", then the source
 # line, indented), or a C++ warning from torch's logging ("[W... file.cpp:12] Warning: ...").

@@ -18,10 +18,11 @@ UNITS = ("x", "%")
 
 @dataclass(frozen=True)
 class Record:
-    """One published comparison: `measured` and `needed` in `unit` ("x" or "%")."""
+    """One published comparison: `measured` (None: the measurement stopped, flagged) and
+    `needed` in `unit` ("x" or "%"); `flags` say why the figure cannot be trusted."""
 
     comparison: str
-    measured: float
+    measured: float | None
     needed: float
     unit: str
     passed: bool
@@ -34,7 +35,7 @@ def parse(data: object) -> Record | str:
         return f"a speed record that is not a JSON object ({type(data).__name__})"
     comparison, measured, needed = data.get("comparison"), data.get("measured"), data.get("needed")
     unit, passed, flags = data.get("unit"), data.get("passed"), data.get("flags", [])
-    numbers = (measured, needed)
+    numbers = (needed,) if measured is None and flags else (measured, needed)
     if not isinstance(comparison, str) or not comparison:
         return "a speed record without a comparison name"
     if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or needed <= 0:
@@ -43,9 +44,11 @@ def parse(data: object) -> Record | str:
         return f"a speed record for {comparison!r} with unit {unit!r}, passed {passed!r}"
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         return f"a speed record for {comparison!r} with malformed flags"
-    if passed != (measured >= needed):
-        return f"a speed record for {comparison!r} that says passed={passed} of {measured:g}{unit}"
-    return Record(comparison, float(measured), float(needed), unit, passed, tuple(flags))
+    if passed != (measured is not None and measured >= needed and not flags):
+        figure = "no figure" if measured is None else f"{measured:g}{unit}"
+        return f"a speed record for {comparison!r} that says passed={passed} of {figure}"
+    figure = None if measured is None else float(measured)
+    return Record(comparison, figure, float(needed), unit, passed, tuple(flags))
 
 
 def published(outputs: list) -> list[Record | str]:
@@ -59,8 +62,9 @@ def published(outputs: list) -> list[Record | str]:
 
 
 def worst(records: list[Record]) -> Record | None:
-    """The record furthest below (or least above) its threshold."""
-    return min(records, key=lambda r: r.measured / r.needed, default=None)
+    """The record with a figure furthest below (or least above) its threshold."""
+    measured = [r for r in records if r.measured is not None]
+    return min(measured, key=lambda r: r.measured / r.needed, default=None)
 
 
 def doubts(

@@ -14,18 +14,20 @@ What each guard catches:
   that returns without launching the kernel (a cached or precomputed result) is caught.
 - `measure_isolated` sends the source of the kernel and launcher (`inspect.getsource`) to a fresh
   Python process, which defines them anew, checks them with the guards above on fresh inputs,
-  times them against baselines with `grader.runtime.timing`, checks the last timed call's output
-  after every timing pass, refills the inputs with new values between passes, requires a launch for
-  every timed call, and returns the numbers. Patched torch functions, a monkeypatched timer or
+  times them against baselines with `grader.runtime.perf.compare` (the host clock beside the
+  CUDA events, the inputs changed before every timed call, sampled outputs checked against the
+  inputs of their call), checks the output again on new values after every comparison, requires a
+  launch for every timed call, flags a time beyond this device's copy bandwidth or cuBLAS's FLOP
+  rate, and returns the numbers and flags. Patched torch functions, a monkeypatched timer or
   checker, global caches or pre-warmed tensors in the notebook do not exist there.
 
 What they cannot catch: work that bypasses torch's Python API (`torch.ops.aten`, numpy, ctypes);
-code written to notice the guards and behave differently under them; work on a stream or thread
-that the timer does not see, except where it leaves the checked output wrong; and code in the
-notebook that replaces the grader's own functions before the grading cells run (the isolated
-process protects the measurement, not the notebook's bookkeeping). The kernel and launcher sent
-to the isolated process must be self-contained apart from `math`, `torch`, `triton` and
-`triton.language as tl`; anything else they use must be sent along with them.
+code written to notice the guards and behave differently under them; a timer replaced below
+Python (ctypes into the CUDA driver), or the runtime's own record of its timers rewritten; and
+code in the notebook that replaces the grader's own functions before the grading cells run (the
+isolated process protects the measurement, not the notebook's bookkeeping). The kernel and
+launcher sent to the isolated process must be self-contained apart from `math`, `torch`,
+`triton` and `triton.language as tl`; anything else they use must be sent along with them.
 """
 
 from __future__ import annotations
@@ -268,6 +270,7 @@ class Measurement:
     flops: dict[str, float] = field(default_factory=dict)
     bytes_moved: float = 0.0
     note: str = ""
+    flags: list[str] = field(default_factory=list)  # why the times cannot be trusted
 
     def seconds(self, variant: str) -> float:
         """The candidate's median seconds per call for `variant`, over every comparison."""
@@ -295,6 +298,7 @@ class Measurement:
             )
         if self.note:
             lines.append(f"  {self.note}")
+        lines += [f"  flagged: {why}" for why in self.flags]
         return "\n".join(lines)
 
 
@@ -365,7 +369,8 @@ def grade(
     measurement: Measurement | None, comparison: str, *, at_least: float, points: float
 ) -> float:
     """Full points when the isolated measurement's `comparison` shows a speedup of `at_least`
-    or more; 0 otherwise, or off the supported GPU class (said out loud, as perf does)."""
+    or more; 0 otherwise, off the supported GPU class (said out loud, as perf does), or when the
+    measurement was flagged (perf.flagged)."""
     from grader.runtime import perf
 
     if not device.current().grades_speed:
@@ -378,6 +383,10 @@ def grade(
         )
         print(f"NOT YET: {why}. 0 of {points:g} points")
         return 0.0
+    if measurement.flags:
+        c = measurement.comparisons.get(comparison)
+        verdict = perf.Verdict(comparison, c["speedup"] if c else None, at_least)
+        return perf.flagged(measurement.flags, points, verdict)
     c = measurement.comparisons[comparison]
     print(
         f"yours ({c['variant']}): {c['candidate_ms'] * 1e3:.1f} us, {comparison}: "
@@ -413,18 +422,35 @@ def _measure(spec: dict, folder: Path) -> dict:
     module = _load_sources(spec["sources"], folder)
     launcher = getattr(module, spec["launcher"])
     problem = _resolve(spec["problem"])(**spec["params"])
-    result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}}
+    result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}, "flags": []}
     result["bytes_moved"] = float(problem.bytes_moved)
     gen = checks.generator(checks.new_seed())
     args = list(problem.inputs(gen))
+    live: dict = {}  # the inputs' versions and each variant's reference for every version
 
     def refresh():
-        fresh = problem.inputs(gen)
-        for old, new in zip(args, fresh, strict=True):
-            old.copy_(new)
-        return {v: problem.reference(*args, **kw) for v, kw in problem.variants.items()}
+        """New values in the same memory: four versions (two draws, each also negated), written
+        into the inputs before every timed call (perf.Versions), and their references."""
+        first, second = problem.inputs(gen), problem.inputs(gen)
+        second = [b if a.is_floating_point() else a for a, b in zip(first, second, strict=True)]
 
-    expected = refresh()
+        def negated(values):
+            return [-v if v.is_floating_point() else v for v in values]
+
+        sets = [list(first), negated(first), second, negated(second)]
+        expected = {v: [] for v in problem.variants}
+        for values in sets:
+            for old, new in zip(args, values, strict=True):
+                old.copy_(new)
+            for v, kw in problem.variants.items():
+                expected[v].append(problem.reference(*args, **kw))
+        live["versions"], live["expected"] = perf.Versions(args, sets), expected
+        live["versions"].now = len(sets) - 1
+
+    def current(variant):
+        return live["expected"][variant][live["versions"].now]
+
+    refresh()
     namespace = vars(module)
     with counting_launches(namespace, spec["kernels"]) as counters:
 
@@ -437,7 +463,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 raise IntegrityError(f"called {', '.join(sorted(set(watch.calls)))}")
             if sum(c.launches for c in counters.values()) == before:
                 raise IntegrityError("returned without launching the kernel")
-            problem.compare(out, expected[variant])
+            problem.compare(out, current(variant))
 
         for variant in problem.variants:
             guarded(variant)
@@ -447,6 +473,11 @@ def _measure(spec: dict, folder: Path) -> dict:
         if sampler is None and not dev.supports("timing"):
             result["note"] = "timing needs a GPU: checked only"
             return result
+        copy = matmul = None
+        if sampler is None:  # this device's ceilings, measured in the same run
+            copy = timing.bench(perf.copy_baseline(int(problem.bytes_moved)))
+            floats = [a.dtype for a in args if a.is_floating_point()]
+            matmul = perf.matmul_ceiling(floats[0]) if floats else None
         for name, (variant, baseline) in problem.baselines.items():
             state = {"calls": 0, "out": None}
             kwargs = problem.variants[variant]
@@ -456,11 +487,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 state["out"] = launcher(*args, **kwargs)
 
             def verify(variant=variant, state=state):
-                nonlocal expected
-                problem.compare(state["out"], expected[variant])  # the last timed call's output
-                expected = refresh()  # fresh values, same memory: a stale result shows next time
-                state["calls"] += 1
-                guarded(variant)
+                problem.compare(state["out"], current(variant))
 
             before = sum(c.launches for c in counters.values())
             comparison = perf.compare(
@@ -468,6 +495,7 @@ def _measure(spec: dict, folder: Path) -> dict:
                 lambda baseline=baseline: baseline(*args),
                 names=("yours", name),
                 verify=verify,
+                before=lambda: live["versions"](),
                 sampler=sampler,
             )
             launched = sum(c.launches for c in counters.values()) - before
@@ -475,6 +503,25 @@ def _measure(spec: dict, folder: Path) -> dict:
                 raise IntegrityError(
                     f"{state['calls']} timed calls launched the kernel only {launched} times"
                 )
+            flags = list(comparison.flags) or perf.ceiling_flags(
+                comparison.candidate,
+                bytes_moved=problem.bytes_moved,
+                copy=copy,
+                flops=result["flops"][variant],
+                matmul=matmul,
+            )
+            if not flags:  # new values: an output kept from the timed calls is wrong now
+                refresh()
+                try:
+                    guarded(variant)
+                except checks.KernelCheckError as wrong:
+                    flags = [
+                        f"after timing, on new inputs: {str(wrong).splitlines()[0]}: is the "
+                        "output cached between calls?"
+                    ]
+            if flags:  # the measurement cannot be trusted: no further comparisons
+                result["flags"] += [f"{name}: {why}" for why in flags]
+                break
             result["comparisons"][name] = {
                 "variant": variant,
                 "candidate_ms": comparison.candidate.median_ms,

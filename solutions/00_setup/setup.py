@@ -264,10 +264,13 @@ for what, candidate in broken.items():
 # %% [markdown]
 # ## Measuring a kernel
 #
-# The course times everything one way (`grader.runtime.timing.bench`): Triton's `do_bench` warms the kernel
-# up, flushes the L2 cache before each call so that every call reads from device memory, and
-# times calls with CUDA events; `bench` repeats this in rounds until two successive medians agree
-# within 1%, then reports the median and the spread (interquartile range over median). A time
+# The course times everything one way (`grader.runtime.timing.bench`), as Triton's `do_bench`
+# does: it warms the kernel up, flushes the L2 cache before each call so that every call reads
+# from device memory, and times calls with CUDA events; `bench` repeats this in rounds until two
+# successive medians agree within 1%, then reports the median and the spread (interquartile range
+# over median). Each round ends with a batch of calls timed by the host's clock as well, with the
+# whole GPU synchronized around it: work the events cannot see (on another stream, say) shows as
+# a disagreement, and the speed cells flag it. A time
 # means little without its spread: below, the same kernel is timed twice, and the two medians
 # should agree to within a few percent. On the interpreter, timing refuses and says why.
 
@@ -325,7 +328,8 @@ else:
 # ### Speed (graded on a GPU)
 #
 # Your kernel must reach at least 80% of the copy bandwidth measured in the same run, on 64 Mi
-# float32 elements. After timing, its output is checked again. Off the GPU this cell scores 0 and
+# float32 elements. The input changes before every timed call, and the output is checked against
+# it; a bandwidth above the copy's is flagged and scores 0. Off the GPU this cell scores 0 and
 # says so; your correctness points are not affected.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-relu", "points": 1}
@@ -333,7 +337,7 @@ x_speed = torch.randn(DEVICE.pick(gpu=BENCH_ELEMENTS, interpreter=1024),
                       device=DEVICE.torch_device)
 out_speed = torch.empty_like(x_speed)
 perf.grade_bandwidth(lambda: relu(x_speed, out_speed), bytes_moved=2 * x_speed.nbytes,
-                     at_least=0.8, points=1, name="relu",
+                     at_least=0.8, points=1, name="relu", inputs=(x_speed,),
                      verify=lambda: checks.compare(out_speed, relu_reference(x_speed)))
 
 # %% [markdown]

@@ -629,13 +629,14 @@ else:
 # writes it once, so it is credited with `3 x 256 MiB` moved, and must move them at no less than
 # 70% of the rate of a device copy of the same number of bytes, timed in the same run. The ideal
 # one-read-one-write softmax would move `2 x 256 MiB`; your kernel's useful bandwidth is two
-# thirds of its actual one. After timing, the output is checked again.
+# thirds of its actual one. The input changes before every timed call and the output is checked
+# against it; a bandwidth above the copy's is flagged and scores 0.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-long-softmax-bandwidth", "points": 2}
 x_speed = torch.randn(DEVICE.pick(gpu=SPEED_SHAPE, interpreter=(2, 256)), device=DEVICE.torch_device)
 out_speed = torch.empty_like(x_speed)
 perf.grade_bandwidth(lambda: long_softmax(x_speed, out_speed), bytes_moved=3 * x_speed.nbytes,
-                     at_least=0.7, points=2, name="online softmax",
+                     at_least=0.7, points=2, name="online softmax", inputs=(x_speed,),
                      verify=lambda: checks.compare(out_speed, softmax_reference(x_speed.double()),
                                                    **TOLERANCE[torch.float32]))
 

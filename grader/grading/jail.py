@@ -1,0 +1,397 @@
+"""The Jupyter kernel that runs a student's code, in an OS sandbox (bubblewrap, `bwrap`).
+
+nbgrader stays on the trusted side (it needs the gradebook); only its kernel is jailed. Grading a
+student with the jail writes a kernelspec whose argv is this module (`python -m
+grader.grading.jail SPEC CONNECTION_FILE`): nbgrader's KernelManager starts it with the notebook's
+folder as its cwd, and it replaces itself with `bwrap ... KERNEL_ARGV`: the process the kernel
+manager watches and kills is bwrap, and the sandbox dies with it. The kernel talks
+to nbgrader over ZMQ's ipc transport: Unix sockets in a private folder bound into the sandbox,
+which has no network.
+
+Inside, the student's code sees:
+- its working directory, at the path nbgrader uses: a size-limited tmpfs holding a copy of the
+  folder nbgrader prepared (the submission and the assignment's side files), without notebooks
+  (nbgrader's sanitized copy holds the hidden tests);
+- the system (/usr and its links, a few files of /etc, /sys) and the kernel's Python, read-only;
+- `grader/__init__.py` and `grader/runtime/`, copied and read-only on PYTHONPATH: not the
+  repository, so no solutions/, build/, tests/ or gradebook;
+- a private HOME, /tmp and /dev/shm (size-limited tmpfs), a new /proc, a minimal /dev, and the
+  GPU's device nodes when one is assigned;
+- no network, its own pid namespace (nothing it starts outlives it: when the kernel ends, the
+  namespace's other processes are killed), an unprivileged uid with no capabilities, and limits
+  on processes (RLIMIT_NPROC) and file size (RLIMIT_FSIZE).
+
+bwrap runs as root, without a user namespace: as root, bwrap's user namespace would map the
+sandbox's uid to root outside, which RLIMIT_NPROC does not count and which would own what the
+kernel writes. The first thing run inside, before any student code, is `DROP` below: it sets the
+limits, drops to `uid` (one per concurrent student, never root) and clears every capability.
+A signal sent to the kernel manager's process group does not reach a kernel inside bwrap, so
+the kernelspec asks for interrupts as messages (ipykernel then interrupts itself); the kernel
+runs in a session of its own (`--new-session`), with no terminal to type into.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+BWRAP = "bwrap"
+INSTALL = "apt-get install bubblewrap"
+KERNEL_NAME = "course-sandbox"
+UID_BASE = 2_000_000_000  # sandboxes run as UID_BASE + slot: ids no account on the host uses
+HOME = "/home/student"
+RUNTIME = "/opt/course"  # the read-only copy of grader/__init__.py and grader/runtime/
+SEED = "/opt/submission"  # the read-only copy of the working directory, copied into it at start
+GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+ETC = (  # what the kernel's Python, torch, Triton (its C compiler) and CUDA read from /etc
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "localtime",
+    "alternatives",
+    "fonts",
+)
+KEEP_ENV = {"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "NBGRADER_EXECUTION"}
+KEEP_PREFIXES = ("COURSE_", "TRITON_", "OMP_", "MKL_", "CUDA_VISIBLE", "NVIDIA_")
+
+# Run inside the sandbox as root (bwrap gave it CAP_SETUID, CAP_SETGID and CAP_SETPCAP only),
+# by the kernel's Python with -I: argv is UID NPROC FSIZE SEED KERNEL_ARGV...
+DROP = """
+import ctypes, os, resource, shutil, sys
+uid, nproc, fsize, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in range(64):
+    libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP: nothing can be regained by exec
+resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+if libc.capset(ctypes.byref(Header(0x20080522, 0)), (ctypes.c_uint32 * 6)()) != 0:
+    raise OSError(ctypes.get_errno(), "capset")
+for entry in os.scandir(seed):  # into the working directory, a tmpfs owned by root
+    if entry.is_dir(follow_symlinks=False):
+        shutil.copytree(entry.path, entry.name, symlinks=True)
+    else:
+        shutil.copy2(entry.path, entry.name, follow_symlinks=False)
+os.execv(sys.argv[5], sys.argv[5:])
+"""
+
+
+class JailError(RuntimeError):
+    """The sandbox cannot be used; the message says what to install or fix."""
+
+
+def available() -> bool:
+    return shutil.which(BWRAP) is not None
+
+
+def require() -> None:
+    """Fail with the install command where bwrap is missing, or where it cannot run here."""
+    if not available():
+        raise JailError(
+            f"bubblewrap (`bwrap`) is not installed: grading runs each student's code in its "
+            f"sandbox. Install it (`{INSTALL}` on Debian and Ubuntu, `dnf install bubblewrap` on "
+            "Fedora), or pass `--sandbox none` to grade without it (the class report says so)."
+        )
+    if os.geteuid() != 0:
+        raise JailError(
+            "the grading sandbox runs as root (it gives each student's kernel an unprivileged "
+            "uid of its own); run `python -m grader autograde` as root, or pass `--sandbox none`"
+        )
+    probe = [BWRAP, "--dev-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "true"]
+    done = subprocess.run(probe, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise JailError(
+            f"bwrap cannot make namespaces here: {done.stderr.strip()}. Inside a container, "
+            "allow it (Docker: `--security-opt seccomp=unconfined --cap-add SYS_ADMIN`, or "
+            "`--privileged`), or grade on the host; `--sandbox none` grades without it."
+        )
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One student's sandbox, as the launcher reads it (JSON beside its private folders)."""
+
+    folder: str  # the private folder: run/ (sockets), lib/ (runtime copy), seed/
+    kernel_argv: list[str]  # the real kernel's argv, with "{connection_file}"
+    uid: int
+    scratch_bytes: int  # size of each writable tmpfs; no file may pass half of it (RLIMIT_FSIZE)
+    nproc: int  # RLIMIT_NPROC: processes and threads of the sandbox's uid
+    gpu: int | None = None  # /dev/nvidia<gpu> is bound in, with the driver's shared nodes
+    env: dict[str, str] = field(default_factory=dict)  # set inside, over the filtered one
+
+    @property
+    def run(self) -> Path:
+        return Path(self.folder) / "run"
+
+    @property
+    def lib(self) -> Path:
+        return Path(self.folder) / "lib"
+
+    @property
+    def seed(self) -> Path:
+        return Path(self.folder) / "seed"
+
+
+# -- slots: a uid (and a GPU) per student graded at the same time ------------------------------
+
+_taken: set[int] = set()
+_lock = threading.Lock()
+
+
+@contextmanager
+def slot() -> Iterator[int]:
+    """The lowest slot number no running grading holds, for as long as the block runs."""
+    with _lock:
+        n = next(i for i in range(len(_taken) + 1) if i not in _taken)
+        _taken.add(n)
+    try:
+        yield n
+    finally:
+        with _lock:
+            _taken.discard(n)
+
+
+def gpus() -> list[int]:
+    """Indexes of the NVIDIA GPUs whose device nodes this machine has (/dev/nvidiaN)."""
+    found = (re.fullmatch(r"nvidia(\d+)", p.name) for p in Path("/dev").glob("nvidia*"))
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+# -- the trusted side: prepare a student's folder --------------------------------------------
+
+
+def _copy_runtime(target: Path) -> None:
+    """grader/__init__.py and grader/runtime/ (no caches), readable by everyone."""
+    package = Path(__file__).resolve().parents[1]
+    (target / "grader").mkdir(parents=True)
+    shutil.copy2(package / "__init__.py", target / "grader" / "__init__.py")
+    shutil.copytree(
+        package / "runtime",
+        target / "grader" / "runtime",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+@contextmanager
+def prepared(
+    kernel_argv: Sequence[str],
+    *,
+    uid: int,
+    scratch_bytes: int,
+    nproc: int,
+    gpu: int | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A student's private folder with its spec and kernelspec, removed afterwards. Yields the
+    spec's path and the variables nbgrader needs (its kernelspec and runtime folders)."""
+    folder = Path(tempfile.mkdtemp(prefix="course-jail-"))
+    try:
+        if len(f"{folder}/run/kernel-65535") > 107:  # sun_path: 108 bytes with its NUL
+            raise JailError(f"{folder}: too long for Unix sockets; set TMPDIR to a short path")
+        spec = Spec(str(folder), list(kernel_argv), uid, scratch_bytes, nproc, gpu, env or {})
+        folder.chmod(0o755)
+        spec.run.mkdir()
+        os.chown(spec.run, uid, uid)
+        spec.run.chmod(0o700)
+        _copy_runtime(spec.lib)
+        path = folder / "spec.json"
+        path.write_text(json.dumps(asdict(spec), indent=1))
+        kernels = folder / "share" / "kernels" / KERNEL_NAME
+        kernels.mkdir(parents=True)
+        launcher = [sys.executable, "-m", "grader.grading.jail", str(path), "{connection_file}"]
+        kernelspec = {
+            "argv": launcher,
+            "display_name": "Python (graded, sandboxed)",
+            "language": "python",
+            "interrupt_mode": "message",  # a cell's timeout: see this module's docstring
+        }
+        (kernels / "kernel.json").write_text(json.dumps(kernelspec))
+        yield (
+            path,
+            {
+                "JUPYTER_PATH": str(folder / "share"),
+                "JUPYTER_RUNTIME_DIR": str(spec.run),
+            },
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def kernel_argv(name: str) -> list[str]:
+    """The argv of the kernelspec `name`, its program made absolute as jupyter_client would
+    (a bare `python` is the Python running this)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    argv = list(KernelSpecManager().get_kernel_spec(name).argv)
+    major, minor = sys.version_info[:2]
+    if argv[0] in {"python", f"python{major}", f"python{major}.{minor}"}:
+        argv[0] = sys.executable
+    argv[0] = shutil.which(argv[0]) or argv[0]
+    return argv
+
+
+def nbgrader_options(spec_path: Path) -> list[str]:
+    """nbgrader's options for a jailed kernel: its kernelspec, and ZMQ over Unix sockets in
+    the private run/ folder (the sandbox has no network)."""
+    run = spec_path.parent / "run"
+    return [
+        f"--Execute.kernel_name={KERNEL_NAME}",
+        "--KernelManager.transport=ipc",
+        f"--KernelManager.ip={run / 'kernel'}",
+        f"--KernelManager.connection_file={run / 'kernel.json'}",
+    ]
+
+
+def read(path: Path) -> Spec:
+    return Spec(**json.loads(Path(path).read_text()))
+
+
+class _Args(list):
+    """bwrap's options, each mount's missing parents made first, traversable by the sandbox's
+    uid (bwrap makes them 0700 as root)."""
+
+    def __init__(self, *options: str):
+        super().__init__(options)
+        self.made = {"/"}
+
+    def mount(self, option: str, *operands: str, perms: str | None = None) -> None:
+        dest = Path(operands[-1])
+        for parent in reversed(dest.parents):
+            if str(parent) not in self.made:
+                self += ["--perms", "0755", "--dir", str(parent)]
+                self.made.add(str(parent))
+        self += [*(["--perms", perms] if perms else []), option, *operands]
+        self.made.add(str(dest))
+
+
+def _system(args: _Args) -> None:
+    """/usr read-only, with the host's top-level links to it (merged /usr) or binds."""
+    args.mount("--ro-bind", "/usr", "/usr")
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(top):
+            args.mount("--symlink", os.readlink(top), top)
+        elif os.path.isdir(top):
+            args.mount("--ro-bind", top, top)
+    for name in ETC:
+        args.mount("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")
+    args.mount("--ro-bind", "/sys", "/sys")
+
+
+def _python(args: _Args, executable: str) -> None:
+    """The prefixes of the kernel's Python (a venv's and its base), read-only."""
+    prefixes = {
+        str(Path(executable).absolute().parent.parent),
+        str(Path(executable).resolve().parent.parent),
+    }
+    for prefix in sorted(p for p in prefixes if not p.startswith("/usr")):
+        args.mount("--ro-bind", prefix, prefix)
+
+
+def environment(spec: Spec, given: dict[str, str]) -> dict[str, str]:
+    """The kernel's environment: the course's and the toolchain's variables from `given`, the
+    sandbox's own paths; none of the instructor's other variables."""
+    env = {k: v for k, v in given.items() if k in KEEP_ENV or k.startswith(KEEP_PREFIXES)}
+    env.update(
+        HOME=HOME,
+        USER="student",
+        LOGNAME="student",
+        TMPDIR="/tmp",
+        PYTHONPATH=RUNTIME,
+        PYTHONNOUSERSITE="1",
+        COURSE_RESULTS=f"{HOME}/results.json",
+        TRITON_CACHE_DIR=f"{HOME}/.triton/cache",
+        MPLCONFIGDIR=f"{HOME}/.config/matplotlib",
+        JPY_PARENT_PID="1",  # its parent is the namespace's init, which ipykernel never polls
+    )
+    env.update(spec.env)
+    env.setdefault("PATH", "/usr/bin:/bin")
+    return env
+
+
+def command(spec: Spec, cwd: str, connection_file: str, extra: Sequence[str] = ()) -> list[str]:
+    """bwrap's argv for the kernel of `spec` with working directory `cwd`; `extra` are the
+    kernel's arguments from nbclient (its history file)."""
+    kernel = [a.replace("{connection_file}", connection_file) for a in spec.kernel_argv]
+    kernel += extra
+    size = str(spec.scratch_bytes)
+    args = _Args(
+        BWRAP,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "grading",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        *("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"),
+    )
+    _system(args)
+    _python(args, kernel[0])
+    args.mount("--proc", "/proc")
+    args.mount("--dev", "/dev")
+    for scratch in ("/dev/shm", "/tmp", HOME):
+        args.mount("--size", size, "--tmpfs", scratch, perms="1777")
+    args.mount("--ro-bind", str(spec.lib), RUNTIME)
+    args.mount("--ro-bind", str(spec.seed), SEED)
+    args.mount("--bind", str(spec.run), str(spec.run))
+    args.mount("--size", size, "--tmpfs", cwd, perms="1777")
+    if spec.gpu is not None:
+        for node in (*GPU_NODES, f"/dev/nvidia{spec.gpu}"):
+            args.mount("--dev-bind-try", node, node)
+    fsize = str(spec.scratch_bytes // 2)
+    drop = [kernel[0], "-I", "-c", DROP, str(spec.uid), str(spec.nproc), fsize, SEED]
+    return [*args, "--chdir", cwd, "--", *drop, *kernel]
+
+
+# -- the launcher: nbgrader's kernel manager runs this in place of the kernel -----------------
+
+
+def _seed(cwd: Path, seed: Path) -> None:
+    """Copy the working directory nbgrader prepared, without notebooks, as the sandbox's."""
+    shutil.copytree(
+        cwd, seed, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints")
+    )
+    for path in [seed, *seed.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def launch(spec_path: Path, connection_file: str, extra: Sequence[str] = ()) -> None:
+    """Seed the working directory, hand the connection file to the sandbox's uid, exec bwrap."""
+    spec = read(spec_path)
+    if Path(connection_file).parent != spec.run:
+        raise JailError(f"{connection_file}: the connection file must be in {spec.run}")
+    cwd = os.getcwd()
+    _seed(Path(cwd), spec.seed)
+    os.chown(connection_file, spec.uid, spec.uid)
+    argv = command(spec, cwd, connection_file, extra)
+    os.chdir("/")
+    os.execvpe(argv[0], argv, environment(spec, dict(os.environ)))
+
+
+if __name__ == "__main__":
+    launch(Path(sys.argv[1]), sys.argv[2], sys.argv[3:])

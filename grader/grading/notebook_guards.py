@@ -1,0 +1,85 @@
+"""nbgrader preprocessors that keep one student's notebook from failing or swamping its own grading;
+grader/grading/nbgrader_config.py installs them in `nbgrader autograde`.
+
+- `StrayGradeIds`: nbgrader refuses a whole notebook with nbgrader metadata it cannot place (a
+  grade_id the assignment does not have, or none), and every cell of it scores 0. Such cells, and
+  every cell but the last of a grade_id repeated (the one nbgrader's DeduplicateIds keeps), lose
+  their nbgrader metadata here and run as plain code; a graded cell deleted nbgrader puts back.
+  grader.grading.findings flags the notebook for a human look.
+- `CappedExecute`: nbclient keeps every output in memory and in the graded notebook. Past
+  nbgrader_policy.OUTPUT_LIMIT bytes of output, what cells print or display is dropped; errors and
+  results are kept, cut short, so that each cell scores as it would have; a cell that lost output
+  says so once on the stream it lost (stderr included, which still costs a test cell).
+"""
+
+from __future__ import annotations
+
+import json
+
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+
+from grader.grading import findings, nbgrader_policy
+
+KEPT_CHARS = 2000  # of an error's or a result's text, once the output limit is passed
+
+
+class StrayGradeIds(NbGraderPreprocessor):
+    """Plain code (or markdown) for every cell whose grade_id is missing, unknown to the gradebook,
+    or repeated by a later cell."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gb:
+            try:
+                notebook = gb.find_notebook(info["notebook"], info["assignment"])
+            except MissingEntry:
+                return nb, resources
+            known = {cell.name for cell in notebook.source_cells}
+        seen = set()
+        for cell in reversed(nb.cells):
+            meta = cell.get("metadata", {})
+            if "nbgrader" not in meta:
+                continue
+            grade_id = findings.grade_id_of(cell)
+            if grade_id in known and grade_id not in seen:
+                seen.add(grade_id)
+                continue
+            self.log.warning("cell %r: nbgrader metadata dropped (unknown or repeated)", grade_id)
+            del meta["nbgrader"]
+        return nb, resources
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= KEPT_CHARS else text[:KEPT_CHARS] + " [...]"
+
+
+class CappedExecute(Execute):
+    """nbgrader's Execute, keeping at most nbgrader_policy.OUTPUT_LIMIT bytes of output."""
+
+    def preprocess(self, nb, resources, km=None):
+        self._kept = 0
+        self._noted: set[tuple[int, str]] = set()
+        return super().preprocess(nb, resources, km)
+
+    def output(self, outs, msg, display_id, cell_index):
+        size = len(json.dumps(msg["content"]))
+        if self._kept + size <= nbgrader_policy.OUTPUT_LIMIT:
+            self._kept += size
+            return super().output(outs, msg, display_id, cell_index)
+        content = msg["content"]
+        if msg["msg_type"] == "error":
+            content["evalue"] = _cut(str(content.get("evalue", "")))
+            content["traceback"] = [_cut("\n".join(map(str, content.get("traceback", []))))]
+            return super().output(outs, msg, display_id, cell_index)
+        if msg["msg_type"] == "execute_result":
+            content["data"] = {"text/plain": _cut(str(content.get("data", {}).get("text/plain")))}
+            content["metadata"] = {}
+            return super().output(outs, msg, display_id, cell_index)
+        stream = content.get("name") if msg["msg_type"] == "stream" else "stdout"
+        if (cell_index, stream) in self._noted:
+            return None
+        self._noted.add((cell_index, stream))
+        note = nbgrader_policy.OUTPUT_CUT.format(limit=nbgrader_policy.OUTPUT_LIMIT >> 20)
+        msg = {**msg, "msg_type": "stream", "content": {"name": stream, "text": note + "\n"}}
+        return super().output(outs, msg, None, cell_index)

@@ -1,0 +1,301 @@
+"""Speed cheats against 02's kernels, graded as 02's speed cells grade them: an output cached
+across timed calls, work skipped after the third identical call, work launched on a side stream,
+and timers patched through importlib and sys.modules. Each must be flagged and score 0 for speed;
+the reference kernels, honest, must score full points. Needs a GPU: `pytest -m gpu` on one."""
+
+import ast
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.runtime import checks, perf, timing
+
+pytestmark = pytest.mark.gpu
+
+SOLUTION = Path(__file__).parent.parent / "solutions" / "02_first_kernels" / "first_kernels.py"
+KERNELS = ["add_kernel", "add", "bias_gelu_scale_kernel", "bias_gelu_scale"]
+PRELUDE = (
+    "import torch\nimport torch.nn.functional as F\nimport triton\nimport triton.language as tl\n"
+)
+FUSED_SHAPE = (8192, 8192)  # 02's FUSED_BENCH_SHAPE
+ADD_ELEMENTS = 1 << 26  # 02's BENCH_ELEMENTS
+
+
+def solution_functions(names, folder: Path):
+    """The named top-level functions of 02's solution (decorators included), as a module."""
+    text = SOLUTION.read_text()
+    found = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            found[node.name] = "\n".join(text.splitlines()[first - 1 : node.end_lineno])
+    assert set(found) == set(names), f"02's solution lacks {set(names) - set(found)}"
+    path = folder / "kernels_02.py"
+    path.write_text(PRELUDE + "\n\n".join(found[n] for n in names) + "\n")
+    spec = importlib.util.spec_from_file_location("kernels_02", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def k02(tmp_path_factory):
+    return solution_functions(KERNELS, tmp_path_factory.mktemp("k02"))
+
+
+def fused_reference(x, bias, scale):  # 02's bias_gelu_scale_reference
+    return torch.nn.functional.gelu(x + bias, approximate="tanh") * scale
+
+
+# -- the cheats, each wrapped around the honest launcher -----------------------------------------
+
+
+def cached_across_calls(launch):
+    """Computes once per set of tensors, then returns the output it kept."""
+    kept = {}
+
+    def cheat(*args):
+        key = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+        if key not in kept:
+            kept[key] = launch(*args)
+        return kept[key]
+
+    return cheat
+
+
+def skips_after_third_call(launch):
+    """Computes the first three identical calls, then returns the output tensor untouched."""
+    seen = {}
+
+    def cheat(*args):
+        key = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= 3:
+            return launch(*args)
+        return args[-1]
+
+    return cheat
+
+
+def on_a_side_stream(launch):
+    """Launches the honest kernel on a stream of its own and returns at once."""
+    side = torch.cuda.Stream()
+
+    def cheat(*args):
+        with torch.cuda.stream(side):
+            return launch(*args)
+
+    return cheat
+
+
+def with_patched_timers(launch):
+    """Honest work, but on its first call it makes every timer report a tenth of the time,
+    reached through importlib and sys.modules (the fixture `restore_timers` undoes it)."""
+
+    def cheat(*args):
+        cuda = importlib.import_module("torch").cuda
+        if not getattr(cuda.Event.elapsed_time, "patched", False):
+            real_elapsed = cuda.Event.elapsed_time
+
+            def elapsed_time(self, end):
+                return real_elapsed(self, end) / 10
+
+            elapsed_time.patched = True
+            cuda.Event.elapsed_time = elapsed_time
+            testing = sys.modules["triton.testing"]
+            real_bench = testing.do_bench
+            testing.do_bench = lambda fn, *a, **k: [t / 10 for t in real_bench(fn, *a, **k)]
+        return launch(*args)
+
+    return cheat
+
+
+CHEATS = {
+    "cached across calls": cached_across_calls,
+    "skips after the third call": skips_after_third_call,
+    "side stream": on_a_side_stream,
+    "patched timers": with_patched_timers,
+}
+# What each cheat must be flagged for (any one of them): the figures the device cannot reach, an
+# output wrong for its call's inputs, a timer at odds with the host clock or replaced.
+REASONS = {
+    "cached across calls": ("above this GPU's measured copy bandwidth", "wrong for the inputs"),
+    "skips after the third call": (
+        "above this GPU's measured copy bandwidth",
+        "wrong for the inputs",
+    ),
+    "side stream": (
+        "host clock",
+        "above this GPU's measured copy bandwidth",
+        "wrong for the inputs",
+    ),
+    "patched timers": ("replaced while timing", "host clock"),
+}
+
+
+@pytest.fixture(autouse=True)
+def restore_timers():
+    import triton.testing
+
+    saved = torch.cuda.Event.elapsed_time, triton.testing.do_bench
+    yield
+    torch.cuda.Event.elapsed_time, triton.testing.do_bench = saved
+    assert timing.replaced() == []
+
+
+# -- grading as 02's speed cells do ----------------------------------------------------------------
+
+
+def grade_fused(launch):
+    """02's two fused speed cells: (score vs eager, score vs copy)."""
+    gen = checks.generator(checks.new_seed())
+    x = torch.randn(FUSED_SHAPE, device="cuda", generator=gen)
+    bias = torch.randn(FUSED_SHAPE[1], device="cuda", generator=gen)
+    scale, out = 0.5, torch.empty_like(x)
+    ideal_bytes = x.nbytes + bias.nbytes + out.nbytes
+
+    def fused_speed():
+        return launch(x, bias, scale, out)
+
+    def verify_speed():
+        expected = fused_reference(x.double(), bias.double(), scale)
+        checks.compare(out, expected, context="after a timed call")
+
+    vs_eager = perf.grade_speedup(
+        fused_speed,
+        lambda: fused_reference(x, bias, scale),
+        at_least=2.0,
+        points=1,
+        verify=verify_speed,
+        inputs=(x, bias),
+        bytes_moved=ideal_bytes,
+    )
+    vs_copy = perf.grade_bandwidth(
+        fused_speed,
+        bytes_moved=ideal_bytes,
+        at_least=0.8,
+        points=1,
+        verify=verify_speed,
+        inputs=(x, bias),
+    )
+    return vs_eager, vs_copy
+
+
+def grade_add(launch):
+    """02's add against a copy of the same bytes, graded as a bandwidth cell."""
+    gen = checks.generator(checks.new_seed())
+    x = torch.randn(ADD_ELEMENTS, device="cuda", generator=gen)
+    y, out = torch.randn_like(x), torch.empty_like(x)
+
+    def verify():
+        checks.compare(out, x.double() + y.double(), context="after a timed call")
+
+    return perf.grade_bandwidth(
+        lambda: launch(x, y, out),
+        bytes_moved=3 * x.nbytes,
+        at_least=0.8,
+        points=1,
+        verify=verify,
+        inputs=(x, y),
+    )
+
+
+def flags_in(printed: str) -> list[str]:
+    return [line for line in printed.splitlines() if line.startswith(perf.FLAGGED)]
+
+
+def test_the_honest_fused_kernel_scores_full_speed_points(k02, capsys):
+    assert grade_fused(k02.bias_gelu_scale) == (1.0, 1.0), capsys.readouterr().out
+    assert flags_in(capsys.readouterr().out) == []
+
+
+@pytest.mark.parametrize("cheat", list(CHEATS))
+def test_a_cheating_fused_launcher_is_flagged_and_scores_zero(k02, capsys, cheat):
+    scores = grade_fused(CHEATS[cheat](k02.bias_gelu_scale))
+    printed = capsys.readouterr().out
+    assert scores == (0.0, 0.0), printed
+    flags = flags_in(printed)
+    assert len(flags) >= 2, printed  # each of the two cells says why
+    assert all(any(r in f for r in REASONS[cheat]) for f in flags), flags
+
+
+def test_the_honest_add_kernel_is_not_flagged(k02, capsys):
+    assert grade_add(k02.add) == 1.0, capsys.readouterr().out
+    assert flags_in(capsys.readouterr().out) == []
+
+
+@pytest.mark.parametrize("cheat", list(CHEATS))
+def test_a_cheating_add_launcher_is_flagged_and_scores_zero(k02, capsys, cheat):
+    score = grade_add(CHEATS[cheat](k02.add))
+    printed = capsys.readouterr().out
+    assert score == 0.0, printed
+    flags = flags_in(printed)
+    assert flags and all(any(r in f for r in REASONS[cheat]) for f in flags), printed
+
+
+# -- the isolated measurement (08's speed cells) -------------------------------------------------
+
+
+def isolated(launcher):
+    from grader.runtime import integrity
+    from tests import integrity_kernels as ik
+
+    return integrity.measure_isolated(
+        [ik.scale_kernel, ik.scale, launcher],
+        launcher=launcher.__name__,
+        kernels=["scale_kernel"],
+        problem="tests.integrity_kernels:problem",
+        params={"n": 1 << 24},
+    )
+
+
+def test_the_isolated_measurement_flags_an_output_kept_across_calls_only():
+    from tests import integrity_kernels as ik
+
+    honest = isolated(ik.scale)
+    assert honest.ok and honest.flags == [] and honest.comparisons, str(honest)
+    cheat = isolated(ik.scale_keeps_first_output)
+    assert cheat.ok and cheat.flags, str(cheat)
+
+
+# -- the FLOP-rate ceiling (04's and 05's speed cells) ---------------------------------------------
+
+
+def grade_matmul(launch, capsys, change_inputs=True):
+    """04's speed cell, with `launch(a, b, c)` as the candidate: (score, printed). Without
+    `change_inputs`, only the FLOP-rate ceiling can tell a kept output."""
+    n = 4096
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+    c, theirs = torch.empty_like(a), torch.empty_like(a)
+
+    def verify():
+        scale = float((a.double().abs() @ b.double().abs()).max())
+        atol = 4 * n**0.5 * 2.0**-24 * scale + 1e-5
+        checks.compare(c, a.double() @ b.double(), rtol=1e-2, atol=atol)
+
+    score = perf.grade_speedup(
+        lambda: launch(a, b, c),
+        lambda: torch.matmul(a, b, out=theirs),
+        at_least=0.6,
+        points=2,
+        verify=verify,
+        inputs=(a, b) if change_inputs else (),
+        flops=2 * n**3,
+        dtype=torch.float16,
+    )
+    return score, capsys.readouterr().out
+
+
+def test_a_matmul_kept_across_calls_is_flagged_above_cublas_and_cublas_is_not(capsys):
+    def cublas(a, b, c):
+        return torch.matmul(a, b, out=c)
+
+    score, printed = grade_matmul(cublas, capsys)
+    assert score == 2.0 and flags_in(printed) == [], printed
+    score, printed = grade_matmul(cached_across_calls(cublas), capsys, change_inputs=False)
+    assert score == 0.0 and flags_in(printed), printed
+    assert all("above this GPU's measured matmul ceiling" in f for f in flags_in(printed)), printed
