@@ -231,6 +231,7 @@ def test_trust_reads_scores_and_ratios_from_the_published_records():
         perf.Verdict("eager PyTorch, 3 kernels", 3.03, 2.0),
         perf.Verdict("copy bandwidth", 79.0, 80.0, "%"),
         perf.Verdict("D=64, non-causal vs SDPA flash", 1.33, 0.8),
+        perf.Verdict("eager", None, 2.0, flags=("output wrong",)),  # stopped: no figure
     ]
     printed = ["fused kernel: 100.0 us\nspeedup 3.03x\n"]
     for v in verdicts:  # as tests/notebook_session.Session.run collects a display
