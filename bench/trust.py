@@ -43,9 +43,6 @@ from grader.grading import verdicts  # noqa: E402
 DEFAULT_OUT = ROOT / "build" / "report" / "trust.json"
 REPEAT_LIMIT = 0.03  # two medians of one kernel, one run: at most 3% apart
 RUNS = 10
-# a verdict line, as grader.runtime.perf, grader.runtime.integrity and 07's speed cell print
-# it: the measured figure is the last "1.33x" or "95%" on the line before "(needs 0.8x)" or
-# "(needs 80%)"
 # the estimate's cost model: perf.compare times candidate and baseline twice each with
 # timing.bench (2 to 6 rounds of 25 ms warm-up and 100 ms of samples), then verifies
 SECONDS_PER_COMPARISON = 1.5
@@ -140,22 +137,28 @@ def _twice(section, goal, name, problem, make) -> None:
 # -- 2. speed thresholds over repeated runs --------------------------------------------------------
 
 
-def parse_output(printed: list[str]) -> tuple[float | None, list[dict], str]:
-    """(score, ratios, text) of a speed cell's output: the score is its last expression's value,
-    each ratio a {'measured', 'needed'} pair read from a '(needs ...)' line."""
+def parse_output(printed: list) -> tuple[float | None, list[dict], str]:
+    """(score, ratios, text) of a speed cell's output, as `Session.run` collects it: text, and
+    the speed records the cell published (dicts). The score is the last text if it is a number
+    (the cell's last expression), each ratio a {'measured', 'needed'} pair from one record."""
+    texts = [p for p in printed if isinstance(p, str)]
+    records = [verdicts.parse(p) for p in printed if not isinstance(p, str)]
     score = None
-    if printed:
+    if texts:
         try:
-            score = float(printed[-1].strip())
-            printed = printed[:-1]
+            score = float(texts[-1].strip())
+            texts = texts[:-1]
         except ValueError:
             pass
-    text = "".join(printed)
     ratios = [
-        {"measured": m / 100 if unit == "%" else m, "needed": n / 100 if unit == "%" else n}
-        for m, n, unit in verdicts.ratios(text)
+        {
+            "measured": r.measured / 100 if r.unit == "%" else r.measured,
+            "needed": r.needed / 100 if r.unit == "%" else r.needed,
+        }
+        for r in records
+        if isinstance(r, verdicts.Record) and r.measured is not None
     ]
-    return score, ratios, text
+    return score, ratios, "".join(texts)
 
 
 def summarize(records: list[dict]) -> list[dict]:

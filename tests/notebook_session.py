@@ -4,6 +4,7 @@ by which tests/test_known_wrong.py swaps exercise cells and bench/trust.py re-ru
 from jupyter_client.manager import start_new_kernel
 
 from grader.authoring import build
+from grader.runtime import perf
 
 
 class Session:
@@ -29,15 +30,20 @@ class Session:
         return [c for c in self.cells[start:stop] if c.cell_type == "code"]
 
     def run(self, code, results=None):
-        """Execute code; returns (status, error text). Results and printed text go to `results`."""
+        """Execute code; returns (status, error text). Results, displayed and printed text go to
+        `results`, and before its text each speed verdict a cell publishes, as a dict."""
         errors = []
 
         def hook(msg):
-            if msg["msg_type"] == "error":
+            kind = msg["msg_type"]
+            if kind == "error":
                 errors.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
-            elif results is not None and msg["msg_type"] == "execute_result":
-                results.append(msg["content"]["data"]["text/plain"])
-            elif results is not None and msg["msg_type"] == "stream":
+            elif results is not None and kind in ("execute_result", "display_data"):
+                data = msg["content"]["data"]
+                if perf.SPEED_MIMETYPE in data:
+                    results.append(data[perf.SPEED_MIMETYPE])
+                results.append(data.get("text/plain", ""))
+            elif results is not None and kind == "stream":
                 results.append(msg["content"]["text"])
 
         reply = self.kc.execute_interactive(code, timeout=600, output_hook=hook)

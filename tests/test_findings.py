@@ -7,7 +7,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader.grading import findings
+from grader.grading import findings, scan, verdicts
+from grader.runtime import perf
 
 pytestmark = pytest.mark.tooling  # nbgrader's checksums
 
@@ -97,34 +98,42 @@ def test_tampering_is_found_by_checksum(release):
 @pytest.mark.parametrize(
     "cheat, replaced",
     [
-        ("checks.check = lambda *a, **k: None", "grader.runtime.checks.check"),
+        ("checks.check = lambda *a, **k: None", "replaces grader.runtime.checks.check"),
         ("import grader.runtime.checks as gc\ngc.check = print", "grader.runtime.checks.check"),
         (
             "from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)",
-            "grader.runtime.perf",
+            "replaces grader.runtime.perf.grade_speedup",
         ),
         ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
-        ("checks = None", "grader.runtime.checks"),
+        ("checks = None", "rebinds checks, the release's grader.runtime.checks"),
         (
             "from unittest import mock\nmock.patch('grader.runtime.timing.bench').start()",
-            "grader.runtime.timing",
+            "replaces grader.runtime.timing.bench",
         ),
-        ("torch.matmul, x = my_matmul, 1", "torch.matmul"),
+        ("torch.matmul, x = my_matmul, 1", "replaces torch.matmul"),
     ],
 )
 def test_replacing_the_graders_functions_is_flagged(release, cheat, replaced):
     nb = answered(release, "def f(x):\n    return x\n" + cheat)
-    (found,) = findings.grader_patches(nb, release)
-    assert found.startswith("cell f-code replaces ") and replaced in found
+    (found,) = scan.scan(nb, release)
+    assert found.kind == "cheating" and found.cell == "f-code" and replaced in found.what, found
+    (finding,) = findings.classify(
+        run=OK,
+        submitted=findings.Submitted(patches=[found]),
+        graded=findings.Graded(),
+        score=1,
+        max_score=2,
+    )
+    assert finding.kind == "cheating" and str(found) in finding.detail
 
 
 def test_ordinary_code_is_not_flagged(release):
     code = "import torch\ny = torch.zeros(3)\ny[0] = 1\nchecks.check(f, f, None)\nx = checks"
-    assert findings.grader_patches(answered(release, code), release) == []
+    assert scan.scan(answered(release, code), release) == []
     released_code_only = copy.deepcopy(release)
     released_code_only.cells[0].source += "\ntorch.backends.cuda.matmul.allow_tf32 = False"
-    assert findings.grader_patches(released_code_only, released_code_only) == []
-    assert findings.grader_patches(answered(release, "%timeit f(1)\n!ls"), release) == []
+    assert scan.scan(released_code_only, released_code_only) == []
+    assert scan.scan(answered(release, "%timeit f(1)\n!ls"), release) == []
 
 
 def test_changed_parameters_are_named(release):
@@ -175,52 +184,58 @@ def error(ename, evalue):
     return new_output("error", ename=ename, evalue=evalue, traceback=[])
 
 
-@pytest.mark.parametrize(
-    "printed, want",
-    [
-        ("speedup 1.53x\nPASS 1.53x eager (needs 1.2x): 1 of 1 points", (True, 1.53, 1.2, "x", 1)),
-        ("NOT YET 71% of copy bandwidth (needs 80%): 0 of 1 points", (False, 71, 80, "%", 1)),
-        (  # a parenthesis between the figure and its threshold (03's eager baseline)
-            "NOT YET 0.12x eager (5 operations) (needs 2.5x): 0 of 1 points",
-            (False, 0.12, 2.5, "x", 1),
-        ),
-        (
-            "yours: 10 us, speedup 3.10x\nPASS 3.10x naive (needs 3x): 1 points",
-            (True, 3.1, 3, "x", 1),
-        ),
-        ("NOT YET: the isolated process died (exit 1). 0 of 1 points", (False, None, None, "", 0)),
-        (  # several comparisons in one cell (07): the one closest to failing stands for it
-            "D=64, non-causal vs SDPA flash   :   0.95x (needs 0.8x) ok\n"
-            "D=64, non-causal vs naive eager  :   5.20x (needs 5x) ok\n"
-            "D=128, causal vs SDPA flash      :   0.70x (needs 0.8x) TOO SLOW\n"
-            "NOT YET: 1 comparison(s) short: D=128, causal vs SDPA flash: 0 of 3",
-            (False, 0.7, 0.8, "x", 3),
-        ),
-    ],
-)
-def test_speed_verdicts_are_read(printed, want):
-    speed = findings.speed_of("speed-f", printed)
-    assert speed.graded_here
-    assert (speed.passed, speed.measured, speed.needed, speed.unit, speed.comparisons) == want
+def result(text):
+    return new_output("execute_result", data={"text/plain": text}, execution_count=1)
 
 
-def test_speed_off_the_gpu_is_said_so():
-    text = "Speed is graded on an NVIDIA GPU, sm_80 or newer; this notebook runs on the CPU."
-    assert not findings.speed_of("speed-f", text).graded_here
+def record(comparison, measured, needed, unit="x"):
+    data = perf.Verdict(comparison, measured, needed, unit).record()
+    return new_output("display_data", data={perf.SPEED_MIMETYPE: data, "text/plain": "..."})
 
 
 def test_inspect_graded(release):
     nb = answered(release)
     nb.cells[2] = with_outputs(nb.cells[2], error("CellTimeoutError", ""))
     nb.cells[3] = with_outputs(nb.cells[3], error("IntegrityError", "called torch.softmax"))
-    nb.cells[4] = with_outputs(nb.cells[4], stdout("PASS 2.5x eager (needs 2x): 1 of 1"))
-    graded = findings.inspect_graded(nb)
+    nb.cells[4] = with_outputs(nb.cells[4], record("eager", 2.5, 2.0))
+    graded = findings.inspect_graded(nb, grades_speed=True)
     assert [(e.cell, e.ename) for e in graded.errors] == [
         ("f-code", "CellTimeoutError"),
         ("test-f", "IntegrityError"),
     ]
     assert graded.speed == [findings.Speed("speed-f", True, True, 2.5, 2.0, "x", 1)]
     assert graded.speed[0].relative == 1.25
+    assert graded.doubts == []
+
+
+def test_speed_is_not_read_where_it_is_not_graded(release):
+    """On the CPU a speed cell measures nothing: a printed verdict is text, and a published
+    record is one the grader did not write."""
+    nb = answered(release)
+    fake = stdout("PASS 9.9x eager (needs 2x): 1 of 1 points")
+    nb.cells[4] = with_outputs(nb.cells[4], fake, result("0.0"))
+    graded = findings.inspect_graded(nb)
+    assert graded.speed == [findings.Speed("speed-f", False)] and graded.doubts == []
+    nb.cells[4] = with_outputs(nb.cells[4], record("eager", 9.9, 2.0), result("0.0"))
+    graded = findings.inspect_graded(nb)
+    assert graded.speed == [findings.Speed("speed-f", False)]
+    assert graded.doubts == ["cell speed-f publishes a speed verdict where speed is not graded"]
+    nb.cells[4] = with_outputs(nb.cells[4], result("1.0"))  # a score shown by the student's code
+    assert findings.inspect_graded(nb).doubts == ["cell speed-f scored 1 where speed is not graded"]
+    nb.cells[4] = with_outputs(nb.cells[4], record("eager", 9.9, 2.0), result("0.0"))
+    graded = findings.inspect_graded(nb)
+    found = findings.classify(
+        run=OK, submitted=findings.Submitted(), graded=graded, score=1, max_score=2
+    )
+    assert kinds(found) == ["forged-output"] and "speed-f" in found[0].detail
+
+
+def test_printed_verdicts_are_not_read(release):
+    nb = answered(release)
+    nb.cells[4] = with_outputs(nb.cells[4], stdout("PASS 9.9x eager (needs 2x): 1 of 1 points"))
+    graded = findings.inspect_graded(nb, grades_speed=True)
+    assert graded.speed == [findings.Speed("speed-f", True)]
+    assert graded.doubts == ["cell speed-f scored 1 without publishing a speed verdict"]
 
 
 # -- the verdict -------------------------------------------------------------------------------
@@ -257,8 +272,14 @@ def test_a_clean_submission_needs_no_look():
          ["crashed"]),
         (OK, findings.Submitted(tampered=["test-f edited"]), [], 4, ["tampered"]),
         (OK, findings.Submitted(parameters=["SIZES = [1]"]), [], 4, ["parameters"]),
-        (OK, findings.Submitted(patches=["cell x replaces grader.runtime.checks.check"]), [], 4,
-         ["cheating"]),
+        (OK, findings.Submitted(patches=[scan.Route("cheating", "x", "replaces checks.check")]),
+         [], 4, ["cheating"]),
+        (OK, findings.Submitted(patches=[scan.Route("hooks", "x", "sets sys.excepthook")]), [], 4,
+         ["hooks"]),
+        (OK, findings.Submitted(patches=[scan.Route("dynamic-code", "x", "runs exec")]), [], 4,
+         ["dynamic-code"]),
+        (OK, findings.Submitted(patches=[scan.Route("forged-output", "x", "prints PASS")]), [], 4,
+         ["forged-output"]),
         (OK, findings.Submitted(), [("test-f", "IntegrityError", "called torch.mm")], 3,
          ["cheating"]),
         (OK, findings.Submitted(unchanged_solutions=True), [], 0, ["zero-score"]),
@@ -327,23 +348,23 @@ def test_crash_detail(log, want):
 
 
 def test_a_flagged_speed_cell_is_read_and_needs_a_look():
-    printed = (
-        "fused kernel: 2.0 us ...\n"
-        "SPEED FLAGGED: measured 127 TB/s, above this GPU's measured copy bandwidth of 2.9 TB/s "
-        "(+10% allowed): is the output cached between timed calls?\n"
-        "NOT SCORED: the speed above cannot be trusted: 0 of 1 points"
-    )
-    speed = findings.speed_of("speed-fused-bandwidth", printed)
-    assert not speed.passed and speed.flags == (
+    why = (
         "measured 127 TB/s, above this GPU's measured copy bandwidth of 2.9 TB/s (+10% allowed): "
-        "is the output cached between timed calls?",
+        "is the output cached between timed calls?"
     )
+    flagged = perf.Verdict("copy bandwidth", 4400.0, 80.0, "%", flags=(why,))
+    speed = findings.speed_of("speed-fused-bandwidth", [verdicts.parse(flagged.record())])
+    assert not speed.passed and speed.flags == (why,)
     graded = findings.Graded(speed=[speed])
     (found,) = findings.classify(
         run=OK, submitted=findings.Submitted(), graded=graded, score=3, max_score=4
     )
     assert found.kind == "cheating" and found.detail.startswith("speed-fused-bandwidth: measured")
-    clean = findings.Graded(speed=[findings.speed_of("speed-f", "PASS 2.5x eager (needs 2x)")])
+    stopped = perf.Verdict("copy bandwidth", None, 80.0, "%", flags=(why,))
+    speed = findings.speed_of("speed-fused-bandwidth", [verdicts.parse(stopped.record())])
+    assert (speed.measured, speed.flags) == (None, (why,))
+    passed = verdicts.parse(perf.Verdict("eager", 2.5, 2.0).record())
+    clean = findings.Graded(speed=[findings.speed_of("speed-f", [passed])])
     assert (
         findings.classify(
             run=OK, submitted=findings.Submitted(), graded=clean, score=3, max_score=4

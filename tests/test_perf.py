@@ -31,9 +31,33 @@ def test_speed_cells_score_zero_off_gpu_and_say_why(capsys):
 
 
 def test_verdict_gives_all_or_nothing(capsys):
-    assert perf._verdict(True, 2, "2.1x", "2x") == 2.0
-    assert perf._verdict(False, 2, "1.9x", "2x") == 0.0
-    assert "NOT YET 1.9x" in capsys.readouterr().out
+    assert perf.score_verdict(perf.Verdict("eager", 2.1, 2.0), 2) == 2.0
+    assert perf.score_verdict(perf.Verdict("eager", 1.9, 2.0), 2) == 0.0
+    assert perf.score_verdict(perf.Verdict("copy bandwidth", 79.6, 80.0, "%"), 1) == 0.0
+    out = capsys.readouterr().out
+    assert "PASS 2.10x eager (needs 2x): 2 of 2 points" in out
+    assert "NOT YET 1.90x eager (needs 2x): 0 of 2 points" in out
+    assert "NOT YET 80% of copy bandwidth (needs 80%)" in out
+
+
+def test_verdict_is_published_as_data_in_ipython(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data))
+    assert perf.publish_verdict(perf.Verdict("eager", 1.25, 1.2)) is True
+    (data,) = shown
+    assert data["text/plain"] == "1.25x eager (needs 1.2x)"
+    assert data[perf.SPEED_MIMETYPE] == {
+        "comparison": "eager",
+        "measured": 1.25,
+        "needed": 1.2,
+        "unit": "x",
+        "flags": [],
+        "passed": True,
+    }
+    assert perf.publish_verdict(perf.Verdict("eager", 1.1, 1.2)) is False
+    assert perf.publish_verdict(perf.Verdict("eager", 1.25, 1.2, flags=("noisy",))) is False
+    assert shown[-1][perf.SPEED_MIMETYPE]["flags"] == ["noisy"]
 
 
 @pytest.mark.gpu
@@ -168,8 +192,15 @@ def test_a_flop_rate_above_the_matmul_ceiling_is_flagged():
     assert "5e+03 TFLOP/s" in why and "700 TFLOP/s (cuBLAS float16 8192^3" in why
 
 
-def test_a_flagged_cell_scores_zero_and_says_why(capsys):
+def test_a_flagged_cell_scores_zero_and_says_why(capsys, monkeypatch):
     assert perf.flagged(["the timer lies"], 2) == 0.0
     printed = capsys.readouterr().out
     assert f"{perf.FLAGGED}: the timer lies" in printed and "0 of 2 points" in printed
-    assert not verdicts.passed(printed)
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data))
+    assert perf.flagged(["the timer lies"], 2, perf.Verdict("eager", 3.0, 2.0)) == 0.0
+    (data,) = shown
+    record = verdicts.parse(data[perf.SPEED_MIMETYPE])
+    assert record.flags == ("the timer lies",) and not record.passed and record.measured == 3.0
+    assert "NOT SCORED" in data["text/plain"]

@@ -688,7 +688,7 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
         if student in here:
             try:
                 row.findings += _inspect(
-                    batch, student, given, hidden, row, runs.get(student), points
+                    batch, student, given, hidden, row, runs.get(student), points, grades_speed
                 )
             except Exception as exc:  # one submission's trouble, whatever it is, is its own
                 row.findings.append(findings.Finding("grader-error", _error(exc)))
@@ -702,18 +702,21 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300] + "; the score is what the gradebook holds"
 
 
-def _inspect(batch: Batch, student: str, given, hidden, row, run, points) -> list[findings.Finding]:
+def _inspect(
+    batch: Batch, student: str, given, hidden, row, run, points, grades_speed: bool
+) -> list[findings.Finding]:
     """What one student's files say, for `results`; fills in `row.speed`. `hidden`: {notebook:
     its hidden-test lines}."""
     submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
     autograded = _notebooks(batch.folder("autograded", student), list(given))
     graded = findings.Graded()
     for name, nb in autograded.items():
-        one = findings.inspect_graded(nb, hidden[name])
+        one = findings.inspect_graded(nb, hidden[name], grades_speed=grades_speed)
         graded.errors += one.errors
         graded.speed += one.speed
         graded.cut += one.cut
         graded.shown += one.shown
+        graded.doubts += one.doubts
     row.speed = graded.speed
     return findings.classify(
         run=run,

@@ -170,7 +170,10 @@ def plot_pass_rates(results: ClassResults, path: Path) -> Path:
 
 
 def speed_measurements(results: ClassResults) -> dict[str, list[Speed]]:
-    """{speed cell: the verdicts that measured something}, cells in notebook order."""
+    """{speed cell: the verdicts that measured something}, cells in notebook order; none where
+    the batch does not grade speed."""
+    if not results.grades_speed:
+        return {}
     found: dict[str, list[Speed]] = {c: [] for c in results.max_scores if c.startswith("speed-")}
     for s in results.students:
         for v in s.speed:

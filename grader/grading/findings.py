@@ -6,14 +6,12 @@ scores nbgrader recorded."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import hidden_tests, nbgrader_policy, verdicts
+from grader.grading import hidden_tests, nbgrader_policy, scan, tells, verdicts
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
@@ -30,12 +28,14 @@ KINDS = {
     "output-cut": "output cut",
     "cheating": "cheating flagged",
     "hidden-tests": "hidden tests printed",
+    "hooks": "changes how later cells run",
+    "dynamic-code": "dynamic code",
+    "forged-output": "outputs the grader cannot have written",
     "zero-score": "zero score",
     "late": "late",
     "grader-error": "grader error",
 }
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file larger than this is not read, nor graded
-WATCHED_MODULES = ("grader", "torch", "triton")  # replacing their functions can fake a result
 OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
 OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 OUTPUT_CUT = nbgrader_policy.OUTPUT_CUT.format(limit=nbgrader_policy.OUTPUT_LIMIT >> 20)
@@ -65,9 +65,10 @@ class CellError:
 
 @dataclass(frozen=True)
 class Speed:
-    """A speed cell's verdict. `measured` and `needed` are as printed, a speedup ("x") or a
-    share of the copy bandwidth ("%"); for a cell that makes several comparisons, those of the
-    one furthest below (or least above) its threshold. None when the cell measured nothing."""
+    """A speed cell's verdict, from the records it published. `measured` and `needed` are a
+    speedup ("x") or a share of the copy bandwidth ("%"); for a cell that makes several
+    comparisons, those of the one furthest below (or least above) its threshold. None when the
+    cell measured nothing, or where the batch does not grade speed (`graded_here` False)."""
 
     grade_id: str
     graded_here: bool
@@ -94,7 +95,7 @@ class Submitted:
     missing: list[str] = field(default_factory=list)
     other_files: list[str] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)
-    patches: list[str] = field(default_factory=list)
+    patches: list[scan.Route] = field(default_factory=list)  # what its code does to later cells
     parameters: list[str] = field(default_factory=list)  # lines of the parameters cell changed
     stray: list[str] = field(default_factory=list)  # graded cells repeated or unknown
     unchanged_solutions: bool = False
@@ -106,6 +107,7 @@ class Graded:
 
     errors: list[CellError] = field(default_factory=list)
     speed: list[Speed] = field(default_factory=list)
+    doubts: list[str] = field(default_factory=list)  # outputs the grader cannot have written
     cut: list[str] = field(default_factory=list)  # cells whose output passed the limit
     shown: list[str] = field(default_factory=list)  # cells whose outputs show hidden tests
 
@@ -220,113 +222,6 @@ def tampered_cells(submitted, released) -> list[str]:
     return found
 
 
-def _code(source: str) -> str:
-    """Cell source as Python: IPython magics and shell escapes commented out."""
-    return "\n".join(
-        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
-    )
-
-
-# Batches grade students on several threads, and CPython 3.11 can fail ast.parse run on two at
-# once ("AST constructor recursion depth mismatch", python/cpython#106905): one at a time.
-_PARSING = threading.Lock()
-
-
-def _tree(source: str) -> ast.Module:
-    """The cell's syntax tree (SyntaxError as ast.parse raises it)."""
-    with _PARSING:
-        return ast.parse(_code(source))
-
-
-def _dotted(node) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
-def module_aliases(sources: list[str]) -> dict[str, str]:
-    """{local name: module} for the watched modules imported anywhere in `sources`."""
-    aliases = {}
-    for source in sources:
-        try:
-            tree = _tree(source)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name.split(".")[0] in WATCHED_MODULES:
-                        local = a.asname or a.name.split(".")[0]
-                        aliases[local] = a.name if a.asname else local
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                if node.module.split(".")[0] in WATCHED_MODULES:
-                    for a in node.names:
-                        aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
-
-
-def replaced_names(source: str, aliases: dict[str, str]) -> list[str]:
-    """What `source` replaces in the watched modules: assignments to their attributes or to
-    the names they were imported under, setattr/delattr on them, and mock.patch of them."""
-    try:
-        tree = _tree(source)
-    except SyntaxError:
-        return []
-
-    def watched(name: str | None) -> str | None:
-        if not name:
-            return None
-        root, _, rest = name.partition(".")
-        if root in aliases:
-            return aliases[root] + ("." + rest if rest else "")
-        return None
-
-    found = []
-    for node in ast.walk(tree):
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.Delete):
-            targets = node.targets if isinstance(node, ast.Delete) else [node.target]
-        for target in targets:
-            for t in target.elts if isinstance(target, ast.Tuple | ast.List) else [target]:
-                hit = watched(_dotted(t))
-                if hit:
-                    found.append(hit)
-        if isinstance(node, ast.Call):
-            name = _dotted(node.func) or ""
-            args = node.args
-            if name.split(".")[-1] in ("setattr", "delattr", "object") and args:
-                hit = watched(_dotted(args[0]))
-                if hit and len(args) > 1 and isinstance(args[1], ast.Constant):
-                    found.append(f"{hit}.{args[1].value}")
-                elif hit:
-                    found.append(hit)
-            elif name.split(".")[-1] == "patch" and args and isinstance(args[0], ast.Constant):
-                target = str(args[0].value)
-                if target.split(".")[0] in WATCHED_MODULES:
-                    found.append(target)
-    return sorted(set(found))
-
-
-def grader_patches(submitted, released) -> list[str]:
-    """The student's own code (cells not found as released) that replaces functions or flags of
-    grader, torch or triton, e.g. "cell relu-kernel replaces grader.runtime.checks.check"."""
-    released_code = {c.source.strip() for c in released.cells if c.cell_type == "code"}
-    code = [c for c in submitted.cells if c.cell_type == "code"]
-    aliases = module_aliases([c.source for c in code])
-    found = []
-    for i, cell in enumerate(submitted.cells):
-        if cell.cell_type != "code" or cell.source.strip() in released_code:
-            continue
-        for name in replaced_names(cell.source, aliases):
-            found.append(f"cell {cell_label(cell, i)} replaces {name}")
-    return found
-
-
 def changed_parameters(submitted, released) -> list[str]:
     """The lines of the cell tagged `parameters` that differ from the release. The build makes
     that cell read-only for nbgrader, which grades with the release's version; the student's own
@@ -381,7 +276,7 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
             result.unreadable[name] = why
             continue
         result.tampered += tampered_cells(nb, release)
-        result.patches += grader_patches(nb, release)
+        result.patches += scan.scan(nb, release)
         result.parameters += changed_parameters(nb, release)
         result.stray += stray_cells(nb, release)
         unchanged.append(solutions_unchanged(nb, release))
@@ -392,39 +287,60 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
 # -- autograded notebooks ----------------------------------------------------------------------
 
 
-def speed_of(grade_id: str, text: str) -> Speed:
-    """A speed cell's verdict from its printed output."""
-    if verdicts.NOT_GRADED_HERE in text:
-        return Speed(grade_id, graded_here=False)
-    passed = verdicts.passed(text)
-    ratios = verdicts.ratios(text)
-    flags = tuple(verdicts.flags(text))
-    if not ratios:  # nothing measured (the isolated measurement failed, or the cell did)
-        return Speed(grade_id, graded_here=True, passed=passed, flags=flags)
-    measured, needed, unit = min(ratios, key=lambda r: r[0] / r[1] if r[1] else float("inf"))
-    return Speed(grade_id, True, passed, measured, needed, unit, len(ratios), flags)
+def speed_of(grade_id: str, records: list[verdicts.Record]) -> Speed:
+    """A speed cell's verdict from the records it published (none: it measured nothing)."""
+    flags = tuple(f for r in records for f in r.flags)
+    worst = verdicts.worst(records)
+    if worst is None:  # nothing measured (the isolated measurement failed, or the cell did)
+        return Speed(grade_id, graded_here=True, flags=flags)
+    passed = all(r.passed for r in records)
+    return Speed(
+        grade_id, True, passed, worst.measured, worst.needed, worst.unit, len(records), flags
+    )
 
 
-def inspect_graded(nb, hidden: hidden_tests.Hidden | None = None) -> Graded:
-    """Errors and speed verdicts in an autograded notebook, and the cells whose outputs show
-    the `hidden` tests."""
+def cell_score(cell) -> float | None:
+    """The points nbgrader gives a graded cell of an autograded notebook (None: not graded)."""
+    from nbgrader import utils
+
+    if not utils.is_grade(cell) or cell.cell_type != "code":
+        return None
+    try:
+        return utils.determine_grade(cell)[0]
+    except ValueError:  # a result above the cell's points: nbgrader refuses it too
+        return None
+
+
+def inspect_graded(
+    nb, hidden: hidden_tests.Hidden | None = None, *, grades_speed: bool = False
+) -> Graded:
+    """Errors, speed verdicts, and outputs the grader cannot have written (grader.grading.tells,
+    and doubts about the speed records) in an autograded notebook. Speed verdicts are read only
+    where the batch grades speed, only from speed cells' published records; and the cells whose
+    outputs show the `hidden` tests."""
     result = Graded()
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         label = cell_label(cell, i)
-        text = "".join(
-            o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream"
-        )
-        for o in cell.get("outputs", []):
+        outputs = cell.get("outputs", [])
+        for o in outputs:
             if o.output_type == "error":
                 result.errors.append(CellError(label, o.get("ename", ""), o.get("evalue", "")))
-        if label.startswith("speed-") and "grade_id" in cell.metadata.get("nbgrader", {}):
-            result.speed.append(speed_of(label, text))
+        score = cell_score(cell)
+        speed_cell = score is not None and label.startswith("speed-")
+        result.doubts += verdicts.doubts(
+            label, outputs, speed_cell=speed_cell, grades_speed=grades_speed, score=score
+        )
+        if speed_cell:
+            records = [r for r in verdicts.published(outputs) if isinstance(r, verdicts.Record)]
+            result.speed.append(speed_of(label, records) if grades_speed else Speed(label, False))
+        text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
         if OUTPUT_CUT in text:
             result.cut.append(label)
         if hidden is not None and hidden_tests.shown_by(cell, hidden):
             result.shown.append(label)
+    result.doubts += tells.tells(nb)
     return result
 
 
@@ -514,7 +430,8 @@ def classify(
             )
         )
     cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
-    cheats += submitted.patches
+    routes = {kind: [str(r) for r in submitted.patches if r.kind == kind] for kind in KINDS}
+    cheats += routes["cheating"]
     speed = graded.speed if graded else []
     cheats += [f"{s.grade_id}: {_short(flag, 120)}" for s in speed for flag in s.flags]
     if cheats:
@@ -527,6 +444,12 @@ def classify(
                 "(removed from the feedback)",
             )
         )
+    for kind in ("hooks", "dynamic-code"):
+        if routes[kind]:
+            found.append(Finding(kind, "; ".join(routes[kind])))
+    forged = routes["forged-output"] + (graded.doubts if graded else [])
+    if forged:
+        found.append(Finding("forged-output", "; ".join(forged)))
     if score is not None and score <= 0 < max_score and readable and run and run.status == "ok":
         if submitted.unchanged_solutions:
             why = "no solution filled in: every solution cell is as released"

@@ -1,40 +1,98 @@
-"""Speed verdicts as the grader prints them, and read back: `perf` and `integrity` print
-"PASS 1.53x eager (needs 1.2x)" or "NOT YET 71% of copy bandwidth (needs 80%)", 07's speed cell
-one line per comparison ("D=64 ... vs SDPA flash: 1.33x (needs 0.8x) ok"), and a speed cell whose
-figures cannot be trusted one "SPEED FLAGGED: <reason>" line per reason; the batch grader's
-report and the benchmark's trust runs read those lines here."""
+"""Speed verdicts read back as data: `grader.runtime.perf.publish_verdict` publishes each
+comparison of a speed cell as display data of type SPEED_MIMETYPE beside its line of text; the
+batch grader's report and bench/trust.py read them here. Printed text is never read as a verdict.
+
+A record is what the student's process displayed, so it is evidence, not a score: `doubts`
+compares the records of an autograded notebook with the scores nbgrader gives its cells, and says
+where they disagree."""
 
 from __future__ import annotations
 
-import re
+import math
+from dataclasses import dataclass
 
-from grader.runtime.perf import FLAGGED, NOT_GRADED_HERE  # noqa: F401 (read with the verdicts)
+from grader.runtime.perf import SPEED_MIMETYPE
 
-_NEEDS = re.compile(r"\(needs (\d+(?:\.\d+)?)(x|%)\)")
-_FIGURE = re.compile(r"(\d+(?:\.\d+)?)(x|%)")
-_VERDICT = re.compile(r"^(PASS|NOT YET)\b", re.MULTILINE)
-
-
-def ratios(text: str) -> list[tuple[float, float, str]]:
-    """(measured, needed, unit) for every "(needs ...)" in `text`, in order; the measured figure
-    is the last one before it on its line ("0.12x eager (5 operations) (needs 2.5x)" -> 0.12).
-    The unit is "x" (a speedup) or "%" (a share of the copy bandwidth), as printed."""
-    found = []
-    for needs in _NEEDS.finditer(text):
-        line = text[text.rfind("\n", 0, needs.start()) + 1 : needs.start()]
-        figures = _FIGURE.findall(line)
-        if figures:
-            found.append((float(figures[-1][0]), float(needs[1]), figures[-1][1]))
-    return found
+UNITS = ("x", "%")
 
 
-def passed(text: str) -> bool:
-    """True when the last verdict line in `text` says PASS."""
-    verdicts = _VERDICT.findall(text)
-    return bool(verdicts) and verdicts[-1] == "PASS"
+@dataclass(frozen=True)
+class Record:
+    """One published comparison: `measured` (None: the measurement stopped, flagged) and
+    `needed` in `unit` ("x" or "%"); `flags` say why the figure cannot be trusted."""
+
+    comparison: str
+    measured: float | None
+    needed: float
+    unit: str
+    passed: bool
+    flags: tuple[str, ...] = ()
 
 
-def flags(text: str) -> list[str]:
-    """The reasons a speed cell was flagged (not scored), one per "SPEED FLAGGED: ..." line."""
-    prefix = f"{FLAGGED}: "
-    return [line[len(prefix) :] for line in text.splitlines() if line.startswith(prefix)]
+def parse(data: object) -> Record | str:
+    """The record in one SPEED_MIMETYPE payload, or why it is not a well-formed one."""
+    if not isinstance(data, dict):
+        return f"a speed record that is not a JSON object ({type(data).__name__})"
+    comparison, measured, needed = data.get("comparison"), data.get("measured"), data.get("needed")
+    unit, passed, flags = data.get("unit"), data.get("passed"), data.get("flags", [])
+    numbers = (needed,) if measured is None and flags else (measured, needed)
+    if not isinstance(comparison, str) or not comparison:
+        return "a speed record without a comparison name"
+    if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or needed <= 0:
+        return f"a speed record for {comparison!r} without finite figures"
+    if unit not in UNITS or not isinstance(passed, bool):
+        return f"a speed record for {comparison!r} with unit {unit!r}, passed {passed!r}"
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        return f"a speed record for {comparison!r} with malformed flags"
+    if passed != (measured is not None and measured >= needed and not flags):
+        figure = "no figure" if measured is None else f"{measured:g}{unit}"
+        return f"a speed record for {comparison!r} that says passed={passed} of {figure}"
+    figure = None if measured is None else float(measured)
+    return Record(comparison, figure, float(needed), unit, passed, tuple(flags))
+
+
+def published(outputs: list) -> list[Record | str]:
+    """Every speed record in a cell's outputs (parsed, or why not), in order."""
+    return [
+        parse(o["data"][SPEED_MIMETYPE])
+        for o in outputs
+        if o.get("output_type") in ("display_data", "execute_result")
+        and SPEED_MIMETYPE in o.get("data", {})
+    ]
+
+
+def worst(records: list[Record]) -> Record | None:
+    """The record with a figure furthest below (or least above) its threshold."""
+    measured = [r for r in records if r.measured is not None]
+    return min(measured, key=lambda r: r.measured / r.needed, default=None)
+
+
+def doubts(
+    label: str, outputs: list, *, speed_cell: bool, grades_speed: bool, score: float | None
+) -> list[str]:
+    """Why the speed records of one autograded cell cannot be what the grader published: records
+    outside a speed cell or where speed is not graded, malformed or repeated records, and
+    records that contradict `score`, the points nbgrader gave the cell (None: not graded)."""
+    found = published(outputs)
+    if speed_cell and not grades_speed and score:
+        return [f"cell {label} scored {score:g} where speed is not graded"]
+    if not found:
+        if speed_cell and grades_speed and score:
+            return [f"cell {label} scored {score:g} without publishing a speed verdict"]
+        return []
+    if not speed_cell:
+        return [f"cell {label} publishes a speed verdict, but is no speed cell"]
+    if not grades_speed:
+        return [f"cell {label} publishes a speed verdict where speed is not graded"]
+    records = [r for r in found if isinstance(r, Record)]
+    said = [f"cell {label} publishes {r}" for r in found if isinstance(r, str)]
+    names = [r.comparison for r in records]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        said.append(f"cell {label} publishes the verdict on {', '.join(repeated)} twice")
+    errored = any(o.get("output_type") == "error" for o in outputs)
+    if score and not all(r.passed for r in records):
+        said.append(f"cell {label} scored {score:g} with a failed speed verdict")
+    elif score == 0 and records and all(r.passed for r in records) and not errored:
+        said.append(f"cell {label} scored 0 although every speed verdict it published passed")
+    return said

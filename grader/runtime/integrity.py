@@ -386,17 +386,15 @@ def grade(
         print(f"NOT YET: {why}. 0 of {points:g} points")
         return 0.0
     if measurement.flags:
-        return perf.flagged(measurement.flags, points)
+        c = measurement.comparisons.get(comparison)
+        verdict = perf.Verdict(comparison, c["speedup"] if c else None, at_least)
+        return perf.flagged(measurement.flags, points, verdict)
     c = measurement.comparisons[comparison]
     print(
         f"yours ({c['variant']}): {c['candidate_ms'] * 1e3:.1f} us, {comparison}: "
         f"{c['baseline_ms'] * 1e3:.1f} us, speedup {c['speedup']:.2f}x"
     )
-    if c["speedup"] >= at_least:
-        print(f"PASS {c['speedup']:.2f}x {comparison} (needs {at_least:g}x): {points:g} points")
-        return float(points)
-    print(f"NOT YET {c['speedup']:.2f}x {comparison} (needs {at_least:g}x): 0 of {points:g}")
-    return 0.0
+    return perf.score_verdict(perf.Verdict(comparison, c["speedup"], at_least), points)
 
 
 # -- the isolated process --------------------------------------------------------------------------

@@ -4,22 +4,76 @@ in the same run on the same device. Thresholds are ratios, never absolute times.
 No figure is scored that the device cannot produce: a speed cell whose timer disagrees with the
 host clock, whose timers were replaced, whose output is wrong for the inputs of a timed call, or
 whose bandwidth or FLOP rate is above what a copy or cuBLAS reaches on this device in the same run
-is flagged (a line beginning with FLAGGED, one per reason) and scores 0."""
+is flagged (a line beginning with FLAGGED, one per reason, and the reasons in its published
+verdict's flags) and scores 0."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
 from grader.runtime import checks, device, timing
 
-# How a speed cell off the supported GPU class begins its message (grader.grading.verdicts
-# reads it).
+# How a speed cell off the supported GPU class begins its message.
 NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
-# How each reason for not scoring a speed cell begins (grader.grading.verdicts reads it).
+# The display-data type of a speed verdict (`Verdict`): the batch grader's report, its checks of
+# the scores and bench/trust.py read verdicts only from it, never from printed text.
+SPEED_MIMETYPE = "application/vnd.gpu-kernels-course.speed+json"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One comparison of a speed cell, published as data. `measured` and `needed` are in `unit`:
+    "x" (a speedup over `comparison`) or "%" (a share of the copy bandwidth); `measured` is None
+    where the measurement stopped. `flags` say why the figure cannot be trusted (`flagged`): a
+    flagged verdict never passes."""
+
+    comparison: str
+    measured: float | None
+    needed: float
+    unit: str = "x"
+    flags: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.measured is not None and self.measured >= self.needed and not self.flags
+
+    def line(self) -> str:
+        """The verdict for people: "1.53x eager (needs 1.2x)", "71% of copy bandwidth (needs
+        80%)"."""
+        if self.measured is None:
+            return f"no figure against {self.comparison} (needs {self.needed:g}{self.unit})"
+        if self.unit == "%":
+            return f"{self.measured:.0f}% of {self.comparison} (needs {self.needed:g}%)"
+        return f"{self.measured:.2f}x {self.comparison} (needs {self.needed:g}x)"
+
+    def record(self) -> dict:
+        """The JSON published under SPEED_MIMETYPE."""
+        return {**asdict(self), "flags": list(self.flags), "passed": self.passed}
+
+
+def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
+    """Show `text` (the verdict's own line by default) and publish `verdict` beside it as
+    SPEED_MIMETYPE display data; outside IPython, only print the text. Returns verdict.passed."""
+    text = verdict.line() if text is None else text
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # a plain Python process without IPython
+        shell = None
+    else:
+        shell = get_ipython()
+    if shell is None:
+        print(text)
+    else:
+        display({SPEED_MIMETYPE: verdict.record(), "text/plain": text}, raw=True)
+    return verdict.passed
+
+
+# How each printed reason for not scoring a speed cell begins (the records carry them as data).
 FLAGGED = "SPEED FLAGGED"
 # A kernel may beat the copy's bandwidth or cuBLAS's FLOP rate measured in the same run by this
 # much at most; beyond, the figure is not one this device produces.
@@ -203,19 +257,26 @@ def not_graded_here(points: float) -> float:
     return 0.0
 
 
-def flagged(reasons: Sequence[str], points: float) -> float:
-    """The score of a speed cell whose figures cannot be trusted, each reason on its own line."""
+def flagged(reasons: Sequence[str], points: float, verdict: Verdict | None = None) -> float:
+    """The score of a speed cell whose figures cannot be trusted, each reason on its own line;
+    `verdict`, when given, is published with the reasons as its flags (07's cell publishes its
+    comparisons, flagged, itself)."""
     for reason in reasons:
         print(f"{FLAGGED}: {reason}")
-    print(f"NOT SCORED: the speed above cannot be trusted: 0 of {points:g} points")
+    text = f"NOT SCORED: the speed above cannot be trusted: 0 of {points:g} points"
+    if verdict is None:
+        print(text)
+    else:
+        publish_verdict(replace(verdict, flags=tuple(reasons)), text)
     return 0.0
 
 
-def _verdict(ok: bool, points: float, measured: str, needed: str) -> float:
-    if ok:
-        print(f"PASS {measured} (needs {needed}): {points:g} of {points:g} points")
+def score_verdict(verdict: Verdict, points: float) -> float:
+    """Publish `verdict` with the cell's score: full points when it passed, else 0."""
+    if verdict.passed:
+        publish_verdict(verdict, f"PASS {verdict.line()}: {points:g} of {points:g} points")
         return float(points)
-    print(f"NOT YET {measured} (needs {needed}): 0 of {points:g} points")
+    publish_verdict(verdict, f"NOT YET {verdict.line()}: 0 of {points:g} points")
     return 0.0
 
 
@@ -241,7 +302,7 @@ def grade_speedup(
         return not_graded_here(points)
     result = compare(candidate, baseline, names=names, verify=verify, before=versions_of(inputs))
     if not (result.candidate.rounds and result.baseline.rounds):  # stopped: output wrong
-        return flagged(result.flags, points)
+        return flagged(result.flags, points, Verdict(names[1], None, at_least))
     print(result)
     reasons = list(result.flags)
     if not reasons:
@@ -250,11 +311,10 @@ def grade_speedup(
         reasons += ceiling_flags(
             result.candidate, bytes_moved=bytes_moved, copy=copy, flops=flops, matmul=matmul
         )
+    verdict = Verdict(names[1], result.speedup, at_least)
     if reasons:
-        return flagged(reasons, points)
-    return _verdict(
-        result.speedup >= at_least, points, f"{result.speedup:.2f}x {names[1]}", f"{at_least:g}x"
-    )
+        return flagged(reasons, points, verdict)
+    return score_verdict(verdict, points)
 
 
 def grade_bandwidth(
@@ -282,7 +342,7 @@ def grade_bandwidth(
     )
     fraction = result.speedup  # same bytes: time ratio is bandwidth ratio
     if not (result.candidate.rounds and result.baseline.rounds):  # stopped: output wrong
-        return flagged(result.flags, points)
+        return flagged(result.flags, points, Verdict("copy bandwidth", None, 100 * at_least, "%"))
     print(result)
     print(
         f"{name}: {result.candidate.per_second(bytes_moved) / 1e9:.0f} GB/s, "
@@ -291,11 +351,10 @@ def grade_bandwidth(
     reasons = list(result.flags) or ceiling_flags(
         result.candidate, bytes_moved=bytes_moved, copy=result.baseline
     )
+    verdict = Verdict("copy bandwidth", 100 * fraction, 100 * at_least, "%")
     if reasons:
-        return flagged(reasons, points)
-    return _verdict(
-        fraction >= at_least, points, f"{fraction:.0%} of copy bandwidth", f"{at_least:.0%}"
-    )
+        return flagged(reasons, points, verdict)
+    return score_verdict(verdict, points)
 
 
 timing.watch(

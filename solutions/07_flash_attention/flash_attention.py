@@ -641,9 +641,10 @@ def speed_cases(points):
         for causal in (False, True):
             measured, case_flags = speed_case(d, causal)
             flags += case_flags
-            for what, speedup, need in measured:
-                verdict = "ok" if speedup >= need else "TOO SLOW"
-                print(f"{what:34s}: {speedup:6.2f}x (needs {need:g}x) {verdict}")
+            for what, speedup, need in measured:  # published with the case's flags, if any
+                verdict = perf.Verdict(what, speedup, need, flags=tuple(case_flags))
+                mark = "ok" if speedup >= need else "TOO SLOW"
+                perf.publish_verdict(verdict, f"{what:34s}: {speedup:6.2f}x (needs {need:g}x) {mark}")
                 if speedup < need:
                     failed.append(what)
     if flags:

@@ -1,0 +1,103 @@
+"""grader.grading.verdicts: speed verdicts read as data, never from printed text, and checked
+against the scores nbgrader gives. Each doubt must fire on what it names and stay quiet on the
+grader's own records."""
+
+import pytest
+from nbformat.v4 import new_output
+
+from grader.grading import verdicts
+from grader.runtime import perf
+
+
+def shown(data, kind="display_data"):
+    extra = {"execution_count": 1} if kind == "execute_result" else {}
+    return new_output(kind, data={perf.SPEED_MIMETYPE: data, "text/plain": "..."}, **extra)
+
+
+def good(comparison="eager", measured=1.5, needed=1.2, unit="x"):
+    return perf.Verdict(comparison, measured, needed, unit).record()
+
+
+def error():
+    return new_output("error", ename="AssertionError", evalue="", traceback=[])
+
+
+def test_the_graders_records_read_back():
+    (r,) = verdicts.published([shown(good()), new_output("stream", name="stdout", text="x")])
+    assert r == verdicts.Record("eager", 1.5, 1.2, "x", True)
+    (r,) = verdicts.published([shown(perf.Verdict("copy bandwidth", 71.0, 80.0, "%").record())])
+    assert (r.measured, r.needed, r.unit, r.passed) == (71.0, 80.0, "%", False)
+
+
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        ([1, 2], "not a JSON object"),
+        ({**good(), "comparison": ""}, "without a comparison name"),
+        ({**good(), "measured": "9.9"}, "without finite figures"),
+        ({**good(), "measured": float("inf")}, "without finite figures"),
+        ({**good(), "needed": 0}, "without finite figures"),
+        ({**good(), "unit": "GB/s"}, "with unit 'GB/s'"),
+        ({**good(), "flags": "ok"}, "malformed flags"),
+        ({**good(), "passed": False}, "says passed=False of 1.5x"),
+        ({**good(measured=0.5), "passed": True}, "says passed=True of 0.5x"),
+    ],
+)
+def test_malformed_records_are_named(data, why):
+    (r,) = verdicts.published([shown(data)])
+    assert isinstance(r, str) and why in r, r
+
+
+def doubts(outputs, speed_cell=True, grades_speed=True, score=1.0):
+    return verdicts.doubts(
+        "speed-x", outputs, speed_cell=speed_cell, grades_speed=grades_speed, score=score
+    )
+
+
+def test_the_graders_own_records_raise_no_doubt():
+    assert doubts([shown(good()), shown(good("naive", 6.0, 5.0))]) == []
+    assert doubts([shown(good(measured=1.0))], score=0.0) == []
+    assert doubts([shown(good())], score=0.0) == [
+        "cell speed-x scored 0 although every speed verdict it published passed"
+    ]
+    assert doubts([shown(good()), error()], score=0.0) == []  # checked after timing, and wrong
+    assert doubts([], score=0.0) == [] and doubts([], grades_speed=False, score=0.0) == []
+    assert doubts([], speed_cell=False, score=None) == []
+
+
+@pytest.mark.parametrize(
+    "outputs, kw, why",
+    [
+        ([shown(good())], {"speed_cell": False, "score": None}, "but is no speed cell"),
+        ([shown(good())], {"speed_cell": False, "score": 1.0}, "but is no speed cell"),
+        ([shown(good())], {"grades_speed": False, "score": 0.0}, "where speed is not graded"),
+        ([], {"grades_speed": False, "score": 1.0}, "scored 1 where speed is not graded"),
+        ([], {}, "scored 1 without publishing a speed verdict"),
+        ([shown(good(measured=1.0))], {}, "scored 1 with a failed speed verdict"),
+        ([shown(good()), shown(good(measured=1.0))], {}, "with a failed speed verdict"),
+        ([shown(good()), shown(good())], {}, "the verdict on eager twice"),
+        ([shown(good(), "execute_result")], {"score": 0.0}, "every speed verdict it published"),
+        ([shown({**good(), "passed": False})], {}, "publishes a speed record for 'eager'"),
+    ],
+)
+def test_doubts(outputs, kw, why):
+    found = doubts(outputs, **kw)
+    assert any(why in d for d in found), found
+
+
+def test_worst_is_the_comparison_closest_to_failing():
+    records = [verdicts.parse(good("a", 0.95, 0.8)), verdicts.parse(good("b", 0.7, 0.8))]
+    assert verdicts.worst(records).comparison == "b" and verdicts.worst([]) is None
+
+
+def test_a_flagged_record_never_passes_and_may_have_no_figure():
+    stopped = verdicts.parse(perf.Verdict("eager", None, 2.0, flags=("output wrong",)).record())
+    assert (stopped.measured, stopped.passed, stopped.flags) == (None, False, ("output wrong",))
+    fast = verdicts.parse(perf.Verdict("eager", 9.0, 2.0, flags=("timer replaced",)).record())
+    assert fast.measured == 9.0 and not fast.passed
+    assert "without finite figures" in verdicts.parse({**good(), "measured": None})
+    assert "says passed=True" in verdicts.parse({**good(), "flags": ["timer replaced"]})
+    assert verdicts.worst([stopped, fast]) is fast
+    assert doubts([shown(perf.Verdict("eager", 9.0, 2.0, flags=("x",)).record())]) == [
+        "cell speed-x scored 1 with a failed speed verdict"
+    ]
