@@ -1,7 +1,7 @@
 """The course's tuned matmul: the blocked kernel of 04, with a second path that loads and stores
 tiles through tensor descriptors (TMA on Hopper), a persistent variant, the candidate autotuning
-configs, and the launchers. Notebook 05's reference solution and bench/matmul.py both take their
-kernels and configs from here, so a benchmark run measures exactly what the notebook tunes.
+configs, and the launchers. Notebook 05 and the course's benchmarks both take their kernels and
+configs from here, so a benchmark run measures exactly what the notebook tunes.
 
 Import this module after `grader.runtime.device.setup()` (it calls `device.current()` first, so the mode
 is chosen before triton is imported).
