@@ -10,6 +10,7 @@ import pytest
 
 from grader.authoring import build
 from grader.grading import scan
+from tests.known_wrong import WithGiven
 
 pytestmark = pytest.mark.tooling  # nbgrader's preprocessors make the release
 
@@ -32,6 +33,23 @@ def with_cell(nb, grade_id, source):
     nb = copy.deepcopy(nb)
     (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
     cell.source = source
+    return nb
+
+
+def with_variant(nb, grade_id, variant):
+    """`nb` with a known-wrong variant in place: a string replaces the exercise cell; a
+    WithGiven also edits the given cells after it, as tests/test_known_wrong.py applies it."""
+    if not isinstance(variant, WithGiven):
+        return with_cell(nb, grade_id, variant)
+    nb = with_cell(nb, grade_id, variant.exercise)
+    start = next(
+        i
+        for i, c in enumerate(nb.cells)
+        if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+    )
+    for old, new in variant.given.items():
+        (cell,) = [c for c in nb.cells[start + 1 :] if old in c.source]
+        cell.source = cell.source.replace(old, new)
     return nb
 
 
@@ -244,7 +262,7 @@ def test_honest_outside_solutions_are_clean(name):
     for table in (module.WRONG, getattr(module, "SLOW", {})):
         for grade_id, variants in table.items():
             for variant, code in variants.items():
-                nb = with_cell(source, grade_id, code)
+                nb = with_variant(source, grade_id, code)
                 assert scan.scan(nb, release) == [], (grade_id, variant)
                 tried += 1
     assert tried

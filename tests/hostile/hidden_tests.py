@@ -7,6 +7,8 @@ must be flagged for a human look, and no feedback file may hold a line of them."
 import html
 import re
 
+import nbformat
+
 from tests.hostile import Attacker, Graded, Materials
 
 PRINTS = """
@@ -31,6 +33,7 @@ def _show(info):
     for name in ("hidden.txt", "hidden.html", "setup.html"):
         with open(name, "a") as f:
             f.write(info.raw_cell)
+    print("wrote hidden.txt, hidden.html, setup.html")  # shows the attack ran
 
 
 get_ipython().events.register("pre_run_cell", _show)
@@ -92,8 +95,12 @@ def _only_pages(student: str):
         made = graded.root / "feedback" / student / m.assignment  # what release_feedback sends
         kept = {p.name for p in made.iterdir()}
         assert kept <= {page, "timestamp.txt"}, kept
-        ran = graded.root / "autograded" / student / m.assignment / "hidden.txt"
-        assert "HIDDEN TESTS" in ran.read_text(), "the attack did not run"
+        ran = graded.root / "autograded" / student / m.assignment
+        nb = nbformat.read(ran / f"{m.notebook}.ipynb", as_version=4)
+        said = [o.get("text", "") for c in nb.cells for o in c.get("outputs", [])]
+        assert any("wrote hidden.txt" in s for s in said), "the attack did not run"
+        # the sandbox kept what the kernel wrote in its private copy of the folder
+        assert not (ran / "hidden.txt").exists() and not (ran / "setup.html").exists()
 
     return check
 
