@@ -48,7 +48,7 @@ def course(tmp_path):
     return root
 
 
-def probe(course, code, jailed=True, nproc=256, scratch=64 * MIB, timeout=120):
+def probe(course, code, jailed=True, nproc=256, scratch=64 * MIB, timeout=120, gpu=None):
     """Run `code` as the student's kernel would run (its cwd, its environment); what it
     printed as JSON, and the outcome."""
     work = course / "autograded" / "me" / "00_setup"
@@ -59,10 +59,9 @@ def probe(course, code, jailed=True, nproc=256, scratch=64 * MIB, timeout=120):
     else:
         with (
             jail.slot() as n,
-            jail.prepared(program, uid=jail.UID_BASE + n, scratch_bytes=scratch, nproc=nproc) as (
-                spec,
-                _,
-            ),
+            jail.prepared(
+                program, uid=jail.UID_BASE + n, scratch_bytes=scratch, nproc=nproc, gpu=gpu
+            ) as (spec, _),
         ):
             connection = spec.parent / "run" / "kernel.json"
             connection.write_text("{}")
@@ -289,3 +288,27 @@ def test_gpu_nodes_are_bound_when_a_gpu_is_assigned(tmp_path):
         str(tmp_path / "work"),
         "unused",
     )
+
+
+@pytest.mark.gpu
+def test_the_assigned_gpu_works_inside_and_no_other(course):
+    """On a GPU machine, a kernel in the sandbox computes on the GPU it was given."""
+    if not jail.gpus():
+        pytest.skip("needs an NVIDIA GPU's device nodes (/dev/nvidiaN)")
+    seen = probe(
+        course,
+        """
+        import json, torch
+        x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+        print(json.dumps({
+            "devices": torch.cuda.device_count(),
+            "name": torch.cuda.get_device_name(0),
+            "sum": float((x * 2).sum()),
+        }))
+        """,
+        scratch=1 << 30,
+        gpu=jail.gpus()[0],
+        timeout=300,
+    )
+    assert seen["devices"] == 1, seen
+    assert seen["sum"] == float((1 << 20) * ((1 << 20) - 1)), seen
