@@ -350,11 +350,11 @@ def command(spec: Spec, cwd: str, connection_file: str, extra: Sequence[str] = (
         *("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"),
     )
     _system(args)
-    _python(args, kernel[0])
     args.mount("--proc", "/proc")
     args.mount("--dev", "/dev")
     for scratch in ("/dev/shm", "/tmp", HOME):
         args.mount("--size", size, "--tmpfs", scratch, perms="1777")
+    _python(args, kernel[0])  # after the scratch folders: a venv under /tmp stays visible
     args.mount("--ro-bind", str(spec.lib), RUNTIME)
     args.mount("--ro-bind", str(spec.seed), SEED)
     args.mount("--bind", str(spec.run), str(spec.run))
