@@ -312,3 +312,17 @@ def test_the_assigned_gpu_works_inside_and_no_other(course):
     )
     assert seen["devices"] == 1, seen
     assert seen["sum"] == float((1 << 20) * ((1 << 20) - 1)), seen
+
+
+def test_a_python_under_tmp_is_bound_after_the_sandboxes_tmp(tmp_path):
+    """A virtual environment in /tmp (a fresh clone's, say) stays visible: bwrap mounts in
+    order, and the sandbox's own /tmp is a tmpfs that would hide it."""
+    python = tmp_path / "venv" / "bin" / "python"
+    spec = jail.Spec(str(tmp_path), [str(python)], jail.UID_BASE, MIB, 64)
+    argv = jail.command(spec, str(tmp_path / "work"), "unused")
+    tmpfs = next(i for i, a in enumerate(argv) if a == "--tmpfs" and argv[i + 1] == "/tmp")
+    prefix = str(tmp_path / "venv")
+    bind = next(
+        i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1 : i + 3] == [prefix] * 2
+    )
+    assert tmpfs < bind, "the Python's prefix is mounted before /tmp's tmpfs, which hides it"
