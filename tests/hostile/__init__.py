@@ -105,6 +105,19 @@ class Attacker:
             raise ValueError(f"{self.student}: total='base' needs base")
 
 
+def on_blank_00(student: str, code: str, flags: frozenset[str], detail: str) -> Attacker:
+    """An attacker whose `code` runs after 00's kernel cell, left blank as released: its honest
+    base scores nothing, so only the flag is asserted."""
+    return Attacker(
+        student,
+        "00_setup",
+        lambda m: m.files(m.appended(m.release, "relu-kernel", code)),
+        flags=flags,
+        detail=detail,
+        total=None,
+    )
+
+
 def everyone() -> list[Attacker]:
     """Every attacker of every module in this package."""
     import importlib

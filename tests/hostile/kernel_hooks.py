@@ -6,7 +6,7 @@ by the scan of its code (hooks) and, where the outputs give it away, by the tell
 (forged output). Two routes do not fool nbgrader 0.9.6, which records an error from the kernel's
 reply when no error output was shown: they must score 0 and still be flagged."""
 
-from tests.hostile import Attacker
+from tests.hostile import Attacker, on_blank_00
 
 TRANSFORMER = """
 def _skip_tests(lines):
@@ -50,14 +50,7 @@ _plain.for_type(float, lambda value, p, cycle: p.text("1.0" if value == 0.0 else
 
 
 def _on_stub(student, code, detail, flags=frozenset({"hooks", "forged-output"})):
-    return Attacker(
-        student,
-        "00_setup",
-        lambda m: m.files(m.appended(m.release, "relu-kernel", code)),
-        flags=flags,
-        detail=detail,
-        total=None,
-    )
+    return on_blank_00(student, code, flags, detail)
 
 
 ATTACKERS = [

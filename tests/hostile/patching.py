@@ -2,20 +2,13 @@
 The patch sits on a blank notebook, so its honest base scores nothing; what nbgrader gives it is
 not the question: it must be flagged."""
 
-from tests.hostile import Attacker
+from tests.hostile import on_blank_00
 
 QUIET = "lambda *args, **kwargs: None"
 
 
 def _patch(student, code, detail, flags=frozenset({"cheating"})):
-    return Attacker(
-        student,
-        "00_setup",
-        lambda m: m.files(m.appended(m.release, "relu-kernel", code)),
-        flags=flags,
-        detail=detail,
-        total=None,
-    )
+    return on_blank_00(student, code, flags, detail)
 
 
 ATTACKERS = [
