@@ -12,6 +12,7 @@ The public surface, by module (`from grader.runtime import device, checks, ...`)
 | `roofline` | the device's measured ceilings, arithmetic intensity, the roofline plot |
 | `results` | the figures a notebook measured, kept for later notebooks' plots |
 | `integrity` | the graded call launches the student's kernel; timing in a separate process |
+| `launches` | the exercise's own kernel did the work: launched on the inputs, wrote the output |
 | `verify` | the audit of a candidate kernel against a reference (08) |
 | `attention` | attention's reference, baselines and cases (07, 08) |
 | `llm` | an optional call to an OpenAI-compatible endpoint (08) |
