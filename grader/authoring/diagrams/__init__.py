@@ -37,7 +37,12 @@ def render(draw) -> bytes:
     """The SVG of `draw()`'s figure, the same bytes on every run (fixed ids, no date)."""
     import io
 
-    with plt.rc_context({"svg.hashsalt": "gpu-kernels-course", "svg.fonttype": "none"}):
+    style = {
+        "svg.hashsalt": "gpu-kernels-course",
+        "svg.fonttype": "none",
+        "mathtext.fontset": "dejavusans",
+    }
+    with plt.rc_context(style):
         fig = draw()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")

@@ -129,12 +129,12 @@ def draw_tiled_loop() -> plt.Figure:
         weight="bold",
     )
     lines = [
-        (r"$m' = \max(m,\ \mathrm{rowmax}(S)\cdot c)$", "new running max"),
-        (r"$P = 2^{\,S\cdot c\ -\ m'}$", "probabilities"),
-        (r"$\alpha = 2^{\,m\ -\ m'}$", "rescale factor"),
+        (r"$m_{\mathrm{new}} = \max(m,\ \mathrm{rowmax}(S)\cdot c)$", "new running max"),
+        (r"$P = 2^{\,S\cdot c\ -\ m_{\mathrm{new}}}$", "probabilities"),
+        (r"$\alpha = 2^{\,m\ -\ m_{\mathrm{new}}}$", "rescale factor"),
         (r"$l \leftarrow \alpha\, l + \mathrm{rowsum}(P)$", "running sum"),
         (r"$acc \leftarrow \alpha\, acc + P\, V_j$", "accumulator"),
-        (r"$m \leftarrow m'$", ""),
+        (r"$m \leftarrow m_{\mathrm{new}}$", ""),
     ]
     for i, (formula, what) in enumerate(lines):
         ax.text(9.05, 4.85 - i * 0.55, formula, fontsize=8.5, va="center")
@@ -142,7 +142,7 @@ def draw_tiled_loop() -> plt.Figure:
     ax.text(
         9.05,
         1.45,
-        r"$c = \log_2(e)/\sqrt{D}$;  start: $m = -\infty$, $l = 0$, $acc = 0$",
+        r"$c = \log_2(e)\,/\,$√D;  start: $m = -\infty$, $l = 0$, $acc = 0$",
         fontsize=8,
         va="center",
         color="0.3",
