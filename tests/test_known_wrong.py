@@ -5,6 +5,8 @@ to bottom; then, for each wrong source of an exercise (WRONG), the exercise cell
 it (and the given cells a `WithGiven` rewrites, by theirs) and the cells up to that exercise's
 last test cell are run again: a test cell must fail.
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
+Partial submissions (PARTIAL) must pass every test of the exercises they get right and fail one
+of each exercise they do not.
 The reference and the given cells are put back afterwards (tests/test_notebooks.py proves that
 the reference passes).
 """
@@ -33,6 +35,11 @@ CASES = [
 SOURCES = {
     (m.NOTEBOOK, g, n): src for m in MODULES for g, v in m.WRONG.items() for n, src in v.items()
 }
+PARTIAL_CASES = [
+    (m.NOTEBOOK, name, partial)
+    for m in MODULES
+    for name, partial in getattr(m, "PARTIAL", {}).items()
+]
 SLOW_CASES = [
     (m.NOTEBOOK, grade_id, name, source)
     for m in MODULES
@@ -87,6 +94,41 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
         for cell in [session.cells[index], *(cells[p] for p in rewritten)]:
             status, detail = session.run(cell.source)  # the reference and given cells, back
             assert status == "ok", f"the reference no longer defines itself: {detail}"
+
+
+@pytest.mark.parametrize(
+    "notebook, name, partial", PARTIAL_CASES, ids=[f"{n}:{w}" for n, w, _ in PARTIAL_CASES]
+)
+def test_partial_solution_earns_its_exercises_only(sessions, notebook, name, partial):
+    session = sessions(notebook)
+    spans = {g: session.span(g) for g in (*partial.sources, *partial.earns, *partial.fails)}
+    first = min(index for index, _ in spans.values())
+    last = max(end for _, end in spans.values())
+    status = {}  # test cell id -> (status, error), as the notebook runs top to bottom
+    try:
+        for cell in session.code_cells(first, last + 1):
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+            if grade_id.startswith("speed-"):
+                continue
+            status[cell.id] = session.run(partial.sources.get(grade_id, cell.source))
+        for grade_id in partial.earns:
+            index, end = spans[grade_id]
+            for cell in session.code_cells(index + 1, end + 1):
+                if is_test(cell):
+                    assert status[cell.id][0] == "ok", (
+                        f"'{name}' loses {cell.id} of {grade_id}, which it gets right: "
+                        f"{status[cell.id][1]}"
+                    )
+        for grade_id in partial.fails:
+            index, end = spans[grade_id]
+            tests = [c for c in session.code_cells(index + 1, end + 1) if is_test(c)]
+            assert any(status[c.id][0] != "ok" for c in tests), (
+                f"'{name}' passed every test of {grade_id}"
+            )
+    finally:
+        for grade_id in partial.sources:
+            status_back, detail = session.run(session.cells[spans[grade_id][0]].source)
+            assert status_back == "ok", f"the reference no longer defines itself: {detail}"
 
 
 @pytest.mark.gpu

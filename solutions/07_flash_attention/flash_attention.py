@@ -455,10 +455,10 @@ memory = memory_sweep(MEMORY_LENGTHS)
 # Why naive eager only at D = 64: naive attention is limited by memory bandwidth (its N × N
 # traffic), your kernel by arithmetic, so their ratio follows each GPU's balance of bandwidth to
 # FLOP/s, and more so at D = 128, where the kernel does twice the arithmetic per score. The
-# reference kernel measured about 8.3x there at D = 64 on an H200, but 4.9x to 5.3x at D = 128
-# on an H100 and 4.7x on an H200, whose memory is faster. The cell shows the D = 128 ratio without
-# grading it. SDPA's flash backend is, like your kernel, limited by arithmetic: that ratio holds on
-# every GPU.
+# reference kernel measured 8.2x to 9.0x at D = 64 on an H100 and an H200, but 4.9x to 5.3x at
+# D = 128 on the H100 and 4.7x on the H200, whose memory is faster. The cell shows the D = 128
+# ratio without grading it. SDPA's flash backend is, like your kernel, limited by arithmetic:
+# that ratio holds on every GPU.
 
 # %%
 SPEED_NEEDS = {"SDPA flash": 0.8, "naive eager": 5.0}  # speedup needed against each baseline

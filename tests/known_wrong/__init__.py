@@ -4,7 +4,10 @@ requires the notebook's own graded tests to reject it.
 
 A source may also be a `WithGiven`: the exercise cell's replacement together with edits of given
 (ungraded, editable) cells between the exercise and its tests, such as a launcher that the
-exercise hands out but a student may still rewrite."""
+exercise hands out but a student may still rewrite.
+
+PARTIAL (optional) maps names to `Partial` submissions: right for some exercises, blank or wrong
+for others; each must earn exactly the test points of the exercises it gets right."""
 
 from dataclasses import dataclass, field
 
@@ -16,3 +19,14 @@ class WithGiven:
 
     exercise: str
     given: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Partial:
+    """A submission right for some exercises and not others (a module's PARTIAL): `sources` maps
+    grade_ids to the cells that replace them; every test cell of the exercises in `earns` must
+    pass, and some test cell of each exercise in `fails` must fail."""
+
+    sources: dict[str, str]
+    earns: tuple[str, ...]
+    fails: tuple[str, ...]

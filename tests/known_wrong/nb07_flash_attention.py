@@ -1,46 +1,53 @@
 """Wrong and slow FlashAttention kernels for 07 · FlashAttention.
 
-Each variant is the reference exercise cell (read from the notebook's source, so that the two
-never drift apart) with one planted change; `_edit` fails loudly if the text it changes is gone.
+Each variant is a reference exercise cell (read from the notebook's source, so that the two never
+drift apart) with one planted change; `_edit` fails loudly if the text it changes is gone.
+Exercise 1 (`LOOP`) is the non-causal kernel with its loop; Exercise 2 (`CAUSAL`) the causal
+kernel, which calls that loop.
 """
 
 import re
 
 from grader.authoring import build
+from tests.known_wrong import Partial
 
 NOTEBOOK = "07_flash_attention"
-GRADE_ID = "flash-attention-kernel"
+LOOP = "flash-attention-kernel"
+CAUSAL = "flash-attention-causal"
 
-_SOURCE = next(
-    c.source
+_CELLS = {
+    c.id: c.source
     for c in build.to_notebook(build.SOLUTIONS / NOTEBOOK / "flash_attention.py").cells
-    if c.id == GRADE_ID
-)
+    if c.id in (LOOP, CAUSAL)
+}
 
 
-def _edit(*pairs: tuple[str, str]) -> str:
-    source = _SOURCE
+def _edit(grade_id: str, *pairs: tuple[str, str]) -> str:
+    source = _CELLS[grade_id]
     for old, new in pairs:
         assert old in source, f"known-wrong edit no longer applies: {old!r}"
         source = source.replace(old, new)
     return source
 
 
-def _stub() -> str:
+def _stub(grade_id: str) -> str:
     """The cell as nbgrader releases it: each solution region replaced by the stub."""
     return re.sub(
         r"( *)### BEGIN SOLUTION\n.*?### END SOLUTION\n",
         lambda m: f"{m.group(1)}raise NotImplementedError()\n",
-        _SOURCE,
+        _CELLS[grade_id],
         flags=re.S,
     )
 
 
-CAUSAL_MASK = "visible = (offs_m[:, None] >= cols[None, :]) & (cols[None, :] < N)"
-TAIL_MASK = """        elif MASK_N:
-            qk = tl.where(cols[None, :] < N, qk, float("-inf"))
-"""
-LAUNCH = "    attn_fwd_kernel[grid](\n"
+def _region(grade_id: str) -> str:
+    """The solution region of a cell with one, markers included."""
+    source = _CELLS[grade_id]
+    return source[source.index("    ### BEGIN SOLUTION") : source.index("### END SOLUTION\n") + 17]
+
+
+KEY_MASK = 'qk = tl.where(cols[None, :] < key_limit[:, None], qk, float("-inf"))'
+LAUNCH = "    kernel = attn_fwd_causal_kernel if causal else attn_fwd_kernel\n"
 TORCH_ATTENTION = """\
     scores = (q.float()[..., :, None, :] * k.float()[..., None, :, :]).sum(-1) / math.sqrt(d)
     if causal:
@@ -50,80 +57,120 @@ TORCH_ATTENTION = """\
     p = p / p.sum(-1, keepdim=True)
     return out.copy_((p[..., :, :, None] * v.float()[..., None, :, :]).sum(-2))
 """
+# the causal kernel's part written as the non-causal kernel's: every key of every row
+NON_CAUSAL = """\
+    full = (N // BLOCK_N) * BLOCK_N
+    every_key = tl.zeros((BLOCK_M,), tl.int32) + N
+    acc, m_i, l_i = _attn_fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                                     offs_n, 0, full, N, every_key, qk_scale, BLOCK_N, False)
+    acc, m_i, l_i = _attn_fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                                     offs_n, full, N, N, every_key, qk_scale, BLOCK_N, True)
+"""
+_DIAGONAL_CALL = _CELLS[CAUSAL][
+    _CELLS[CAUSAL].index("    # -- the diagonal blocks") : _CELLS[CAUSAL].index(
+        "    ### END SOLUTION"
+    )
+]
 
 WRONG = {
-    GRADE_ID: {
-        "stub left in place": _stub(),
-        "accumulator not rescaled": _edit(("        acc = acc * alpha[:, None]\n", "")),
+    LOOP: {
+        "stub left in place": _stub(LOOP),
+        "accumulator not rescaled": _edit(LOOP, ("        acc = acc * alpha[:, None]\n", "")),
+        "running sum not rescaled": _edit(
+            LOOP, ("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)")
+        ),
+        "running max not carried to the next block": _edit(LOOP, ("        m_i = m_ij\n", "")),
         "exp2 without log2(e) in the scale": _edit(
-            ("h, n, LOG2E / math.sqrt(d),", "h, n, 1.0 / math.sqrt(d),")
+            LOOP, ("h, n, LOG2E / math.sqrt(d),", "h, n, 1.0 / math.sqrt(d),")
         ),
-        "causal mask off by one": _edit((CAUSAL_MASK, CAUSAL_MASK.replace(">=", ">"))),
-        "masked scores set to 0": _edit(
-            ('qk = tl.where(visible, qk, float("-inf"))', "qk = tl.where(visible, qk, 0.0)"),
-            (
-                'qk = tl.where(cols[None, :] < N, qk, float("-inf"))',
-                "qk = tl.where(cols[None, :] < N, qk, 0.0)",
-            ),
-        ),
-        "keys past N left in the softmax": _edit((TAIL_MASK, "")),
+        "masked scores set to 0": _edit(LOOP, (KEY_MASK, KEY_MASK.replace('float("-inf")', "0.0"))),
+        "keys past N left in the softmax": _edit(LOOP, (KEY_MASK, "pass")),
         "float16 accumulator": _edit(
+            LOOP,
             (
                 "acc = tl.dot(p.to(v.dtype), v, acc)",
                 "acc = tl.dot(p.to(v.dtype), v, acc.to(tl.float16)).to(tl.float32)",
-            )
+            ),
         ),
         "allocates the N x N scores": _edit(
+            LOOP,
             (
                 LAUNCH,
                 "    scores = torch.empty((b, h, n, n), device=q.device, dtype=torch.float16)\n"
                 "    scores.zero_()\n" + LAUNCH,
-            )
+            ),
         ),
         # the kernel left blank; attention from broadcasting, which calls no refused function
-        "attention by broadcasting in the launcher": _stub().replace(
+        "attention by broadcasting in the launcher": _stub(LOOP).replace(
             LAUNCH, TORCH_ATTENTION + LAUNCH
         ),
         "calls SDPA": _edit(
+            LOOP,
             (
                 LAUNCH,
                 "    out.copy_(torch.nn.functional.scaled_dot_product_attention(\n"
                 "        q, k, v, is_causal=causal))\n"
                 "    return out\n" + LAUNCH,
-            )
+            ),
         ),
+    },
+    CAUSAL: {
+        "stub left in place": _stub(CAUSAL),
+        "non-causal attention": _edit(CAUSAL, (_region(CAUSAL), NON_CAUSAL)),
+        "causal mask off by one": _edit(CAUSAL, ("own_key = offs_m + 1", "own_key = offs_m")),
+        "the diagonal masks only keys past N": _edit(
+            CAUSAL, ("own_key = offs_m + 1", "own_key = tl.zeros_like(offs_m) + N")
+        ),
+        "the diagonal's last block left out": _edit(
+            CAUSAL, ("tl.minimum(diagonal + BLOCK_M, N)", "tl.minimum(diagonal + BLOCK_N, N)")
+        ),
+        "the diagonal left out": _edit(CAUSAL, (_DIAGONAL_CALL, "")),
     },
 }
 
-_TWO_PASSES_BLOCK = _SOURCE[
-    _SOURCE.index("    if CAUSAL:\n        # -- key blocks") : _SOURCE.index(
+# Right for Exercise 1, blank or wrong for Exercise 2: Exercise 1's tests must pass (its points
+# do not depend on the causal kernel), and Exercise 2's must not.
+PARTIAL = {
+    name: Partial({CAUSAL: WRONG[CAUSAL][variant]}, earns=(LOOP,), fails=(CAUSAL,))
+    for name, variant in (
+        ("non-causal only, the causal kernel left blank", "stub left in place"),
+        ("non-causal only, the causal kernel not causal", "non-causal attention"),
+    )
+}
+
+_BOTH_STRETCHES = _CELLS[LOOP][
+    _CELLS[LOOP].index("    # -- whole key blocks without a mask") : _CELLS[LOOP].index(
         "    # -- normalise and store"
     )
 ]
 
-# Correct but slow, each for a reason the speed cell must catch on a GPU.
+# Correct but slow, each for a reason the speed cells must catch on a GPU.
 SLOW = {
-    GRADE_ID: {
+    LOOP: {
         # tiles too small for the tensor cores to pay off, and 8x more loop iterations
         "16 x 16 tiles": _edit(
+            LOOP,
             (
                 "GPU_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}",
                 "GPU_CONFIGS = {64: (16, 16, 4, 2), 128: (16, 16, 4, 2)}",
-            )
-        ),
-        # the causal loop runs to N, masking the blocks it could have skipped: twice the work
-        "no causal block skipping": _edit(
-            ("tl.minimum(diagonal + BLOCK_M, N), N, qk_scale,", "N, N, qk_scale,")
+            ),
         ),
         # a first pass over K/V for the final max, a second for the output
         "two passes over K/V": _edit(
+            LOOP,
             (
-                _TWO_PASSES_BLOCK,
-                _TWO_PASSES_BLOCK
+                _BOTH_STRETCHES,
+                _BOTH_STRETCHES
                 + "    l_i = tl.zeros((BLOCK_M,), tl.float32)\n"
                 + "    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)\n"
-                + _TWO_PASSES_BLOCK,
-            )
+                + _BOTH_STRETCHES,
+            ),
+        ),
+    },
+    CAUSAL: {
+        # the masked loop runs to N, through the blocks it could have skipped: twice the work
+        "no causal block skipping": _edit(
+            CAUSAL, ("tl.minimum(diagonal + BLOCK_M, N), N,", "N, N,")
         ),
     },
 }
