@@ -343,7 +343,8 @@ x_speed = torch.randn(DEVICE.pick(gpu=BENCH_ELEMENTS, interpreter=1024),
 out_speed = torch.empty_like(x_speed)
 perf.grade_bandwidth(lambda: relu(x_speed, out_speed), bytes_moved=2 * x_speed.nbytes,
                      at_least=0.8, points=1, name="relu", inputs=(x_speed,),
-                     verify=lambda: checks.compare(out_speed, relu_reference(x_speed)))
+                     verify=lambda: checks.compare(out_speed, relu_reference(x_speed)),
+                     kernels=["relu_kernel"], out=out_speed)
 
 # %% [markdown]
 # ## Summary

@@ -627,11 +627,13 @@ def verify_speed():
 # %% nbgrader={"grade": true, "grade_id": "speed-fused-vs-eager", "points": 1}
 perf.grade_speedup(fused_speed, eager_speed, at_least=2.0, points=1,
                    names=("fused kernel", "eager PyTorch, 3 kernels"), verify=verify_speed,
-                   inputs=(x_speed, bias_speed), bytes_moved=ideal_bytes)
+                   inputs=(x_speed, bias_speed), bytes_moved=ideal_bytes,
+                   kernels=["bias_gelu_scale_kernel"], out=out_speed)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-fused-bandwidth", "points": 1}
 perf.grade_bandwidth(fused_speed, bytes_moved=ideal_bytes, at_least=0.8, points=1,
-                     name="fused kernel", verify=verify_speed, inputs=(x_speed, bias_speed))
+                     name="fused kernel", verify=verify_speed, inputs=(x_speed, bias_speed),
+                     kernels=["bias_gelu_scale_kernel"], out=out_speed)
 
 # %% [markdown]
 # ### Where the time goes

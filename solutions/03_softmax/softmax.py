@@ -503,13 +503,13 @@ def verify_speed():
 perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: softmax_eager(x_speed),
                    at_least=2.5, points=1, names=("softmax_kernel", "eager (5 operations)"),
                    verify=verify_speed, inputs=(x_speed,),
-                   bytes_moved=2 * x_speed.nbytes)
+                   bytes_moved=2 * x_speed.nbytes, kernels=["softmax_kernel"], out=out_speed)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-softmax-vs-torch", "points": 1}
 perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: torch.softmax(x_speed, dim=1),
                    at_least=0.9, points=1, names=("softmax_kernel", "torch.softmax"),
                    verify=verify_speed, inputs=(x_speed,),
-                   bytes_moved=2 * x_speed.nbytes)
+                   bytes_moved=2 * x_speed.nbytes, kernels=["softmax_kernel"], out=out_speed)
 
 # %% [markdown]
 # The kernel's time on the graded shape is recorded for the roofline of everything you write in

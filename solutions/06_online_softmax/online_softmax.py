@@ -646,7 +646,8 @@ out_speed = torch.empty_like(x_speed)
 perf.grade_bandwidth(lambda: long_softmax(x_speed, out_speed), bytes_moved=3 * x_speed.nbytes,
                      at_least=0.7, points=2, name="online softmax", inputs=(x_speed,),
                      verify=lambda: checks.compare(out_speed, softmax_reference(x_speed.double()),
-                                                   **TOLERANCE[torch.float32]))
+                                                   **TOLERANCE[torch.float32]),
+                     kernels=["softmax_online_kernel"], out=out_speed)
 
 # %% [markdown]
 # ## Summary
