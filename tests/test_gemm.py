@@ -142,6 +142,9 @@ def test_a_kept_plan_serves_only_its_layout_and_reads_each_calls_tensors():
     shifted = make(torch.float16, 64 * 48 + 1)[1:].view(64, 48)  # base not 16-byte aligned
     call(shifted, make(torch.float16, 48, 32))
     assert len(tuned.plans) == 4, "strides, dtype and alignment each get their own plan"
+    assert tuned.last is tuned.pointers  # the misaligned call
+    call(make(torch.float16, 64, 48), make(torch.float16, 48, 32))  # a kept plan again
+    assert tuned.last is (tuned.persistent if gemm.tma_supported() else tuned.pointers)
     assert len({gemm.layout(*p) for p in _layouts(dev)}) == len(_layouts(dev))
 
 

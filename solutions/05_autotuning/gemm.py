@@ -351,17 +351,8 @@ class Plan:
     @staticmethod
     def arguments(a, b, out) -> tuple:
         """The kernel's arguments before its constants: pointers, M, N, K, strides."""
-        return (
-            a,
-            b,
-            out,
-            a.shape[0],
-            b.shape[1],
-            a.shape[1],
-            *a.stride(),
-            *b.stride(),
-            *out.stride(),
-        )
+        M, K, N = a.shape[0], a.shape[1], b.shape[1]
+        return (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride())
 
     def __call__(self, a, b, out):
         if self.launcher is None:  # the interpreter: Triton's ordinary launch
@@ -386,8 +377,7 @@ class Tuned:
         self.persistent = autotuned(candidates, prune, kernel=matmul_kernel_persistent)
         self.pointers = autotuned(candidates, prune)
         self.plans: dict[tuple, Plan] = {}
-        self.last = None  # the autotuner of the latest call
-        self.last_plan = None
+        self.last_plan = None  # the plan of the latest call
 
     def __call__(self, a, b, out):
         plan = self.plans.get(layout(a, b, out))
@@ -400,15 +390,22 @@ class Tuned:
         """The first call for this layout: tune (or look the key up) and launch through the
         autotuner, then keep the winner's plan."""
         if tma_ok(a, b, out):
-            self.last, base = self.persistent, matmul_kernel_persistent
             launch(self.persistent, a, b, out, tma=True, NUM_PROGRAMS=num_sms())
+            config, base, tma = self.persistent.best_config, matmul_kernel_persistent, True
         else:
-            self.last, base = self.pointers, matmul_kernel
             launch(self.pointers, a, b, out, tma=False)
-        config, tma = self.last.best_config, base is matmul_kernel_persistent
-        plan = self.plans[layout(a, b, out)] = Plan(base, config, a, b, out, tma=tma)
-        self.last_plan = plan
+            config, base, tma = self.pointers.best_config, matmul_kernel, False
+        plan = Plan(base, config, a, b, out, tma=tma)
+        self.plans[layout(a, b, out)] = self.last_plan = plan
         return out
+
+    @property
+    def last(self):
+        """The autotuner behind the latest call."""
+        assert self.last_plan is not None, "call the tuned matmul once first"
+        return (
+            self.persistent if self.last_plan.kernel is matmul_kernel_persistent else self.pointers
+        )
 
     @property
     def best_config(self) -> triton.Config:
