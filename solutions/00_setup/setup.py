@@ -112,28 +112,10 @@ print(report)
 # those lanes off for both the load and the store. The picture shows 3 programs of 8 lanes covering
 # 20 elements: the 4 grey lanes of program 2 are masked.
 
-# %%
-def draw_blocks(n=20, block=8):
-    programs = triton.cdiv(n, block)
-    fig, ax = plt.subplots(figsize=(9, 1.6))
-    for pid in range(programs):
-        for lane in range(block):
-            i = pid * block + lane
-            inside = i < n
-            ax.add_patch(plt.Rectangle((i, 0), 0.95, 0.95,
-                                       color=f"C{pid}" if inside else "lightgray"))
-            ax.text(i + 0.47, 0.45, str(i) if inside else "x", ha="center", va="center",
-                    fontsize=7, color="white" if inside else "gray")
-        ax.text(pid * block + block / 2, 1.15, f"program {pid}", ha="center", fontsize=8)
-    ax.set_xlim(0, programs * block)
-    ax.set_ylim(0, 1.4)
-    ax.axis("off")
-    ax.set_title(f"n={n}, BLOCK={block}: grid of cdiv(n, BLOCK) = {programs} programs; "
-                 "grey lanes are masked off", fontsize=9)
-    plt.show()
-
-
-draw_blocks()
+# %% [markdown]
+# ![3 programs of 8 lanes over 20 elements; 4 lanes masked](figures/blocks.svg)
+#
+# *One program per block of `BLOCK` lanes; the mask switches off the lanes past `n`.*
 
 # %% [markdown]
 # The reference is PyTorch's own ReLU. Its memory traffic: it reads `n` elements and writes `n`.

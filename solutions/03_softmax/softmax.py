@@ -203,30 +203,10 @@ for dtype in (torch.float32, torch.float16):
 # rows past the matrix's end. The picture shows a 6 x 5 matrix in tiles of `ROWS = 4` by
 # `BLOCK = 8`.
 
-# %%
-def draw_tiles(n_rows=6, n_cols=5, rows=4, block=8):
-    programs = triton.cdiv(n_rows, rows)
-    fig, ax = plt.subplots(figsize=(8, 3.2))
-    for pid in range(programs):
-        for r in range(rows):
-            row = pid * rows + r
-            for c in range(block):
-                inside = row < n_rows and c < n_cols
-                color = f"C{pid}" if inside else ("mistyrose" if row < n_rows else "lightgray")
-                ax.add_patch(plt.Rectangle((c, -row), 0.95, 0.95, color=color))
-                label = f"x{row},{c}" if inside else ("-inf" if row < n_rows else "")
-                ax.text(c + 0.47, -row + 0.45, label, ha="center", va="center", fontsize=7,
-                        color="white" if inside else "firebrick")
-        ax.text(block + 0.3, -pid * rows - rows / 2 + 1, f"program {pid}", va="center", fontsize=8)
-    ax.set_xlim(0, block + 2.2)
-    ax.set_ylim(-programs * rows + 0.8, 1.1)
-    ax.axis("off")
-    ax.set_title(f"{n_rows} x {n_cols} matrix, tiles of ROWS={rows} x BLOCK={block}: lanes past "
-                 "the row are loaded as -inf, rows past the matrix (grey) are masked", fontsize=9)
-    plt.show()
-
-
-draw_tiles()
+# %% [markdown]
+# ![6 x 5 matrix in (ROWS=4, BLOCK=8) tiles, -inf padding](figures/row_tiles.svg)
+#
+# *Each program loads a `(ROWS, BLOCK)` tile, reduces each row along axis 1, and masks the padding.*
 
 # %% [markdown]
 # The same padding in PyTorch, on one row of 5 negative scores padded to 8 lanes:

@@ -551,7 +551,14 @@ perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
 # ```python
 # pid_m, pid_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
 # ```
+
+# %% [markdown]
+# ![C tiles in row-major and grouped launch order](figures/launch_order.svg)
 #
+# *The same 9 programs need 8 blocks of A and B in row-major order and 6 in grouped order; fewer
+# distinct blocks means more of them are found in L2.*
+
+# %% [markdown]
 # ### Exercise: the grouped mapping in plain Python
 #
 # Write `grouped_pid(pid, num_pid_m, num_pid_n, group_m)`, returning the tile `(pid_m, pid_n)`

@@ -142,6 +142,11 @@ print("three passes vs torch.softmax, max abs difference:",
 # relative to a maximum that is replaced by 0 when it is $-\infty$.
 
 # %% [markdown]
+# ![two partial states rescaled and added](figures/merge.svg)
+#
+# *Merging two states: move each $d$ to the common maximum, then add.*
+
+# %% [markdown]
 # ### Exercise 1: merge two states
 #
 # Write `merge(m1, d1, m2, d2)` for tensors of states (elementwise, any shape, float32 or
