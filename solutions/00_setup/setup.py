@@ -27,12 +27,11 @@ from grader.runtime import device
 
 DEVICE = device.setup()
 
-import matplotlib.pyplot as plt
 import torch
 import triton
 import triton.language as tl
 
-from grader.runtime import checks, doctor, perf, timing
+from grader.runtime import checks, doctor, perf, plots, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -298,16 +297,8 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                 "copy": lambda x=x, out=out: out.copy_(x)}
         for name, fn in runs.items():
             curves[name].append(timing.bench(fn).per_second(moved) / 1e9)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, gbs in curves.items():
-        ax.plot([4 * n for n in sizes], gbs, marker="o", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tensor size (bytes, float32)")
-    ax.set_ylabel("GB/s (bytes read + written)")
-    ax.set_title(f"Bandwidth against size on {DEVICE.name}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plt.show()
+    plots.curves([4 * n for n in sizes], curves, xlabel="tensor size (bytes, float32)",
+                 ylabel="GB/s (bytes read + written)", title=f"Bandwidth against size on {DEVICE.name}")
 else:
     print("The bandwidth sweep needs a GPU; run this notebook on one to see it.")
 
