@@ -112,7 +112,7 @@ print(report)
 # 20 elements: the 4 grey lanes of program 2 are masked.
 
 # %% [markdown]
-# ![3 programs of 8 lanes over 20 elements; 4 lanes masked](figures/blocks.svg)
+# ![3 programs of 8 lanes over 20 elements; the last 4 lanes masked off](figures/blocks.svg)
 #
 # *One program per block of `BLOCK` lanes; the mask switches off the lanes past `n`.*
 
@@ -298,7 +298,8 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         for name, fn in runs.items():
             curves[name].append(timing.bench(fn).per_second(moved) / 1e9)
     plots.curves([4 * n for n in sizes], curves, xlabel="tensor size (bytes, float32)",
-                 ylabel="GB/s (bytes read + written)", title=f"Bandwidth against size on {DEVICE.name}")
+                 ylabel="GB/s (bytes read + written)",
+                 title=f"Bandwidth against size on {DEVICE.name}")
 else:
     print("The bandwidth sweep needs a GPU; run this notebook on one to see it.")
 

@@ -203,7 +203,7 @@ for dtype in (torch.float32, torch.float16):
 # `BLOCK = 8`.
 
 # %% [markdown]
-# ![6 x 5 matrix in (ROWS=4, BLOCK=8) tiles, -inf padding](figures/row_tiles.svg)
+# ![6 x 5 matrix in ROWS=4 x BLOCK=8 tiles; padding -inf, extra rows masked](figures/row_tiles.svg)
 #
 # *Each program loads a `(ROWS, BLOCK)` tile, reduces each row along axis 1, and masks the padding.*
 

@@ -221,8 +221,9 @@ plots.tile_tradeoff(
     {name: [tile_intensity(t, t, size) for t in sides] for name, size in itemsizes.items()},
     {f"{name}, 3 stages, BLOCK_K=64": [3 * smem_per_stage(t, t, 64, size) / 1024 for t in sides]
      for name, size in itemsizes.items()},
-    # a 128x256 tile drawn at the side of a square of the same area
-    marked=(181, tile_intensity(128, 256, 2), f"128x256 float16: {tile_intensity(128, 256, 2):.0f}"),
+    # a 128x256 tile, drawn at the side of the square of the same area
+    marked=(181, tile_intensity(128, 256, 2),
+            f"128x256 float16: {tile_intensity(128, 256, 2):.0f}"),
     ridges={f"{p} ridge {CEILINGS.ridge(p):.0f} ({'measured' if MEASURED else 'datasheet'})":
             CEILINGS.ridge(p) for p in ("fp16", "fp32")},
     limit=(SMEM_LIMIT / 1024, "227 KB per block (H100)"),
@@ -538,9 +539,8 @@ perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
 # ```python
 # pid_m, pid_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
 # ```
-
-# %% [markdown]
-# ![C tiles in row-major and grouped launch order](figures/launch_order.svg)
+#
+# ![6 x 6 C tiles in row-major and grouped order](figures/launch_order.svg)
 #
 # *The same 9 programs need 8 blocks of A and B in row-major order and 6 in grouped order; fewer
 # distinct blocks means more of them are found in L2.*
@@ -632,8 +632,8 @@ print("hidden tests passed: edge grids and 200 random ones against an independen
 # datasheet's: 132 SMs, 50 MB).
 
 # %%
-plots.launch_orders({f"GROUP_M={g}": [grouped_pid(p, 8, 8, g) for p in range(8 * 8)] for g in (1, 4)},
-                    num_pid_m=8, num_pid_n=8, wave=16)
+orders = {f"GROUP_M={g}": [grouped_pid(p, 8, 8, g) for p in range(8 * 8)] for g in (1, 4)}
+plots.launch_orders(orders, num_pid_m=8, num_pid_n=8, wave=16)
 
 
 def wave_bytes(n, block_m, block_n, group_m, programs, itemsize=2):

@@ -134,16 +134,15 @@ print("three passes vs torch.softmax, max abs difference:",
 # chunk in one loop, one state per lane of a vector merged at the end, or one state per program
 # merged by a last step.
 #
+# ![two states rescaled by exp(m_i - m) and added](figures/merge.svg)
+#
+# *Merging two states: move each $d$ to the common maximum, then add.*
+#
 # **The trap at $-\infty$.** A chunk whose elements are all $-\infty$ (masked positions, or the
 # padding past the end of a row) has $m = -\infty$. Merging two such states computes
 # $e^{-\infty - (-\infty)}$, which is NaN in floating point, and the NaN spreads to everything
 # after it. The empty side contributes nothing, so its factor must be 0; take the exponent
 # relative to a maximum that is replaced by 0 when it is $-\infty$.
-
-# %% [markdown]
-# ![two partial states rescaled and added](figures/merge.svg)
-#
-# *Merging two states: move each $d$ to the common maximum, then add.*
 
 # %% [markdown]
 # ### Exercise 1: merge two states
