@@ -25,7 +25,6 @@ import math
 import time
 
 import gemm  # gemm.py beside this notebook, released with it
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import triton
@@ -557,9 +556,7 @@ else:  # the model over the full space, 8 warps
                                          c["num_stages"], 2) / 1024}
              for c in gemm.FULL if c["num_warps"] == 8]
     value = "smem_kb"
-autotune_widget.draw(table, "num_stages", value)
-plt.tight_layout()
-plt.show()
+autotune_widget.show(table, "num_stages", value)
 display(autotune_widget.explore(table, value=value))
 
 # %% [markdown]
