@@ -1,7 +1,6 @@
-"""Attention for 07 · FlashAttention and 08 · Trust, but verify. For 07: its two plots (memory
-against sequence length, the causal kernel's blocks). For 08: the float64 reference, the eager and
-SDPA baselines, tolerances, work and traffic, the audit's sweep of cases, the hidden fuzz cases,
-and the speed problem that grader.runtime.integrity measures in a separate process.
+"""Attention for 08 · Trust, but verify: the float64 reference, the eager and SDPA baselines,
+tolerances, work and traffic, the audit's sweep of cases, the hidden fuzz cases, and the speed
+problem that grader.runtime.integrity measures in a separate process.
 
 Shapes are (batch, heads, N, D): N queries and N keys per head, head dimension D. The kernels
 under test are called as attention(q, k, v, causal=False, sm_scale=None) and return the output.
@@ -305,55 +304,3 @@ def speed_problem(
     batch: int = 4, heads: int = 16, n: int = 4096, d: int = 64, dtype: str = "float16"
 ) -> SpeedProblem:
     return SpeedProblem(batch, heads, n, d, getattr(torch, dtype))
-
-
-def plot_memory(lengths: Sequence[int], curves: dict[str, Sequence[float]], measured: bool) -> None:
-    """07's memory plot: bytes beyond the inputs and output against sequence length, one curve
-    per entry of `curves` (NaN where a kernel did not run), for B=1, H=8, D=64 in float16;
-    `measured` says whether the bytes were measured on a GPU or counted. Shows the figure and
-    prints the figures per length."""
-    import matplotlib.pyplot as plt
-
-    _, ax = plt.subplots(figsize=(7, 4))
-    for name, values in curves.items():
-        ax.plot(lengths, [v / 2**20 for v in values], marker="o", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("symlog", linthresh=1)
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("sequence length N")
-    ax.set_ylabel("MiB beyond inputs and output")
-    how = "measured (max_memory_allocated)" if measured else "counted analytically (CPU)"
-    ax.set_title(f"Attention memory, B=1, H=8, D=64, float16: {how}", fontsize=10)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plt.show()
-    for n, *values in zip(lengths, *curves.values(), strict=True):
-        shown = ["not run" if math.isnan(v) else f"{v / 2**20:8.2f} MiB" for v in values]
-        print(f"N={n:5d}: " + ", ".join(f"{k} {v}" for k, v in zip(curves, shown, strict=True)))
-
-
-def draw_causal_blocks(tiles: int = 4, ratio: int = 2) -> None:
-    """07's picture of causal attention: for `tiles` query tiles of BLOCK_M = ratio * BLOCK_N
-    rows, which key blocks a program visits without a mask, which with the causal mask (the
-    diagonal), and which it skips."""
-    import matplotlib.pyplot as plt
-
-    kinds = {"unmasked": "C0", "diagonal: masked": "C1", "skipped": "whitesmoke"}
-    _, ax = plt.subplots(figsize=(4.5, 4.5))
-    for qm in range(tiles):
-        for kn in range(tiles * ratio):
-            kind = list(kinds)[0 if kn < qm * ratio else 1 if kn < (qm + 1) * ratio else 2]
-            ax.add_patch(
-                plt.Rectangle((kn, tiles - 1 - qm), 0.95, 0.95, color=kinds[kind], label=kind)
-            )
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8)
-    ax.set_xlim(0, tiles * ratio)
-    ax.set_ylim(0, tiles + 1.2)
-    ax.set_xlabel("key block (BLOCK_N)")
-    ax.set_ylabel("query tile (BLOCK_M), first at the top")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.set_title("Causal attention: which blocks each program computes", fontsize=9)
-    plt.show()

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # 07 · FlashAttention
-# *Reading time: about 12 minutes.*
+# *Reading time: about 13 minutes.*
 #
 # Attention computes `softmax(Q Kᵀ / √d) V`. Written as three PyTorch operations it builds the
 # N × N matrix of scores, writes it to memory, reads it back for the softmax, writes the
@@ -8,8 +8,8 @@
 # that matrix has 268 million entries per head: memory grows with the square of the sequence
 # length, and the time goes into moving it. FlashAttention (Dao et al. 2022, arXiv:2205.14135)
 # never stores it: each program keeps a tile of queries on chip, streams the keys and values past
-# it, and combines the blocks with 06's online softmax. Memory becomes linear in the sequence
-# length and, with no N × N traffic, the kernel is limited by arithmetic instead.
+# it, and combines the blocks with 06's online softmax. Memory becomes linear in N and the kernel
+# is limited by arithmetic instead.
 #
 # **You will learn:** to measure attention's memory against sequence length; the tiled forward
 # kernel (a resident Q tile, streamed K/V tiles, the running max, sum and accumulator, `exp2`
@@ -24,14 +24,13 @@ DEVICE = device.setup()
 
 import math
 
-import matplotlib.pyplot as plt
 import torch
 import triton
 import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
-from grader.runtime import attention, checks, integrity, perf, results, roofline, timing
+from grader.runtime import checks, integrity, perf, plots, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 
@@ -119,7 +118,13 @@ def memory_sweep(lengths, b=1, h=8, d=64):
             if n == lengths[0]:
                 print(f"your kernel did not run ({type(exc).__name__}); its curve is left out")
             curves["tiled kernel (yours)"].append(float("nan"))
-    attention.plot_memory(lengths, curves, measured=DEVICE.is_gpu)
+    how = "measured (max_memory_allocated)" if DEVICE.is_gpu else "counted analytically (CPU)"
+    plots.curves(lengths, {name: [v / 2**20 for v in values] for name, values in curves.items()},
+                 xlabel="sequence length N", ylabel="MiB beyond inputs and output",
+                 title=f"Attention memory, B={b}, H={h}, D={d}, float16: {how}", from_zero=True)
+    for n, naive, tiled in zip(lengths, *curves.values(), strict=True):
+        shown = "not run" if math.isnan(tiled) else f"{tiled / 2**20:6.2f} MiB"
+        print(f"N={n:5d}: naive {naive / 2**20:8.1f} MiB, tiled {shown}")
     return curves
 
 
@@ -447,17 +452,16 @@ memory = memory_sweep(MEMORY_LENGTHS)
 # ### Speed (2 points, graded on a GPU)
 #
 # At `(B, H, N) = (4, 16, 4096)` in float16, non-causal, your kernel must be at least 0.8 times
-# as fast as SDPA's flash backend (FlashAttention-2, written in CUDA) at D = 64 and at D = 128,
-# and at least 5 times as fast as the naive eager code at D = 64, each timed in the same run;
-# full points only if every comparison passes. After timing, your output is checked against
-# SDPA's.
+# as fast as SDPA's flash backend at D = 64 and at D = 128, and at least 5 times as fast as the
+# naive eager code at D = 64, each timed in the same run; full points only if every comparison
+# passes. After timing, your output is checked against SDPA's.
 #
 # Why naive eager only at D = 64: naive attention is limited by memory bandwidth (its N × N
 # traffic), your kernel by arithmetic, so their ratio follows each GPU's balance of bandwidth to
-# FLOP/s, and more so at D = 128, where the kernel does twice the arithmetic per score. The
-# reference kernel measured 8.2x to 9.0x at D = 64 on an H100 and an H200, but 4.9x to 5.3x at
-# D = 128 on the H100 and 4.7x on the H200, whose memory is faster. The cell shows the D = 128
-# ratio without grading it. SDPA's flash backend is, like your kernel, limited by arithmetic:
+# FLOP/s, more so at D = 128, where the kernel does twice the arithmetic per score. The reference
+# kernel measured 8.2x to 9.4x at D = 64 on an H100 and an H200, but 4.9x to 5.3x at D = 128 on
+# the H100 and 4.7x on the H200, whose memory is faster. The cell shows the D = 128 ratio without
+# grading it. SDPA's flash backend (FlashAttention-2) is limited by arithmetic like your kernel:
 # that ratio holds on every GPU.
 
 # %%
@@ -541,12 +545,13 @@ speed_cases(points=2, causal=False)
 # key block that ends before that row is entirely visible: no mask needed. Key blocks that start
 # after the tile's last row are entirely hidden: the loop never reaches them, so causal attention
 # does about half the work. Only the blocks on the diagonal need a mask, one limit per query row.
-# The picture shows this for `BLOCK_M = 2 · BLOCK_N`. Masked scores must become `-inf` (so that
-# $e^{-\infty} = 0$), not 0, which is a perfectly ordinary score; the loop of Exercise 1 already
-# does that for the keys at or past `key_limit`.
-
-# %%
-attention.draw_causal_blocks(tiles=4, ratio=2)
+# The picture below shows this for `BLOCK_M = 2 · BLOCK_N`. Masked scores must become `-inf` (so
+# that $e^{-\infty} = 0$), not 0, which is a perfectly ordinary score; the loop of Exercise 1
+# already does that for the keys at or past `key_limit`.
+#
+# ![Four query tiles of BLOCK_M = 2 · BLOCK_N rows: each visits the key blocks before its tile
+# without a mask and its two diagonal blocks with the causal mask, and skips the blocks after
+# it](figures/causal_blocks.svg)
 
 # %% [markdown]
 # ### Exercise 2 · The causal mask (2 points)
@@ -702,8 +707,7 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                                precision="fp16")
     for label, tflops, ms in table:
         print(f"{label:42s} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s")
-    roofline.plot(ceilings, points, title=f"Attention, (B, H, N) = {SPEED_BHN}, non-causal")
-    plt.show()
+    roofline.show(ceilings, points, title=f"Attention, (B, H, N) = {SPEED_BHN}, non-causal")
 else:
     print("On a GPU this cell times naive, compiled, SDPA flash and cuDNN attention and your "
           "kernel, and places them on the measured roofline.")

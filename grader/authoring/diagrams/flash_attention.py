@@ -1,9 +1,12 @@
-"""07 · FlashAttention: the tiled loop of one program, with its (m, l, acc) update."""
+"""07 · FlashAttention: the tiled loop of one program, with its (m, l, acc) update; and which key
+blocks a program of the causal kernel visits."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+
+from grader.authoring.diagrams._draw import INK, MASKED, PROGRAM
 
 ON_CHIP = "#eef4fb"
 MEMORY = "#f6f6f6"
@@ -49,12 +52,13 @@ def _arrow(ax, start, end, text=None, where=(0, 0), color="0.25"):
         ax.text(*where, text, fontsize=7.5, ha="center", va="center", color=color)
 
 
-def draw_tiled_loop() -> plt.Figure:
+def draw_tiled_loop() -> Figure:
     """One program of the forward kernel: its Q tile loaded once and kept on chip; the K and V
     blocks of its head streaming past, one pair per iteration; the scores S of the pair, which
     never leave the chip; and the running max m, sum l and accumulator acc, updated each time;
     the output written once, at the end."""
-    fig, ax = plt.subplots(figsize=(10.5, 4.6))
+    fig = Figure(figsize=(10.5, 4.6))
+    ax = fig.subplots()
     ax.set_xlim(0, 14.9)
     ax.set_ylim(0, 6.4)
     ax.axis("off")
@@ -162,4 +166,43 @@ def draw_tiled_loop() -> plt.Figure:
     return fig
 
 
-DIAGRAMS = {"07_flash_attention": {"tiled_loop": draw_tiled_loop}}
+def draw_causal_blocks(tiles: int = 4, ratio: int = 2) -> Figure:
+    """For `tiles` query tiles of BLOCK_M = ratio * BLOCK_N rows, the key blocks a program of the
+    causal kernel visits without a mask (entirely before its tile), with the causal mask (on the
+    diagonal), and never (after its tile)."""
+    kinds = {"unmasked": PROGRAM[0], "diagonal: masked per row": PROGRAM[1], "skipped": MASKED}
+    fig = Figure(figsize=(5.2, 3.6))
+    ax = fig.subplots()
+    for qm in range(tiles):
+        for kn in range(tiles * ratio):
+            kind = list(kinds)[0 if kn < qm * ratio else 1 if kn < (qm + 1) * ratio else 2]
+            y = tiles - 1 - qm
+            ax.add_patch(Rectangle((kn, y), 0.95, 0.95, color=kinds[kind], label=kind))
+        ax.text(-0.2, tiles - 1 - qm + 0.47, f"tile {qm}", ha="right", va="center", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(
+        [unique[kind] for kind in kinds],
+        list(kinds),
+        loc="upper center",
+        ncol=3,
+        fontsize=8,
+        bbox_to_anchor=(0.5, 1.16),
+        frameon=False,
+    )
+    ax.set_xlim(-1.3, tiles * ratio)
+    ax.set_ylim(0, tiles)
+    ax.set_xlabel(
+        f"key blocks of BLOCK_N rows (BLOCK_M = {ratio} · BLOCK_N)", fontsize=8, color=INK
+    )
+    ax.set_ylabel("query tiles of BLOCK_M rows", fontsize=8, color=INK)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    return fig
+
+
+DIAGRAMS = {
+    "07_flash_attention": {"tiled_loop": draw_tiled_loop, "causal_blocks": draw_causal_blocks}
+}
