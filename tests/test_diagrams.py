@@ -65,16 +65,20 @@ def test_a_module_added_to_the_package_is_found(tmp_path, monkeypatch):
             """
             from matplotlib.figure import Figure
 
-            def draw_tiled_loop():
+            def draw_example():
                 return Figure()
 
-            DIAGRAMS = {"07_flash_attention": {"tiled_loop": draw_tiled_loop}}
+            DIAGRAMS = {"07_flash_attention": {"example": draw_example}}
             """
         )
     )
     monkeypatch.setattr(diagrams, "__path__", [*diagrams.__path__, str(tmp_path)])
     found = diagrams._collect()
-    assert found["07_flash_attention"]["tiled_loop"].__name__ == "draw_tiled_loop"
+    assert found["07_flash_attention"]["example"].__name__ == "draw_example"
+    assert (
+        found["07_flash_attention"]["tiled_loop"]
+        == diagrams.DIAGRAMS["07_flash_attention"]["tiled_loop"]
+    )
     assert found["03_softmax"] == diagrams.DIAGRAMS["03_softmax"]
     (tmp_path / "extra_topic.py").write_text("DIAGRAMS = {'03_softmax': {'row_tiles': print}}\n")
     monkeypatch.delitem(sys.modules, f"{diagrams.__name__}.extra_topic", False)

@@ -19,9 +19,6 @@ from grader.runtime.widgets import online_softmax as walk
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# 07's plots move into grader/runtime/attention.py with the rest of that notebook's work
-NOT_YET = {"07_flash_attention"}
-
 
 @pytest.fixture
 def shown(monkeypatch):
@@ -140,7 +137,6 @@ def test_no_notebook_cell_draws_with_matplotlib_itself():
     found = [
         f"{a.name}, cell {cell.id}: {line}"
         for a in build.assignments()
-        if a.name not in NOT_YET
         for cell in build.to_notebook(a.source).cells
         if cell.cell_type == "code"
         for line in drawing_lines(cell.source)
