@@ -148,6 +148,53 @@ def test_a_kept_plan_serves_only_its_layout_and_reads_each_calls_tensors():
     assert len({gemm.layout(*p) for p in _layouts(dev)}) == len(_layouts(dev))
 
 
+def test_a_plan_reuses_its_descriptors_only_for_the_same_addresses(monkeypatch):
+    """The persistent kernel's plan keeps the latest call's descriptors: new tensors (at new
+    addresses, since the kept descriptors hold the old ones), another row stride and another
+    dtype each compute with their own, and the same tensors with new values reuse them. A key
+    that leaves out one of the three addresses reuses a stale descriptor when only that tensor
+    is new: caught below for each."""
+    if not gemm.tma_supported():
+        pytest.skip("the persistent variant uses tensor descriptors: sm_90 (or the interpreter)")
+    dev = device.current().torch_device
+    gen = checks.generator(5)
+
+    def new(dtype=torch.float16, row=48):
+        """A (64, 48) with row stride `row`, B (48, 32) and C (64, 32), all new tensors."""
+        a = checks.randn((64, row), gen=gen, dtype=dtype)[:, :48]
+        b = checks.randn((48, 32), gen=gen, dtype=dtype)
+        return [a, b, torch.empty(64, 32, dtype=dtype, device=dev)]
+
+    def right(tuned, a, b, out):
+        """Whether tuned(a, b, out) writes a @ b into out."""
+        out.fill_(float("nan"))
+        tuned(a, b, out)
+        want = (a.double() @ b.double()).to(a.dtype)
+        return bool(torch.allclose(out, want, atol=1e-2, rtol=1e-2))
+
+    tuned = gemm.Tuned([gemm.as_triton(SMALL)])
+    assert all(right(tuned, *new()) for _ in range(3)), "new tensors at new addresses"
+    kept = new()
+    assert right(tuned, *kept)
+    kept[0].neg_()
+    assert right(tuned, *kept), "the same tensors with new values"
+    assert right(tuned, *new(row=64)), "another row stride"
+    assert right(tuned, *new(dtype=torch.float32)), "another dtype"
+    assert len(tuned.plans) == 3 and all(p.blocks for p in tuned.plans.values()), "persistent"
+
+    for dropped, name in enumerate(("A", "B", "C")):
+        monkeypatch.setattr(
+            gemm,
+            "_addresses",
+            lambda *tensors, d=dropped: tuple(t.data_ptr() for t in tensors[:d] + tensors[d + 1 :]),
+        )
+        stale = gemm.Tuned([gemm.as_triton(SMALL)])
+        tensors = new()
+        assert right(stale, *tensors) and right(stale, *tensors), "same tensors: right"
+        tensors[dropped] = new()[dropped]  # only this tensor is new
+        assert not right(stale, *tensors), f"a key without {name}'s address must go wrong"
+
+
 def _layouts(dev):
     """Triples that differ in one thing each: the tensors' data aside, layout() must differ."""
     a, b, c = (torch.empty(32, 32, dtype=torch.float16, device=dev) for _ in range(3))
