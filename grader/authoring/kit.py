@@ -66,6 +66,7 @@ COINCIDENCES = {
     ("grader/runtime/attention.py", "b,h,n,d=shape"): "unpacks an attention shape, as 01's "
     "hidden test does; the checks around it are not there",
     ("grader/runtime/results.py", "return[]"): "an empty list, returned",
+    ("grader/runtime/perf.py", "return[]"): "an empty list, returned",
     ("grader/runtime/widgets/online_softmax.py", "m=m_new"): "the step-through explorer "
     "updates the running max the prose derives; 06's kernel is Triton, the explorer NumPy",
     ("grader/runtime/widgets/roofline.py", 'ifop=="matmul":'): "the explorer picks a shape by "
