@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 00 · Setup
 #
+# *Reading time: about 7 minutes.*
+#
 # Every notebook runs in one of two places. On an NVIDIA GPU, your Triton kernels compile to
 # machine code and are timed against PyTorch and the hardware's limits. On a laptop with no GPU,
 # Triton's *interpreter* runs the same kernels as Python on the CPU: nothing can be timed, but

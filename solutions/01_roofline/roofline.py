@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 01 · The memory wall and the roofline
 #
+# *Reading time: about 11 minutes.*
+#
 # A GPU computes far faster than it can fetch its operands. NVIDIA's H100 SXM datasheet lists 989
 # TFLOP/s of dense fp16 tensor-core arithmetic and 3.35 TB/s of HBM3 bandwidth: to keep the tensor
 # cores busy, a kernel must do 989 / 3.35 = 295 operations per byte it moves. Adding two fp16

@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 02 · First kernels: blocks, masks, bandwidth, fusion
 #
+# *Reading time: about 11 minutes.*
+#
 # Most operations in a neural network (an addition, an activation, a scale) do almost no
 # arithmetic per byte, so memory traffic sets their speed: how many bytes travel between the GPU's
 # DRAM (HBM) and its cores, and how much of each transfer is used. This notebook takes 00's kernel

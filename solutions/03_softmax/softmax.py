@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 03 · Fused softmax
 #
+# *Reading time: about 10 minutes.*
+#
 # Softmax turns each row of scores into probabilities: exponentiate, then divide by the row's sum.
 # It sits in every attention layer and classifier and does little arithmetic per element, so
 # memory traffic sets its speed. As a chain of PyTorch operations it sends the matrix to memory and

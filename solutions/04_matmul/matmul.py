@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 04 · The matmul ladder
 #
+# *Reading time: about 11 minutes.*
+#
 # Every linear layer, attention score and projection is a matrix multiplication, and for it the
 # vendor's library, cuBLAS, sets a high bar. This notebook climbs toward it one rung at a time:
 # each version a small change to the one before, checked first, then on a GPU timed, placed on the

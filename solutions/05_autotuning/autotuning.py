@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 05 · Autotuning
 #
+# *Reading time: about 9 minutes.*
+#
 # In 04 the fast settings (128x256 tiles, `BLOCK_K=64`, 8 warps, 3 stages) were handed to you.
 # Where do they come from, and do they hold for another shape, dtype or GPU? The compiler, the
 # memory system and the tensor cores interact in ways easier to measure than to model. Triton's

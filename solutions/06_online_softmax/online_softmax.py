@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 06 · Online softmax
 #
+# *Reading time: about 9 minutes.*
+#
 # A safe softmax subtracts the row's maximum before exponentiating, then divides by the sum: three
 # trips through the row. In 03 the row fitted in one program's registers and the trips were free.
 # Here it does not (tens of thousands of columns, or in attention a row of scores never stored), and

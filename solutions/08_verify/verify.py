@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 08 · Trust, but verify
 #
+# *Reading time: about 11 minutes.*
+#
 # A language model writes a FlashAttention kernel in seconds. It compiles, runs, and may print the
 # right numbers on the first test you think of. Whether it is right is another question; whether it
 # is fast, a third. When KernelBench (Ouyang et al., 2025, arXiv:2502.10517) asked models for
