@@ -454,6 +454,10 @@ print("three-pass kernel agrees with torch.softmax")
 #   `merge` is here again;
 # - **precision**: rows may be float16. In which precision must the statistics live, and in which
 #   dtype is the output stored?
+#
+# The hidden tests run every row length of the parameters cell in float32 and float16, rows one
+# column longer than a block, magnitudes near $10^4$, rows of `-inf` but one value, slices of wider
+# rows, and a second block size.
 
 # %% nbgrader={"grade_id": "long-softmax-kernel", "solution": true}
 @triton.jit
@@ -504,11 +508,6 @@ def long_softmax(x, out, block=BLOCK):  # reads 2 rows' bytes, writes 1
 # %% nbgrader={"grade": true, "grade_id": "test-long-softmax-visible", "points": 1}
 check_long_softmax(ROWS, ROW_LENGTHS[1])
 print(f"visible test passed: {ROWS} rows of {ROW_LENGTHS[1]}, float32, BLOCK={BLOCK}")
-
-# %% [markdown]
-# The hidden tests run every row length of the parameters cell in float32 and float16, rows one
-# column longer than a block, magnitudes near $10^4$, rows of `-inf` but one value, slices of wider
-# rows, and a second block size.
 
 # %% nbgrader={"grade": true, "grade_id": "test-long-softmax-hidden", "points": 2}
 check_long_softmax(2, BLOCK + 1)
