@@ -237,23 +237,14 @@ def exercise_problems(nb) -> list[str]:
     cell that times the exercise's kernel later on counts toward it). Headings read
     `### Exercise N · title (k points)`, N = 1, 2, ... in order; no graded or solution cell
     comes before the first."""
-    problems, exercises = [], []  # exercises: [heading, stated n, stated k, summed points]
+    problems, exercises = [], []  # exercises: [cell index, heading, its match, summed points]
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if not EXERCISE_LIKE.match(line):
-                    continue
-                m = EXERCISE.match(line)
-                if not m:
-                    problems.append(
-                        f"cell {i}: {line!r} must read '### Exercise N · title (k points)'"
-                    )
-                    exercises.append([line, None, None, 0])  # still where an exercise starts
-                    continue
-                k = int(m["k"])
-                if (k == 1) != line.endswith("(1 point)"):
-                    problems.append(f"cell {i}: {line!r}: write '(1 point)', '(k points)'")
-                exercises.append([line, int(m["n"]), k, 0])
+            exercises += [
+                [i, line, EXERCISE.match(line), 0]
+                for line in cell.source.splitlines()
+                if EXERCISE_LIKE.match(line)
+            ]
         elif nbg(cell).get("grade") or nbg(cell).get("solution"):
             if not exercises:
                 problems.append(
@@ -261,16 +252,22 @@ def exercise_problems(nb) -> list[str]:
                 )
             elif nbg(cell).get("grade"):
                 exercises[-1][3] += nbg(cell)["points"]
-    for number, (line, n, k, points) in enumerate(exercises, start=1):
-        if n is None:
-            continue
-        if n != number:
-            problems.append(f"{line!r} is exercise {number} of the notebook: number it {number}")
-        if k != points:
+    for number, (i, line, m, points) in enumerate(exercises, start=1):
+        unit = "point" if points == 1 else "points"
+        if not m:
             problems.append(
-                f"{line!r} states {k}; its graded cells (up to the next exercise "
+                f"cell {i}: {line!r} must read '### Exercise {number} · title ({points} {unit})'"
+            )
+            continue
+        if int(m["n"]) != number:
+            problems.append(f"cell {i}: {line!r} is exercise {number}: number it {number}")
+        if int(m["k"]) != points:
+            problems.append(
+                f"cell {i}: {line!r} states {m['k']}; its graded cells (up to the next exercise "
                 f"heading) give {points}"
             )
+        elif not line.endswith(f"({points} {unit})"):
+            problems.append(f"cell {i}: {line!r}: write '({points} {unit})'")
     return problems
 
 
@@ -346,8 +343,11 @@ def solution(gid="s"):
         ([md("### Exercise 1 · the kernel (3 points)"), solution(), graded(1), graded(2)], []),
         ([md("### Exercise 1 · it (1 point)"), graded(1), md("## Speed"), graded(1)], ["give 2"]),
         ([md("### Exercise 1 · it (2 points)"), graded(1)], ["states 2;"]),
-        ([md("### Exercise 1 · it (1 points)"), graded(1)], ["'(1 point)'"]),
-        ([md("## Exercise 1: it (1 point)"), graded(1)], ["must read"]),
+        ([md("### Exercise 1 · it (1 points)"), graded(1)], ["write '(1 point)'"]),
+        (
+            [md("## Exercise 1: it (1 point)"), graded(1)],
+            ["must read '### Exercise 1 · title (1 point)'"],
+        ),
         ([md("### Exercise 2 · it (1 point)"), graded(1)], ["number it 1"]),
         ([solution(), md("### Exercise 1 · it (1 point)"), graded(1)], ["before the first"]),
     ],
