@@ -33,7 +33,7 @@ help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
 	@echo "make test       set up if needed, run the CPU test suite (interpreter mode)"
 	@echo "make release    build course/ from solutions/"
-	@echo "make check      fail when course/ is stale"
+	@echo "make check      fail when course/ or a committed diagram is stale"
 	@echo "make test-gpu   solution notebooks at full size, then GPU tests (needs a CUDA GPU)"
 	@echo "make bench      the benchmark suite (needs a CUDA GPU): report and plots in build/report/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
@@ -62,6 +62,7 @@ release: setup
 
 check: setup
 	$(PY) -m grader build --check
+	$(PY) -m grader diagrams --check
 
 lint: setup
 	$(PY) -m ruff check grader tests solutions bench

@@ -111,6 +111,7 @@ class Section:
     data: dict = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     seconds: float | None = None
+    note: str = ""  # how the rows were measured, where the table alone does not say
 
     def goal(self, name: str, target: float | None, unit: str = "x", **kw) -> Goal:
         """Declare a goal before measuring it: if the measurement fails, the report still lists
@@ -338,6 +339,8 @@ def goals_markdown(all_goals: list[dict]) -> list[str]:
 def section_markdown(s: dict) -> list[str]:
     """One benchmark's rows as a table, with its time and the error that stopped it, if any."""
     lines = []
+    if s.get("note"):
+        lines += [s["note"], ""]
     if s["seconds"] is not None:
         lines.append(f"Measured in {s['seconds']:.0f} s.")
     if s["errors"]:

@@ -9,7 +9,8 @@ against sequence length).
 In order: the roofline's ceilings (grader.runtime.roofline.measure_ceilings), the same kernels timed
 twice (bench/trust.py, part 1), 02's kernels (bench/elementwise.py), 03's softmax
 (bench/softmax.py), 04's ladder (bench/ladder.py), 05's autotuned matmul (bench/matmul.py), 07's
-FlashAttention (bench/attention.py). A failure in one is recorded in the report and the others
+FlashAttention (bench/attention.py), the host time per call of 05's, 03's and 07's launchers
+against torch's (bench/host.py). A failure in one is recorded in the report and the others
 still run; the report is rewritten after each. By default per-config sweeps are skipped, to keep
 the run to a few minutes of GPU time (aimed at 3-4 on an H100); --full keeps them. --trust runs
 bench/trust.py's notebook part for the named notebooks (minutes each; `python bench/trust.py
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout without an installed `grader`
     sys.path.insert(0, str(ROOT))
 
-from bench import _report, attention, elementwise, ladder, matmul, softmax, trust  # noqa: E402
+from bench import _report, attention, elementwise, host, ladder, matmul, softmax, trust  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "report"
 
@@ -75,6 +76,7 @@ SECTIONS = {
     "ladder": lambda args: ladder.measure(args.full),
     "matmul": matmul_section,
     "attention": lambda args: attention.measure(args.full),
+    "host": lambda args: host.measure(),
 }
 
 

@@ -1,5 +1,6 @@
-"""`python -m grader ...`: doctor, build, kit (the student kit), lab, run (execute notebooks with
-papermill), autograde (grade a batch of submissions with nbgrader)."""
+"""`python -m grader ...`: doctor, build, diagrams (the committed figures), kit (the student kit),
+lab, run (execute notebooks with papermill), autograde (grade a batch of submissions with
+nbgrader)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,24 @@ def _build(args: argparse.Namespace) -> int:
         return 0
     names = build.build()
     print(f"built {len(names)} notebooks into course/: {', '.join(names)}")
+    return 0
+
+
+def _diagrams(args: argparse.Namespace) -> int:
+    from grader.authoring import diagrams
+
+    if args.check:
+        problems = diagrams.check()
+        if problems:
+            print("the committed diagrams differ from their code: run `python -m grader diagrams`")
+            print("and commit solutions/*/figures/ (then `make release` for course/).")
+            print("\n".join(f"  {p}" for p in problems))
+            return 1
+        print("solutions/*/figures/ match grader/authoring/diagrams/")
+        return 0
+    written = diagrams.write()
+    print(f"drew {len(written)} diagrams:")
+    print("\n".join(f"  {p.relative_to(diagrams.build.ROOT)}" for p in written))
     return 0
 
 
@@ -201,6 +220,14 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build course/ from solutions/")
     b.add_argument("--check", action="store_true", help="fail when course/ is stale")
     b.set_defaults(func=_build)
+
+    g = sub.add_parser(
+        "diagrams", help="draw the committed diagrams into solutions/NN_topic/figures/"
+    )
+    g.add_argument(
+        "--check", action="store_true", help="fail when a committed diagram is missing or stale"
+    )
+    g.set_defaults(func=_diagrams)
 
     k = sub.add_parser(
         "kit",

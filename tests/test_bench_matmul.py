@@ -30,6 +30,23 @@ def test_markdown_table_and_report():
     assert "| n/a | n/a |" in text and "Device: test" in text
 
 
+def test_section_goals_are_the_mean_and_the_lowest_ratio():
+    def row(dtype, n, ratio):
+        return bench.Row(dtype, f"square {n}: {n}x{n}x{n}", "autotuned", 600.0, ratio)
+
+    rows = [row("fp16", 2048, 0.89), row("fp16", 4096, 1.0), row("bf16", 2048, 0.97)]
+    rows.append(bench.Row("fp16", "square 2048: 2048x2048x2048", "per tile", 1, 0.5, "", True))
+    mean, lowest = bench.section(rows, [], [2048, 4096]).goals
+    assert mean.measured == pytest.approx((0.89 * 1.0 * 0.97) ** (1 / 3)) and mean.target == 0.95
+    assert (
+        lowest.measured == 0.89
+        and lowest.verdict == "miss"
+        and "fp16 2048x2048x2048" in (lowest.detail)
+    )
+    rows[0] = row("fp16", 2048, 0.93)
+    assert bench.section(rows, [], [2048, 4096]).goals[1].verdict == "pass"
+
+
 def test_problems_and_arguments():
     assert bench.problems([1024], squares_only=True) == [("square 1024", (1024, 1024, 1024))]
     assert ("not a multiple of 128", (4000, 4000, 4000)) in bench.problems([1024])

@@ -38,7 +38,7 @@ def off_gpu():
         pytest.skip("this machine can measure")
 
 
-@pytest.mark.parametrize("name", ["report", "trust", "elementwise", "softmax", "ladder"])
+@pytest.mark.parametrize("name", ["report", "trust", "elementwise", "softmax", "ladder", "host"])
 def test_scripts_refuse_to_measure_off_a_gpu(off_gpu, tmp_path, capsys, name):
     module = importlib.import_module(f"bench.{name}")
     argv = ["--out", str(tmp_path / "out")]
@@ -111,6 +111,19 @@ def synthetic_report() -> dict:
     broken = _report.Section("softmax", "03 · Fused softmax", errors=["softmax: OutOfMemoryError"])
     report["sections"] = [bandwidth.record(), broken.record()]
     return report
+
+
+def test_a_section_says_how_it_measured_and_the_driver_runs_host_time():
+    from bench import host, report
+
+    section = _report.Section("host", "Host time", note=host.METHOD)
+    section.rows.append(_report.Row("05", "2048", "torch.mm", 1.0, 12.0, "us host/call"))
+    lines = _report.section_markdown(section.record())
+    assert lines[0] == host.METHOD and "pending" in host.METHOD
+    assert "| 05 | 2048 | 12.0 us host/call | torch.mm | 1.000x |" in "\n".join(lines)
+    assert report.SECTIONS["host"] and "host" in report.parse(["--only", "host"]).only
+    goal = _report.Goal("05 host time", 12.5, host.MATMUL_HOST_US, " us", False)
+    assert goal.verdict == "pass" and _report.Goal("x", 30.0, 25.0, " us", False).verdict == "miss"
 
 
 def test_goal_verdicts_and_margins():

@@ -103,6 +103,18 @@ def test_course_is_in_step_with_solutions(fresh):
     assert problems == [], "course/ is stale; run `make release`:\n" + "\n".join(problems)
 
 
+def test_the_built_course_holds_the_figures_its_notebooks_show(fresh):
+    shown = 0
+    for a in build.assignments():
+        notebook = fresh / "course" / a.name / a.notebook_name
+        for link in build.figure_links(build.nbformat.read(notebook, as_version=4)):
+            built, committed = fresh / "course" / a.name / link, a.source.parent / link
+            assert built.is_file(), f"{a.name}: the build left out {link}"
+            assert built.read_bytes() == committed.read_bytes(), f"{a.name}/{link} differs"
+            shown += 1
+    assert shown, "no notebook shows a figure: the check above checked nothing"
+
+
 def test_drift_is_detected(fresh, tmp_path):
     stale = tmp_path / "course"
     shutil.copytree(build.COURSE, stale)

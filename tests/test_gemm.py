@@ -114,3 +114,57 @@ def test_the_tuned_launcher_takes_the_persistent_path_where_descriptors_work():
         inputs(40, 24, 56, torch.float16),
         atol=1e-3,
     )
+
+
+def test_a_kept_plan_serves_only_its_layout_and_reads_each_calls_tensors():
+    """The tuned launcher keeps one plan per layout; a later call with the same layout computes
+    with its own tensors, and a change of strides, dtype or alignment gets a plan of its own."""
+    dev = device.current().torch_device
+    gen = checks.generator(3)
+    tuned = gemm.Tuned([gemm.as_triton(SMALL)])
+
+    def call(a, b):
+        out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=dev)
+        tuned(a, b, out)
+        want = (a.double() @ b.double()).to(a.dtype)
+        torch.testing.assert_close(out, want, atol=1e-2, rtol=1e-2)
+        return out
+
+    def make(dtype, *shape):
+        return checks.randn(shape, gen=gen, dtype=dtype)
+
+    first = call(make(torch.float16, 64, 48), make(torch.float16, 48, 32))
+    second = call(make(torch.float16, 64, 48), make(torch.float16, 48, 32))
+    assert len(tuned.plans) == 1, "the same layout twice: one plan"
+    assert not torch.allclose(first, second), "the check above tells the two calls apart"
+    call(make(torch.float16, 64, 48), make(torch.float16, 32, 48).t())  # B column-major
+    call(make(torch.float32, 64, 48), make(torch.float32, 48, 32))  # another dtype
+    shifted = make(torch.float16, 64 * 48 + 1)[1:].view(64, 48)  # base not 16-byte aligned
+    call(shifted, make(torch.float16, 48, 32))
+    assert len(tuned.plans) == 4, "strides, dtype and alignment each get their own plan"
+    assert tuned.last is tuned.pointers  # the misaligned call
+    call(make(torch.float16, 64, 48), make(torch.float16, 48, 32))  # a kept plan again
+    assert tuned.last is (tuned.persistent if gemm.tma_supported() else tuned.pointers)
+    assert len({gemm.layout(*p) for p in _layouts(dev)}) == len(_layouts(dev))
+
+
+def _layouts(dev):
+    """Triples that differ in one thing each: the tensors' data aside, layout() must differ."""
+    a, b, c = (torch.empty(32, 32, dtype=torch.float16, device=dev) for _ in range(3))
+    return [
+        (a, b, c),
+        (a, b.t(), c),
+        (a.float(), b.float(), c.float()),
+        (torch.empty(32 * 32 + 1, dtype=torch.float16, device=dev)[1:].view(32, 32), b, c),
+        (torch.empty(32, 40, dtype=torch.float16, device=dev)[:, :32], b, c),
+        (a[:16], b, c[:16]),
+    ]
+
+
+def test_launch_config_keeps_a_plan_per_config_and_layout():
+    config, other = gemm.as_triton(SMALL), gemm.as_triton(SMALL | {"BLOCK_N": 16})
+    make = inputs(48, 40, 32, torch.float16)
+    for cfg in (config, other, config):
+        checks.check(lambda a, b, out, cfg=cfg: gemm.launch_config(cfg, a, b, out), reference, make)
+    keys = {key[0] for key in gemm._plans}
+    assert {tuple(sorted(c.all_kwargs().items())) for c in (config, other)} <= keys

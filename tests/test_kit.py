@@ -220,6 +220,18 @@ def test_the_build_refuses_a_leaking_course(tmp_path, known):
     assert not (tmp_path / "kit").exists(), "a refused kit must leave nothing to hand out"
 
 
+def test_the_kit_holds_the_figures_its_notebooks_show(built):
+    shown = 0
+    for notebook in sorted((built.folder / "course").glob("*/*.ipynb")):
+        for link in build.figure_links(nbformat.read(notebook, as_version=4)):
+            figure = notebook.parent / link
+            assert figure.is_file(), f"{notebook.parent.name}: the kit left out {link}"
+            committed = build.SOLUTIONS / notebook.parent.name / link
+            assert figure.read_bytes() == committed.read_bytes(), f"{link} differs"
+            shown += 1
+    assert shown, "no notebook of the kit shows a figure: the check above checked nothing"
+
+
 def test_an_unpinned_import_is_refused(copy):
     with open(copy / "grader" / "runtime" / "results.py", "a") as f:
         f.write("\nimport pandas\n")

@@ -178,6 +178,16 @@ ATTACKS = {
     ),
     "star import": ("from fake import *", "cheating", "imports *"),
     "patch by name": ("obj.check = print", "cheating", "named as a function of the grader"),
+    "launch hook": (
+        "from triton.runtime import KernelInterface\nhooked = KernelInterface.__getitem__",
+        "cheating",
+        "reads the launch check's machinery (triton.runtime.KernelInterface",
+    ),
+    "launch recorder": (
+        "from grader.runtime import launches\nchecked = bool(launches._ACTIVE)",
+        "cheating",
+        "reads the launch check's machinery (grader.runtime.launches",
+    ),
     # class 6: speed verdicts
     "printed verdict": ("print('PASS 9.9x eager (needs 1.2x)')", "forged-output", "imitates"),
     "f-string verdict": ("print(f'NOT YET {x:.2f}x')", "forged-output", "imitates"),

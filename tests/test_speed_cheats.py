@@ -1,11 +1,14 @@
 """Speed cheats against 02's kernels, graded as 02's speed cells grade them: an output cached
 across timed calls, work skipped after the third identical call, work launched on a side stream,
-and timers patched through importlib and sys.modules. Each must be flagged and score 0 for speed;
-the reference kernels, honest, must score full points. Needs a GPU: `pytest -m gpu` on one."""
+timers patched through importlib and sys.modules, and a launcher that lets torch compute the
+result. Each must be flagged and score 0 for speed; the reference kernels, honest, must score full
+points. Every graded cell's printed figures are kept in build/report/speed_cheats.json (the
+record of a GPU run). Needs a GPU: `pytest -m gpu` on one."""
 
 import ast
 import importlib
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -114,27 +117,70 @@ def with_patched_timers(launch):
     return cheat
 
 
+def torch_computes_it(launch):
+    """Launches the kernel on a scratch copy of the output, then writes the result with torch
+    (a kernel launched, every input handed to it, the value right)."""
+
+    def cheat(*args):
+        *inputs, out = args
+        launch(*inputs, torch.empty_like(out))
+        if len(inputs) == 2:  # add(x, y, out)
+            return out.copy_(inputs[0] + inputs[1])
+        return out.copy_(fused_reference(*inputs))  # bias_gelu_scale(x, bias, scale, out)
+
+    return cheat
+
+
 CHEATS = {
     "cached across calls": cached_across_calls,
     "skips after the third call": skips_after_third_call,
     "side stream": on_a_side_stream,
     "patched timers": with_patched_timers,
+    "torch computes it": torch_computes_it,
 }
 # What each cheat must be flagged for (any one of them): the figures the device cannot reach, an
-# output wrong for its call's inputs, a timer at odds with the host clock or replaced.
+# output wrong for its call's inputs, a timer at odds with the host clock or replaced, a result
+# that the exercise's kernel did not write (checked on an untimed call before and after timing).
+NOT_ITS_WORK = "is not the work of"
 REASONS = {
-    "cached across calls": ("above this GPU's measured copy bandwidth", "wrong for the inputs"),
+    "cached across calls": (
+        "above this GPU's measured copy bandwidth",
+        "wrong for the inputs",
+        NOT_ITS_WORK,
+    ),
     "skips after the third call": (
         "above this GPU's measured copy bandwidth",
         "wrong for the inputs",
+        NOT_ITS_WORK,
     ),
     "side stream": (
         "host clock",
         "above this GPU's measured copy bandwidth",
         "wrong for the inputs",
+        NOT_ITS_WORK,
     ),
     "patched timers": ("replaced while timing", "host clock"),
+    "torch computes it": (NOT_ITS_WORK,),
 }
+RECORD = Path(__file__).parent.parent / "build" / "report" / "speed_cheats.json"
+
+
+@pytest.fixture(scope="module")
+def record():
+    """Every graded cell's figures as printed, written to RECORD when the module ends."""
+    rows = []
+    yield rows
+    RECORD.parent.mkdir(parents=True, exist_ok=True)
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    RECORD.write_text(
+        json.dumps({"device": device, "torch": torch.__version__, "cells": rows}, indent=1)
+    )
+
+
+def graded(record, what: str, scores, printed: str):
+    """Keep one graded launcher's scores and printed lines in the record; return them."""
+    record.append({"launcher": what, "scores": scores, "printed": printed.splitlines()})
+    return scores, printed
 
 
 @pytest.fixture(autouse=True)
@@ -173,6 +219,8 @@ def grade_fused(launch):
         verify=verify_speed,
         inputs=(x, bias),
         bytes_moved=ideal_bytes,
+        kernels=["bias_gelu_scale_kernel"],
+        out=out,
     )
     vs_copy = perf.grade_bandwidth(
         fused_speed,
@@ -181,6 +229,8 @@ def grade_fused(launch):
         points=1,
         verify=verify_speed,
         inputs=(x, bias),
+        kernels=["bias_gelu_scale_kernel"],
+        out=out,
     )
     return vs_eager, vs_copy
 
@@ -201,6 +251,8 @@ def grade_add(launch):
         points=1,
         verify=verify,
         inputs=(x, y),
+        kernels=["add_kernel"],
+        out=out,
     )
 
 
@@ -208,30 +260,39 @@ def flags_in(printed: str) -> list[str]:
     return [line for line in printed.splitlines() if line.startswith(perf.FLAGGED)]
 
 
-def test_the_honest_fused_kernel_scores_full_speed_points(k02, capsys):
-    assert grade_fused(k02.bias_gelu_scale) == (1.0, 1.0), capsys.readouterr().out
-    assert flags_in(capsys.readouterr().out) == []
+def test_the_honest_fused_kernel_scores_full_speed_points(k02, capsys, record):
+    scores, printed = graded(
+        record, "fused: honest", grade_fused(k02.bias_gelu_scale), capsys.readouterr().out
+    )
+    assert scores == (1.0, 1.0), printed
+    assert flags_in(printed) == []
 
 
 @pytest.mark.parametrize("cheat", list(CHEATS))
-def test_a_cheating_fused_launcher_is_flagged_and_scores_zero(k02, capsys, cheat):
-    scores = grade_fused(CHEATS[cheat](k02.bias_gelu_scale))
-    printed = capsys.readouterr().out
+def test_a_cheating_fused_launcher_is_flagged_and_scores_zero(k02, capsys, record, cheat):
+    scores, printed = graded(
+        record,
+        f"fused: {cheat}",
+        grade_fused(CHEATS[cheat](k02.bias_gelu_scale)),
+        capsys.readouterr().out,
+    )
     assert scores == (0.0, 0.0), printed
     flags = flags_in(printed)
     assert len(flags) >= 2, printed  # each of the two cells says why
     assert all(any(r in f for r in REASONS[cheat]) for f in flags), flags
 
 
-def test_the_honest_add_kernel_is_not_flagged(k02, capsys):
-    assert grade_add(k02.add) == 1.0, capsys.readouterr().out
-    assert flags_in(capsys.readouterr().out) == []
+def test_the_honest_add_kernel_is_not_flagged(k02, capsys, record):
+    score, printed = graded(record, "add: honest", grade_add(k02.add), capsys.readouterr().out)
+    assert score == 1.0, printed
+    assert flags_in(printed) == []
 
 
 @pytest.mark.parametrize("cheat", list(CHEATS))
-def test_a_cheating_add_launcher_is_flagged_and_scores_zero(k02, capsys, cheat):
-    score = grade_add(CHEATS[cheat](k02.add))
-    printed = capsys.readouterr().out
+def test_a_cheating_add_launcher_is_flagged_and_scores_zero(k02, capsys, record, cheat):
+    score, printed = graded(
+        record, f"add: {cheat}", grade_add(CHEATS[cheat](k02.add)), capsys.readouterr().out
+    )
     assert score == 0.0, printed
     flags = flags_in(printed)
     assert flags and all(any(r in f for r in REASONS[cheat]) for f in flags), printed

@@ -53,6 +53,20 @@ def test_refuses_in_interpreter_mode_with_a_reason():
         timing.bench(lambda: None)
     assert "needs a CUDA GPU" in str(info.value)
     assert "interpreter" in str(info.value)
+    with pytest.raises(timing.TimingUnavailable, match="host time per call"):
+        timing.host_time(lambda: None)
+
+
+@pytest.mark.gpu
+def test_host_time_is_the_launch_alone_and_refuses_calls_that_wait_for_the_gpu():
+    import torch
+
+    x = torch.randn(1 << 24, device="cuda")
+    y = torch.empty_like(x)
+    launch = timing.host_time(lambda: y.copy_(x))
+    assert 0 < launch.us < 1e3 * timing.bench(lambda: y.copy_(x)).median_ms + 100
+    with pytest.raises(RuntimeError, match="wait for the GPU"):
+        timing.host_time(lambda: (y.copy_(x), torch.cuda.synchronize()), calls=10, batches=1)
 
 
 @pytest.mark.gpu

@@ -1,11 +1,15 @@
 """Build the course: solutions/NN_topic/topic.py (jupytext percent, nbgrader metadata inline) ->
 build/source/NN_topic/topic.ipynb (deterministic cell ids) -> nbgrader generate_assignment ->
-course/NN_topic/. `check()` rebuilds in a scratch folder and lists what differs from course/."""
+course/NN_topic/. The other files of a notebook's folder travel with it, among them the diagrams
+of figures/ that its markdown shows (`![alt](figures/stem.svg)`); a link to a figure that is not
+there stops the build. `check()` rebuilds in a scratch folder and lists what differs from
+course/."""
 
 from __future__ import annotations
 
 import filecmp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +39,8 @@ SCHEMA_VERSION = 3
 # editable), and nbgrader puts the release's version back before it grades, so hidden tests always
 # run at the sizes the course chose.
 PARAMETERS_PREFIX = "parameters-"
+# A markdown image of a notebook's own figures/ folder: ![alt](figures/stem.svg)
+FIGURE_LINK = re.compile(r"!\[[^\]]*\]\((figures/[^)\s]+)\)")
 
 
 class BuildError(RuntimeError):
@@ -109,6 +115,26 @@ def to_notebook(source: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def figure_links(nb: nbformat.NotebookNode) -> list[str]:
+    """The figures/ paths that a notebook's markdown shows, in order."""
+    return [
+        link
+        for cell in nb.cells
+        if cell.cell_type == "markdown"
+        for link in FIGURE_LINK.findall(cell.source)
+    ]
+
+
+def broken_figure_links(solutions: Path = SOLUTIONS) -> list[str]:
+    """Every figure link of a notebook whose file its folder lacks, as `notebook: link`."""
+    return [
+        f"{a.source.relative_to(solutions.parent)}: {link}"
+        for a in assignments(solutions)
+        for link in figure_links(to_notebook(a.source))
+        if not (a.source.parent / link).is_file()
+    ]
+
+
 def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
@@ -117,6 +143,12 @@ def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
 def build_sources(build: Path, solutions: Path = SOLUTIONS) -> list[Assignment]:
     """Write build/source/NN_topic/ for every assignment; other files are copied as they are."""
     found = assignments(solutions)
+    broken = broken_figure_links(solutions)
+    if broken:
+        raise BuildError(
+            "a notebook shows a figure that is not there (draw it with `python -m grader "
+            "diagrams`, or fix the link):\n  " + "\n  ".join(broken)
+        )
     if (build / "source").exists():  # a notebook removed from solutions/ leaves no trace
         shutil.rmtree(build / "source")
     for a in found:

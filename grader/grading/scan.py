@@ -12,7 +12,9 @@ kernel as the test cells that follow, so each is scanned for:
   returns the module, code in an `exec` string;
 - dynamic code: `exec`, `eval`, `compile` and their kin, and names built at run time where they
   reach any of the above (`getattr(checks, "ch" + "eck")`, `setattr(obj, name, value)`);
-- forged output: speed verdicts published or imitated by the student's code.
+- forged output: speed verdicts published or imitated by the student's code;
+- reading the launch recorder (Triton's `KernelInterface`, `grader.runtime.launches`): code that
+  can tell a checked call from a timed one.
 
 A scan cannot follow everything Python allows: it flags what it cannot read (dynamic code)
 instead of guessing, and the autograded notebook's outputs are checked again after the run
@@ -44,7 +46,7 @@ MAGICS = frozenset({"time", "timeit", "matplotlib", "capture"})  # change nothin
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 PATCHED_NAMES = frozenset(
     node.name
-    for module in ("checks", "perf", "timing", "integrity")
+    for module in ("checks", "perf", "timing", "integrity", "launches")
     for node in ast.parse((RUNTIME / f"{module}.py").read_text()).body
     if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
 )
@@ -106,6 +108,12 @@ DUNDER_PATCHES = frozenset(
 )
 VERDICT_WRITERS = frozenset(
     f"grader.runtime.perf.{name}" for name in ("publish_verdict", "Verdict", "score_verdict")
+)
+# Code that reads these can tell a call the launch check records from one it does not.
+RECORDER = (
+    "triton.runtime.KernelInterface",
+    "triton.runtime.jit.KernelInterface",
+    "grader.runtime.launches",
 )
 VERDICT_TEXT = re.compile(  # "PASS 1.53x eager", "NOT YET 71% of ...", "(needs 1.2x)"
     r"^\s*(PASS|NOT YET)\b[^\n]*?\d(\.\d+)?\s*(x|%)|\(needs [\d.]+\s*(x|%)\)", re.MULTILINE
@@ -435,6 +443,12 @@ class _Cell:
                 self.add("hooks", SYS_HOOKS[origin.split(".")[1]])
         elif origin in VERDICT_WRITERS:
             self.add("forged-output", f"publishes a speed verdict of its own ({origin})")
+        elif any(origin == r or origin.startswith(r + ".") for r in RECORDER):
+            self.add(
+                "cheating",
+                f"reads the launch check's machinery ({origin}): it can tell a checked call "
+                "from a timed one",
+            )
         for prefix, why in ALWAYS_DYNAMIC.items():
             if origin == prefix or origin.startswith(prefix + "."):
                 self.add("dynamic-code", why + self.through)

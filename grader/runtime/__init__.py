@@ -10,6 +10,7 @@ The public surface, by module (`from grader.runtime import device, checks, ...`)
 | `timing` | `bench(fn)`: one timing method (CUDA events, L2 flushed, median and spread) |
 | `perf` | speed graded as ratios against baselines timed in the same run |
 | `roofline` | the device's measured ceilings, arithmetic intensity, the roofline plot |
+| `plots` | the plots of the reader's measurements: one call per plot, matplotlib inside |
 | `results` | the figures a notebook measured, kept for later notebooks' plots |
 | `integrity` | the graded call launches the student's kernel; timing in a separate process |
 | `launches` | the exercise's own kernel did the work: launched on the inputs, wrote the output |

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from grader.runtime import checks, device, timing
+from grader.runtime import checks, device, launches, timing
 
 # How a speed cell off the supported GPU class begins its message.
 NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
@@ -190,6 +190,33 @@ def compare(
     return Comparison(names[0], mine, names[1], theirs, tuple(flags))
 
 
+def own_work_flags(
+    candidate: Callable[[], object],
+    kernels: Sequence[str],
+    inputs: Sequence[torch.Tensor],
+    out: torch.Tensor | None,
+    verify: Callable[[], None] | None = None,
+) -> list[str]:
+    """Why the timed code's result is not the work of `kernels` (empty when it is): one untimed
+    call on the speed cell's own inputs, with `out` poisoned first, recorded as the correctness
+    checks record theirs (`launches.kernel_work`), then `verify`. Run before and after timing, so
+    that a launcher which lets torch compute the answer cannot earn speed points either."""
+    if not kernels:
+        return []
+    if out is None:
+        raise ValueError("kernels= needs out=: the tensor the timed code writes")
+    out.copy_(checks.poisoned(out.shape, out.dtype, out.device.type))
+    try:
+        with launches.kernel_work(kernels, inputs, out, "the timed code"):
+            checks.call_graded(candidate, what="the timed code")
+        if verify is not None:
+            verify()
+    except (launches.IntegrityError, checks.KernelCheckError) as wrong:
+        first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
+        return [f"the timed code's result is not the work of {' or '.join(kernels)}: {first}"]
+    return []
+
+
 def ceiling_flags(
     t: timing.Timing,
     *,
@@ -296,20 +323,26 @@ def grade_speedup(
     bytes_moved: float | None = None,
     flops: float | None = None,
     dtype: torch.dtype | None = None,
+    kernels: Sequence[str] = (),
+    out: torch.Tensor | None = None,
 ) -> float:
     """Full points when candidate is at least `at_least` times as fast as baseline, else 0.
     `inputs` change before every call (`versions_of`); `verify` checks the output against them
     as they are (`compare`). With `bytes_moved`, the candidate's bandwidth may not
     exceed a copy of those bytes timed now; with `flops` (and the inputs' `dtype`), its FLOP rate
     may not exceed the higher of cuBLAS's (`matmul_ceiling`) and the baseline's on the same
-    problem in this run; beyond either, the cell is flagged."""
+    problem in this run; beyond either, the cell is flagged. With `kernels` and `out`, the
+    candidate's result must be those kernels' work before and after timing (`own_work_flags`)."""
     if not device.current().grades_speed:
         return not_graded_here(points)
+    mine = own_work_flags(candidate, kernels, inputs, out, verify)
+    if mine:
+        return flagged(mine, points, Verdict(names[1], None, at_least))
     result = compare(candidate, baseline, names=names, verify=verify, before=versions_of(inputs))
     if not (result.candidate.rounds and result.baseline.rounds):  # stopped: output wrong
         return flagged(result.flags, points, Verdict(names[1], None, at_least))
     print(result)
-    reasons = list(result.flags)
+    reasons = list(result.flags) + own_work_flags(candidate, kernels, inputs, out, verify)
     if not reasons:
         copy = timing.bench(copy_baseline(int(bytes_moved))) if bytes_moved else None
         matmul = None
@@ -337,13 +370,19 @@ def grade_bandwidth(
     name: str = "yours",
     verify: Callable[[], None] | None = None,
     inputs: Sequence[torch.Tensor] = (),
+    kernels: Sequence[str] = (),
+    out: torch.Tensor | None = None,
 ) -> float:
     """Full points when candidate moves its bytes at `at_least` of the copy bandwidth measured
     now, on a copy of the same number of bytes; flagged above that bandwidth (BANDWIDTH_MARGIN).
     `inputs` change before every call (`versions_of`); `verify` checks the output against them
-    as they are (`compare`)."""
+    as they are (`compare`). With `kernels` and `out`, the candidate's result must be those
+    kernels' work before and after timing (`own_work_flags`)."""
     if not device.current().grades_speed:
         return not_graded_here(points)
+    mine = own_work_flags(candidate, kernels, inputs, out, verify)
+    if mine:
+        return flagged(mine, points, Verdict("copy bandwidth", None, 100 * at_least, "%"))
     result = compare(
         candidate,
         copy_baseline(bytes_moved),
@@ -362,6 +401,7 @@ def grade_bandwidth(
     reasons = list(result.flags) or ceiling_flags(
         result.candidate, bytes_moved=bytes_moved, copy=result.baseline
     )
+    reasons += own_work_flags(candidate, kernels, inputs, out, verify)
     verdict = Verdict("copy bandwidth", 100 * fraction, 100 * at_least, "%")
     if reasons:
         return flagged(reasons, points, verdict)
@@ -370,6 +410,15 @@ def grade_bandwidth(
 
 timing.watch(
     sys.modules[__name__],
-    ["compare", "grade_speedup", "grade_bandwidth", "ceiling_flags", "matmul_ceiling", "flagged"],
+    [
+        "compare",
+        "grade_speedup",
+        "grade_bandwidth",
+        "ceiling_flags",
+        "own_work_flags",
+        "matmul_ceiling",
+        "flagged",
+    ],
     "grader.runtime.perf",
 )
+timing.watch(launches, ["kernel_work", "recording", "verify"], "grader.runtime.launches")

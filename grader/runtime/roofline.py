@@ -195,3 +195,25 @@ def plot(
     ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.06))
     ax.grid(True, which="both", alpha=0.2)
     return ax
+
+
+def show(
+    ceilings: Ceilings,
+    points: list[Point] = (),
+    *,
+    precision: str = "fp16",
+    title: str | None = None,
+    labels_up: bool = False,
+) -> None:
+    """`plot`, shown. `labels_up` turns the points' labels upwards and makes room above them, for
+    points that crowd together on the flat part of the roof."""
+    import matplotlib.pyplot as plt
+
+    ax = plot(ceilings, points, precision=precision, title=title)
+    if labels_up:
+        labels = {p.label for p in points}
+        for text in ax.texts:
+            if text.get_text() in labels:
+                text.set_rotation(60)
+        ax.set_ylim(top=ceilings.flops[precision] / 1e12 * 30)
+    plt.show()

@@ -316,3 +316,70 @@ def bench(
 
 
 _watch_own()
+
+
+# -- host time per call ------------------------------------------------------------------------
+
+
+MAX_BUSY_PRODUCTS = 256  # of 4096 x 4096 float32: a few ms each, far below the launch queue's depth
+
+
+@dataclass(frozen=True)
+class HostTime:
+    """Host time to issue one call, in microseconds: the median over `batches` batches of `calls`
+    back-to-back calls, each batch issued while the GPU was still busy with work queued before it
+    (so no call waited for the GPU: what is measured is the Python and launch work alone)."""
+
+    us: float
+    calls: int
+    batches: int
+
+
+def host_time(fn: Callable[[], object], *, calls: int = 100, batches: int = 5) -> HostTime:
+    """How long the host takes to issue one `fn()`, with the GPU kept busy: before each batch,
+    matrix products are queued that take the GPU longer than the batch takes the host; an event
+    recorded after them must still be pending once the batch is issued, else the batch is
+    measured again with twice the busy work. The calls' own GPU work runs after the batch. Few,
+    long products keep the launch queue short, so that no launch waits for a free slot either."""
+    require_gpu("Measuring host time per call")
+    sync = _sync
+    fn()
+    sync()
+    start = _host_ns()
+    for _ in range(calls):
+        fn()
+    sync()
+    estimate_ns = (_host_ns() - start) / calls  # an upper bound: host and GPU time together
+    busy = torch.randn(4096, 4096, device="cuda")
+    busy_out = torch.empty_like(busy)
+    ticks = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ticks[0].record()
+    for _ in range(4):
+        torch.mm(busy, busy, out=busy_out)
+    ticks[1].record()
+    sync()
+    product_ns = max(ticks[0].elapsed_time(ticks[1]) / 4 * 1e6, 1e3)
+    samples = []
+    products = max(1, int(2 * estimate_ns * calls / product_ns) + 1)
+    while len(samples) < batches:
+        if products > MAX_BUSY_PRODUCTS:
+            raise RuntimeError(
+                f"the GPU finished its queued work before the host issued {calls} calls, even "
+                f"with {products // 2} products queued: does each call wait for the GPU (a "
+                ".item(), .cpu() or synchronize inside it)?"
+            )
+        for _ in range(products):
+            torch.mm(busy, busy, out=busy_out)
+        queued = torch.cuda.Event()
+        queued.record()
+        start = _host_ns()
+        for _ in range(calls):
+            fn()
+        elapsed_ns = _host_ns() - start
+        pending = not queued.query()
+        sync()
+        if pending:
+            samples.append(elapsed_ns / calls / 1e3)
+        else:
+            products *= 2
+    return HostTime(statistics.median(samples), calls, batches)

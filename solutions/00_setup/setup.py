@@ -27,12 +27,11 @@ from grader.runtime import device
 
 DEVICE = device.setup()
 
-import matplotlib.pyplot as plt
 import torch
 import triton
 import triton.language as tl
 
-from grader.runtime import checks, doctor, perf, timing
+from grader.runtime import checks, doctor, perf, plots, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -113,28 +112,10 @@ print(report)
 # those lanes off. The picture shows 3 programs of 8 lanes covering 20 elements: program 2's 4 grey
 # lanes are masked.
 
-# %%
-def draw_blocks(n=20, block=8):
-    programs = triton.cdiv(n, block)
-    fig, ax = plt.subplots(figsize=(9, 1.6))
-    for pid in range(programs):
-        for lane in range(block):
-            i = pid * block + lane
-            inside = i < n
-            ax.add_patch(plt.Rectangle((i, 0), 0.95, 0.95,
-                                       color=f"C{pid}" if inside else "lightgray"))
-            ax.text(i + 0.47, 0.45, str(i) if inside else "x", ha="center", va="center",
-                    fontsize=7, color="white" if inside else "gray")
-        ax.text(pid * block + block / 2, 1.15, f"program {pid}", ha="center", fontsize=8)
-    ax.set_xlim(0, programs * block)
-    ax.set_ylim(0, 1.4)
-    ax.axis("off")
-    ax.set_title(f"n={n}, BLOCK={block}: grid of cdiv(n, BLOCK) = {programs} programs; "
-                 "grey lanes are masked off", fontsize=9)
-    plt.show()
-
-
-draw_blocks()
+# %% [markdown]
+# ![3 programs of 8 lanes over 20 elements; the last 4 lanes masked off](figures/blocks.svg)
+#
+# *One program per block of `BLOCK` lanes; the mask switches off the lanes past `n`.*
 
 # %% [markdown]
 # The reference is PyTorch's own ReLU. Its memory traffic: it reads `n` elements and writes `n`.
@@ -317,16 +298,9 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                 "copy": lambda x=x, out=out: out.copy_(x)}
         for name, fn in runs.items():
             curves[name].append(timing.bench(fn).per_second(moved) / 1e9)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, gbs in curves.items():
-        ax.plot([4 * n for n in sizes], gbs, marker="o", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tensor size (bytes, float32)")
-    ax.set_ylabel("GB/s (bytes read + written)")
-    ax.set_title(f"Bandwidth against size on {DEVICE.name}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plt.show()
+    plots.curves([4 * n for n in sizes], curves, xlabel="tensor size (bytes, float32)",
+                 ylabel="GB/s (bytes read + written)",
+                 title=f"Bandwidth against size on {DEVICE.name}")
 else:
     print("The bandwidth sweep needs a GPU; run this notebook on one to see it.")
 
@@ -344,7 +318,8 @@ x_speed = torch.randn(DEVICE.pick(gpu=BENCH_ELEMENTS, interpreter=1024),
 out_speed = torch.empty_like(x_speed)
 perf.grade_bandwidth(lambda: relu(x_speed, out_speed), bytes_moved=2 * x_speed.nbytes,
                      at_least=0.8, points=1, name="relu", inputs=(x_speed,),
-                     verify=lambda: checks.compare(out_speed, relu_reference(x_speed)))
+                     verify=lambda: checks.compare(out_speed, relu_reference(x_speed)),
+                     kernels=["relu_kernel"], out=out_speed)
 
 # %% [markdown]
 # ## Summary

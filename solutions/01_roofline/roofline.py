@@ -27,14 +27,13 @@ import math
 import numbers
 import os
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from IPython.display import display
 from torch import nn
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, roofline, timing
+from grader.runtime import checks, plots, roofline, timing
 from grader.runtime.widgets import roofline as roofline_explorer
 
 print(f"This notebook runs on {DEVICE.describe()}.")
@@ -108,8 +107,7 @@ for precision, rate in CEILINGS.flops.items():
     print(f"{precision + ' matmul':>18}: {rate / 1e12:7.1f} TFLOP/s   "
           f"ridge {CEILINGS.ridge(precision):6.1f} FLOP/B")
 print(f"TF32 over plain fp32: {CEILINGS.flops['tf32'] / CEILINGS.flops['fp32']:.1f}x")
-roofline.plot(CEILINGS)  # one roof per precision; the fp16 one drawn bold
-plt.show()
+roofline.show(CEILINGS)  # one roof per precision; the fp16 one drawn bold
 
 # %% [markdown]
 # ## The ridge point
@@ -489,23 +487,14 @@ limit = op_intensity("attention_naive", (1, 1, 1 << 24, 64), "fp16")
 print(f"naive attention, fp16, d=64, at n = 2^24 positions: {limit:.1f} FLOP/B")
 
 sizes = [2**k for k in range(6, 16)]
-fig, ax = plt.subplots(figsize=(7, 4))
-for op, shape_of in (("add", lambda n: (n, n)), ("softmax", lambda n: (n, n)),
-                     ("matmul", lambda n: (n, n, n)),
-                     ("attention_naive", lambda n: (1, 1, n, 64)),
-                     ("attention_tiled", lambda n: (1, 1, n, 64))):
-    ax.plot(sizes, [op_intensity(op, shape_of(n), "fp16") for n in sizes], marker="o", label=op)
-for precision, style in (("fp16", "--"), ("fp32", ":")):
-    ax.axhline(CEILINGS.ridge(precision), color="gray", ls=style, lw=1,
-               label=f"{precision} ridge ({CEILINGS.ridge(precision):.0f} FLOP/B)")
-ax.set_xscale("log", base=2)
-ax.set_yscale("log")
-ax.set_xlabel("size N")
-ax.set_ylabel("arithmetic intensity (FLOP/B), fp16")
-ax.set_title(f"Intensity against size; ridges of: {CEILINGS.source}", fontsize=9)
-ax.legend(fontsize=8)
-ax.grid(alpha=0.3, which="both")
-plt.show()
+shapes = {"add": lambda n: (n, n), "softmax": lambda n: (n, n), "matmul": lambda n: (n, n, n),
+          "attention_naive": lambda n: (1, 1, n, 64), "attention_tiled": lambda n: (1, 1, n, 64)}
+plots.curves(sizes, {op: [op_intensity(op, shape_of(n), "fp16") for n in sizes]
+                     for op, shape_of in shapes.items()},
+             references={f"{p} ridge ({CEILINGS.ridge(p):.0f} FLOP/B)": CEILINGS.ridge(p)
+                         for p in ("fp16", "fp32")},
+             log_y=True, xlabel="size N", ylabel="arithmetic intensity (FLOP/B), fp16",
+             title=f"Intensity against size; ridges of: {CEILINGS.source}")
 
 # %% [markdown]
 # What the counts say, before anything is timed:
@@ -714,14 +703,8 @@ else:
           "intensity, the best it could do; on a GPU the points are live timings, on or below "
           "the roof.")
     title = "Datasheet roofline (H100 SXM, not measured); ops at their best possible rate"
-ax = roofline.plot(CEILINGS, points, precision="fp16", title=title)
-if not measured:  # points on the flat roof crowd together: turn their labels upwards
-    labels = {p.label for p in points}
-    for text in ax.texts:
-        if text.get_text() in labels:
-            text.set_rotation(60)
-    ax.set_ylim(top=CEILINGS.flops["fp16"] / 1e12 * 30)
-plt.show()
+# points on the flat roof crowd together: their labels are turned upwards
+roofline.show(CEILINGS, points, precision="fp16", title=title, labels_up=not measured)
 
 # %% [markdown]
 # How to read it. Points under the slanted roof are memory-bound: only fewer bytes lift them (fuse

@@ -22,14 +22,13 @@ DEVICE = device.setup()
 
 import math
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, perf, results, timing
+from grader.runtime import checks, perf, plots, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -266,17 +265,10 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
     print(f"{'BLOCK':>6} {'programs':>9} {'GB/s':>7} {'of copy':>8}")
     for block, gbs in sweep.items():
         print(f"{block:6d} {triton.cdiv(x.numel(), block):9d} {gbs:7.0f} {gbs / copy_gbs:8.0%}")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(list(sweep), list(sweep.values()), marker="o", label="add (your kernel)")
-    ax.axhline(copy_gbs, color="gray", ls="--", label="copy of the same bytes")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("BLOCK (elements per program)")
-    ax.set_ylabel("GB/s (bytes read + written)")
-    ax.set_title(f"Vector add, {x.numel() >> 20} Mi float32 elements, on {DEVICE.name}")
-    ax.set_ylim(0, None)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plt.show()
+    plots.curves(list(sweep), {"add (your kernel)": list(sweep.values())},
+                 references={"copy of the same bytes": copy_gbs}, from_zero=True,
+                 xlabel="BLOCK (elements per program)", ylabel="GB/s (bytes read + written)",
+                 title=f"Vector add, {x.numel() >> 20} Mi float32 elements, on {DEVICE.name}")
 else:
     print("The block-size sweep needs a GPU: in the interpreter, programs run one after another "
           "in Python, so BLOCK changes only how long this notebook takes.")
@@ -355,17 +347,12 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
     for s in STRIDES:
         gbs = useful / (strided_ms[s] * 1e-3) / 1e9
         print(f"{s:6d} {gbs:12.0f} {measured[s]:16.2f} {predicted[s]:13.2f}")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(STRIDES, list(measured.values()), marker="o", label="measured")
-    ax.plot(STRIDES, list(predicted.values()), ls="--", color="gray",
-            label="32-byte sector model, (min(S, 8) + 1) / 2")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("read stride S (elements)")
-    ax.set_ylabel("time relative to the contiguous copy")
-    ax.set_title(f"Copying {n_strided >> 20} Mi float32 elements read at stride S, {DEVICE.name}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plt.show()
+    model = "32-byte sector model, (min(S, 8) + 1) / 2"
+    plots.curves(STRIDES, {"measured": list(measured.values()), model: list(predicted.values())},
+                 dashed=[model], xlabel="read stride S (elements)",
+                 ylabel="time relative to the contiguous copy",
+                 title=f"Copying {n_strided >> 20} Mi float32 elements read at stride S, "
+                       f"{DEVICE.name}")
 else:
     print("On a GPU this cell times the strided copy for strides "
           f"{STRIDES} and plots the slowdown against the 32-byte sector model.")
@@ -599,11 +586,13 @@ def verify_speed():
 # %% nbgrader={"grade": true, "grade_id": "speed-fused-vs-eager", "points": 1}
 perf.grade_speedup(fused_speed, eager_speed, at_least=2.0, points=1,
                    names=("fused kernel", "eager PyTorch, 3 kernels"), verify=verify_speed,
-                   inputs=(x_speed, bias_speed), bytes_moved=ideal_bytes)
+                   inputs=(x_speed, bias_speed), bytes_moved=ideal_bytes,
+                   kernels=["bias_gelu_scale_kernel"], out=out_speed)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-fused-bandwidth", "points": 1}
 perf.grade_bandwidth(fused_speed, bytes_moved=ideal_bytes, at_least=0.8, points=1,
-                     name="fused kernel", verify=verify_speed, inputs=(x_speed, bias_speed))
+                     name="fused kernel", verify=verify_speed, inputs=(x_speed, bias_speed),
+                     kernels=["bias_gelu_scale_kernel"], out=out_speed)
 
 # %% [markdown]
 # ### Where the time goes
@@ -631,13 +620,9 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         print(f"{name:26} {t:7.3f} {t / copy_ms:7.2f}")
     print(f"fused vs eager: {ms['eager chain'] / ms['fused kernel']:.2f}x "
           "(counting passes predicts 3x)")
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.barh(list(ms), list(ms.values()), color=["gray", "C0", "C0", "C0", "C1", "C2"])
-    ax.invert_yaxis()
-    ax.set_xlabel("milliseconds (median)")
-    ax.set_title(f"bias + GELU + scale on {M_speed} x {N_speed} float32, {DEVICE.name}")
-    ax.grid(alpha=0.3, axis="x")
-    plt.show()
+    plots.bars(ms, horizontal=True, colors=["gray", "C0", "C0", "C0", "C1", "C2"],
+               xlabel="milliseconds (median)",
+               title=f"bias + GELU + scale on {M_speed} x {N_speed} float32, {DEVICE.name}")
     # 12 FLOPs per element as the kernel is written (exp and division counted as one each)
     results.record("02_first_kernels", "bias+GELU+scale", flops=12 * x_speed.numel(),
                    bytes_moved=ideal_bytes, seconds=ms["fused kernel"] * 1e-3, precision="fp32")

@@ -21,7 +21,6 @@ DEVICE = device.setup()
 
 import math
 
-import matplotlib.pyplot as plt
 import torch
 import triton
 import triton.language as tl
@@ -29,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 from tqdm.auto import tqdm
 from triton.runtime.errors import OutOfResources
 
-from grader.runtime import checks, integrity, perf, results, timing
+from grader.runtime import checks, integrity, perf, plots, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -193,30 +192,10 @@ for dtype in (torch.float32, torch.float16):
 # tile reduced along axis 1, with a second mask for rows past the matrix's end. The picture shows
 # a 6 x 5 matrix in tiles of `ROWS = 4` by `BLOCK = 8`.
 
-# %%
-def draw_tiles(n_rows=6, n_cols=5, rows=4, block=8):
-    programs = triton.cdiv(n_rows, rows)
-    fig, ax = plt.subplots(figsize=(8, 3.2))
-    for pid in range(programs):
-        for r in range(rows):
-            row = pid * rows + r
-            for c in range(block):
-                inside = row < n_rows and c < n_cols
-                color = f"C{pid}" if inside else ("mistyrose" if row < n_rows else "lightgray")
-                ax.add_patch(plt.Rectangle((c, -row), 0.95, 0.95, color=color))
-                label = f"x{row},{c}" if inside else ("-inf" if row < n_rows else "")
-                ax.text(c + 0.47, -row + 0.45, label, ha="center", va="center", fontsize=7,
-                        color="white" if inside else "firebrick")
-        ax.text(block + 0.3, -pid * rows - rows / 2 + 1, f"program {pid}", va="center", fontsize=8)
-    ax.set_xlim(0, block + 2.2)
-    ax.set_ylim(-programs * rows + 0.8, 1.1)
-    ax.axis("off")
-    ax.set_title(f"{n_rows} x {n_cols} matrix, tiles of ROWS={rows} x BLOCK={block}: lanes past "
-                 "the row are loaded as -inf, rows past the matrix (grey) are masked", fontsize=9)
-    plt.show()
-
-
-draw_tiles()
+# %% [markdown]
+# ![6 x 5 matrix in ROWS=4 x BLOCK=8 tiles; padding -inf, extra rows masked](figures/row_tiles.svg)
+#
+# *Each program loads a `(ROWS, BLOCK)` tile, reduces each row along axis 1, and masks the padding.*
 
 # %% [markdown]
 # Two candidate fills on one row of 5 negative scores padded to 8 lanes: which one leaves the
@@ -483,13 +462,13 @@ def verify_speed():
 perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: softmax_eager(x_speed),
                    at_least=2.5, points=1, names=("softmax_kernel", "eager (5 operations)"),
                    verify=verify_speed, inputs=(x_speed,),
-                   bytes_moved=2 * x_speed.nbytes)
+                   bytes_moved=2 * x_speed.nbytes, kernels=["softmax_kernel"], out=out_speed)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-softmax-vs-torch", "points": 1}
 perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: torch.softmax(x_speed, dim=1),
                    at_least=0.9, points=1, names=("softmax_kernel", "torch.softmax"),
                    verify=verify_speed, inputs=(x_speed,),
-                   bytes_moved=2 * x_speed.nbytes)
+                   bytes_moved=2 * x_speed.nbytes, kernels=["softmax_kernel"], out=out_speed)
 
 # %% [markdown]
 # The kernel's time is recorded for the roofline of all your kernels in notebook 08, counting 5
@@ -542,14 +521,11 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         rates.append(t.per_second(moved) / 1e9)
         print(f"num_warps={warps:<3} {rates[-1]:6.0f} GB/s  {regs} registers/thread, "
               f"{spills} spilled, {x_speed.shape[1] / (32 * warps):.0f} elements/thread")
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar([str(w) for w in WARPS], rates, color=["C1" if w == default_warps else "C0" for w in WARPS])
-    ax.axhline(copy / 1e9, color="gray", ls="--", label=f"copy {copy / 1e9:.0f} GB/s")
-    ax.set_xlabel("num_warps (orange: launch_config's choice)")
-    ax.set_ylabel("GB/s (read + write)")
-    ax.set_title(f"softmax_kernel on {tuple(x_speed.shape)} float32, {DEVICE.name}", fontsize=9)
-    ax.legend()
-    plt.show()
+    plots.bars(dict(zip(map(str, WARPS), rates, strict=True)), size=(6, 3.5),
+               colors=["C1" if w == default_warps else "C0" for w in WARPS],
+               references={f"copy {copy / 1e9:.0f} GB/s": copy / 1e9},
+               xlabel="num_warps (orange: launch_config's choice)", ylabel="GB/s (read + write)",
+               title=f"softmax_kernel on {tuple(x_speed.shape)} float32, {DEVICE.name}")
 else:
     print("On a GPU this cell times the kernel with num_warps from 1 to 32 and shows registers "
           "per thread for each.")
@@ -591,17 +567,10 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         for name, fn in runs.items():
             curves[name].append(timing.bench(fn).per_second(2 * x.nbytes) / 1e9)
         del x, out
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, rates in curves.items():
-        ax.plot(ROW_LENGTHS, rates, marker="o", label=name)
-    ax.axhline(copy / 1e9, color="gray", ls="--", label=f"copy {copy / 1e9:.0f} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("row length N (float32 elements; the matrix holds 2**26 of them)")
-    ax.set_ylabel("GB/s (one read + one write of the matrix)")
-    ax.set_title(f"Softmax bandwidth against row length on {DEVICE.name}", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    plt.show()
+    plots.curves(ROW_LENGTHS, curves, references={f"copy {copy / 1e9:.0f} GB/s": copy / 1e9},
+                 xlabel="row length N (float32 elements; the matrix holds 2**26 of them)",
+                 ylabel="GB/s (one read + one write of the matrix)",
+                 title=f"Softmax bandwidth against row length on {DEVICE.name}")
     print(f"{'N':>6} {'row KiB':>8} {'ROWS':>5} {'warps':>6} {'regs/thread':>12} {'spilled':>8}")
     for n_cols, rows, warps, regs, spills in stats:
         print(f"{n_cols:>6} {4 * n_cols / 1024:>8.1f} {rows:>5} {warps:>6} {regs!s:>12} "

@@ -22,14 +22,13 @@ DEVICE = device.setup()
 import math
 from contextlib import contextmanager
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, launches, perf, results, roofline, timing
+from grader.runtime import checks, launches, perf, plots, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -200,30 +199,19 @@ def smem_per_stage(block_m, block_n, block_k, itemsize):
 
 SMEM_LIMIT = 227 * 1024  # bytes per block on an H100 (datasheet; CUDA C++ Programming Guide)
 sides = [16, 32, 64, 128, 256, 512]
-fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-for name, itemsize in (("float16", 2), ("float32", 4)):
-    left.plot(sides, [tile_intensity(t, t, itemsize) for t in sides], marker="o", label=name)
-    right.plot(sides, [3 * smem_per_stage(t, t, 64, itemsize) / 1024 for t in sides], marker="o",
-               label=f"{name}, 3 stages, BLOCK_K=64")
-left.scatter([181], [tile_intensity(128, 256, 2)], color="C0", marker="*", s=120, zorder=3,
-             label=f"128x256 float16: {tile_intensity(128, 256, 2):.0f}")
-for p, style in (("fp16", "--"), ("fp32", ":")):
-    left.axhline(CEILINGS.ridge(p), color="gray", ls=style, lw=1,
-                 label=f"{p} ridge {CEILINGS.ridge(p):.0f} ({'measured' if MEASURED else 'datasheet'})")
-right.axhline(SMEM_LIMIT / 1024, color="red", ls="--", lw=1, label="227 KB per block (H100)")
-for ax in (left, right):
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("square tile side T (BLOCK_M = BLOCK_N = T)")
-    ax.set_xticks(sides, [str(t) for t in sides])
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-left.set_ylabel("FLOP per byte requested")
-left.set_title("Intensity of a tile: 2T^2 / (2T s) = T / s")
-right.set_ylabel("KB of shared memory")
-right.set_title("Its shared-memory bill")
-plt.tight_layout()
-plt.show()
+itemsizes = {"float16": 2, "float32": 4}
+plots.tile_tradeoff(
+    sides,
+    {name: [tile_intensity(t, t, size) for t in sides] for name, size in itemsizes.items()},
+    {f"{name}, 3 stages, BLOCK_K=64": [3 * smem_per_stage(t, t, 64, size) / 1024 for t in sides]
+     for name, size in itemsizes.items()},
+    # a 128x256 tile, drawn at the side of the square of the same area
+    marked=(181, tile_intensity(128, 256, 2),
+            f"128x256 float16: {tile_intensity(128, 256, 2):.0f}"),
+    ridges={f"{p} ridge {CEILINGS.ridge(p):.0f} ({'measured' if MEASURED else 'datasheet'})":
+            CEILINGS.ridge(p) for p in ("fp16", "fp32")},
+    limit=(SMEM_LIMIT / 1024, "227 KB per block (H100)"),
+)
 
 # %% [markdown]
 # Read the two panels together. By the formula, float16 tiles of 128x128, 128x256 and 256x256
@@ -501,7 +489,7 @@ perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
                    lambda: torch.matmul(a_speed, b_speed, out=c_cublas),
                    at_least=0.6, points=2, names=("your matmul", "cuBLAS (torch.matmul)"),
                    verify=verify_speed, inputs=(a_speed, b_speed), flops=2 * n_speed**3,
-                   dtype=torch.float16)
+                   dtype=torch.float16, kernels=["matmul_kernel"], out=c_speed)
 
 # %% [markdown]
 # ## v2 · L2-aware ordering of the tiles
@@ -514,13 +502,19 @@ perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
 # walking down the columns within a group: a wave covers a squarer patch of $C$ and needs fewer
 # distinct blocks. The kernel's first lines do this with `tl.swizzle2d`.
 #
+# ![6 x 6 C tiles in row-major and grouped order](figures/launch_order.svg)
+#
+# *The same 9 programs need 8 blocks of A and B in row-major order and 6 in grouped order; fewer
+# distinct blocks means more of them are found in L2.*
+
+# %% [markdown]
 # ### Exercise 2 · the grouped mapping in plain Python (3 points)
 #
 # Write `grouped_pid(pid, num_pid_m, num_pid_n, group_m)`: the tile `(pid_m, pid_n)` that program
 # `pid` computes, as `tl.swizzle2d` maps it. Ids run through group 0, then group 1, ...; a group
 # has `group_m` rows of tiles (**the last has fewer when `group_m` does not divide `num_pid_m`**),
-# and inside a group consecutive ids go *down* a column before the next. The picture draws your
-# function.
+# and inside a group consecutive ids go *down* a column before the next. The picture below draws
+# your function.
 
 # %% nbgrader={"grade_id": "grouped-pid", "solution": true}
 def grouped_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
@@ -598,29 +592,8 @@ print("hidden tests passed: edge grids and 200 random ones against an independen
 # CPU, the H100 SXM datasheet's: 132 SMs, 50 MB).
 
 # %%
-def draw_order(ax, num_pid_m, num_pid_n, group_m, wave):
-    order = [grouped_pid(p, num_pid_m, num_pid_n, group_m) for p in range(num_pid_m * num_pid_n)]
-    grid = np.zeros((num_pid_m, num_pid_n))
-    for pid, (m, n) in enumerate(order):
-        grid[m, n] = pid
-        ax.text(n, m, str(pid), ha="center", va="center", fontsize=7,
-                color="white" if pid < len(order) * 0.6 else "black")
-        if pid < wave:
-            ax.add_patch(plt.Rectangle((n - 0.5, m - 0.5), 1, 1, fill=False, lw=2, ec="red"))
-    ax.imshow(grid, cmap="viridis")
-    rows = {m for m, _ in order[:wave]}
-    cols = {n for _, n in order[:wave]}
-    ax.set_title(f"GROUP_M={group_m}: first {wave} programs read\n{len(rows)} A blocks + "
-                 f"{len(cols)} B blocks = {len(rows) + len(cols)}", fontsize=9)
-    ax.set_xlabel("pid_n")
-    ax.set_ylabel("pid_m")
-
-
-fig, axes = plt.subplots(1, 2, figsize=(9, 4.5))
-draw_order(axes[0], 8, 8, 1, wave=16)
-draw_order(axes[1], 8, 8, 4, wave=16)
-plt.tight_layout()
-plt.show()
+orders = {f"GROUP_M={g}": [grouped_pid(p, 8, 8, g) for p in range(8 * 8)] for g in (1, 4)}
+plots.launch_orders(orders, num_pid_m=8, num_pid_n=8, wave=16)
 
 
 def wave_bytes(n, block_m, block_n, group_m, programs, itemsize=2):
@@ -727,18 +700,8 @@ if MEASURED:
         t = measure(f"{name} ({n})", lambda name=name: matmul(a, b, c, **VERSIONS[name]), n, n, n)
         print(f"{name} {VERSIONS[name]}: {t.per_second(flops) / 1e12:.0f} TFLOP/s, "
               f"{LADDER[f'cuBLAS ({n})'].seconds * 1e3 / t.median_ms:.2f}x cuBLAS")
-    fig, ax = plt.subplots(figsize=(6, 2.8))
-    image = ax.imshow(sweep, cmap="viridis")
-    for (i, j), value in np.ndenumerate(sweep):
-        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.0f}", ha="center", va="center",
-                color="white")
-    ax.set_xticks(range(len(STAGES)), STAGES)
-    ax.set_yticks(range(len(WARPS)), WARPS)
-    ax.set_xlabel("num_stages")
-    ax.set_ylabel("num_warps")
-    ax.set_title(f"TFLOP/s, 128x128x64 tiles, n={n}, float16")
-    fig.colorbar(image, ax=ax)
-    plt.show()
+    plots.heatmap(sweep, STAGES, WARPS, xlabel="num_stages", ylabel="num_warps",
+                  title=f"TFLOP/s, 128x128x64 tiles, n={n}, float16")
 else:
     for s, w in [(1, 4), (3, 8)]:
         cfg = dict(block_m=64, block_n=32, block_k=16, group_m=8, num_warps=w, num_stages=s)
@@ -757,9 +720,8 @@ else:
 
 # %%
 if MEASURED and LADDER:
-    ax = roofline.plot(CEILINGS, list(LADDER.values()), precision="fp16",
-                       title=f"The matmul ladder on {DEVICE.name} (float16)")
-    plt.show()
+    roofline.show(CEILINGS, list(LADDER.values()), precision="fp16",
+                  title=f"The matmul ladder on {DEVICE.name} (float16)")
     for point in LADDER.values():
         print(f"{point.label:28s} {point.achieved / 1e12:7.1f} TFLOP/s")
     best = max((p for p in LADDER.values() if p.label.startswith("v3")), key=lambda p: p.achieved)

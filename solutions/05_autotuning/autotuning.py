@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 05 · Autotuning
 #
-# *Reading time: about 9 minutes.*
+# *Reading time: about 10 minutes.*
 #
 # In 04 the fast settings (128x256 tiles, `BLOCK_K=64`, 8 warps, 3 stages) were handed to you.
 # Where do they come from, and do they hold for another shape, dtype or GPU? The compiler, the
@@ -25,7 +25,6 @@ import math
 import time
 
 import gemm  # gemm.py beside this notebook, released with it
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import triton
@@ -440,6 +439,44 @@ else:
           "interpreter cannot time anything.")
 
 # %% [markdown]
+# ## Host time per call
+#
+# Each call of `matmul` first does work on the host: find the tuned plan for this layout, gather
+# the arguments, hand them to Triton's launcher. Only then can the GPU start the kernel. When the
+# kernel's GPU time is shorter than the call's host time, the GPU waits for the host and a faster
+# kernel would not speed the program up: the problem is *host-bound*. `gemm.Tuned` keeps, after
+# the first call of each layout (`gemm.layout`), a `gemm.Plan` with the config, the grid and the
+# compiled kernel, so that a call passes only pointers, sizes and strides.
+#
+# The cell measures both figures on this device, for your `matmul` and for `torch.matmul`, on a
+# small square problem and on the graded square one: host time as back-to-back calls issued while
+# the GPU is still busy with earlier work (`timing.host_time`), GPU time as everywhere else in the
+# course (`timing.bench`).
+
+# %%
+def host_and_gpu_us(M, N, K):
+    """{name: (host us, GPU us)} per call of your matmul and of torch.matmul on one problem."""
+    a = torch.randn(M, K, device=DEVICE.torch_device, dtype=torch.float16)
+    b = torch.randn(K, N, device=DEVICE.torch_device, dtype=torch.float16)
+    c, theirs = (torch.empty(M, N, device=DEVICE.torch_device, dtype=torch.float16) for _ in "ct")
+    matmul(a, b, c)  # the first call of this layout tunes
+    calls = {"your matmul": lambda: matmul(a, b, c),
+             "torch.matmul": lambda: torch.matmul(a, b, out=theirs)}
+    return {name: (timing.host_time(call).us, timing.bench(call).median_ms * 1e3)
+            for name, call in calls.items()}
+
+
+if DEVICE.supports("timing") and RUN_BENCHMARKS:
+    for M, N, K in [(512, 512, 512), SHAPES["square"]]:
+        for name, (host_us, gpu_us) in host_and_gpu_us(M, N, K).items():
+            bound = "host-bound" if host_us > gpu_us else "GPU-bound"
+            print(f"{M}x{N}x{K} {name:12s}: host {host_us:5.1f} us per call, "
+                  f"GPU {gpu_us:7.1f} us per call: {bound}")
+else:
+    print("On a GPU this cell sets each call's host time beside its GPU time; the interpreter "
+          "cannot time anything.")
+
+# %% [markdown]
 # ### Speed (graded on a GPU)
 #
 # Your autotuned matmul against cuBLAS (`torch.matmul`) on three float16 problems, timed
@@ -509,9 +546,7 @@ else:  # the model over the full space, 8 warps
                                          c["num_stages"], 2) / 1024}
              for c in gemm.FULL if c["num_warps"] == 8]
     value = "smem_kb"
-autotune_widget.draw(table, "num_stages", value)
-plt.tight_layout()
-plt.show()
+autotune_widget.show(table, "num_stages", value)
 display(autotune_widget.explore(table, value=value))
 
 # %% [markdown]

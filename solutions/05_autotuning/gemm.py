@@ -226,10 +226,19 @@ def tma_ok(*tensors) -> bool:
     return True
 
 
-def _allocate(size: int, alignment: int, stream):
-    import torch
+_scratch: dict = {}  # stream -> the scratch buffer of the latest launch on it
 
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+def _allocate(size: int, alignment: int, stream):
+    """Scratch memory for the device-side descriptors, one buffer per stream, grown as needed:
+    launches on one stream run one after another, so each may reuse the last one's buffer, and
+    the launch path allocates nothing once the buffer is large enough."""
+    buffer = _scratch.get(stream)
+    if buffer is None or buffer.numel() < size:
+        import torch
+
+        buffer = _scratch[stream] = torch.empty(size, dtype=torch.int8, device="cuda")
+    return buffer
 
 
 def launch(kernel, a, b, out, *, tma: bool | None = None, tf32: bool = False, **meta):
@@ -296,28 +305,113 @@ def autotuned(candidates: list[triton.Config], prune=None, kernel=None):
     )(kernel or matmul_kernel)
 
 
+def layout(a, b, out) -> tuple:
+    """What a compiled launch of out = a @ b depends on besides the values: shapes, strides,
+    dtypes, devices and whether each base address is 16-byte aligned (Triton specializes on all
+    of them, and the path follows from them). Two calls with the same layout run the same
+    compiled kernel with the same config and grid; only the data pointers differ."""
+    return (
+        a.shape, b.shape, out.shape,
+        a.stride(), b.stride(), out.stride(),
+        a.dtype, b.dtype, out.dtype,
+        a.device, b.device, out.device,
+        a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0,
+    )  # fmt: skip
+
+
+class Plan:
+    """One launch of out = a @ b resolved for a layout (see `layout`): the kernel, its config,
+    the grid and, on a GPU, the compiled kernel, so that a call passes the pointers, sizes and
+    strides straight to the launcher. The descriptors are built on the device by every launch,
+    from the pointers of that call: nothing that depends on the data is kept."""
+
+    def __init__(self, kernel, config: triton.Config, a, b, out, *, tma: bool):
+        M, K = a.shape
+        K_b, N = b.shape
+        assert K == K_b and tuple(out.shape) == (M, N) and a.dtype == b.dtype, "shapes or dtypes"
+        assert not tma or tma_ok(a, b, out), "tensor descriptors need layouts that suit them"
+        self.kernel, self.config = kernel, config
+        meta = config.all_kwargs() | {"USE_TMA": tma, "INPUT_PRECISION": "ieee"}
+        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        if kernel is matmul_kernel_persistent:
+            meta["NUM_PROGRAMS"] = num_sms()
+            tiles = min(tiles, num_sms())
+        self.grid, self.meta = (tiles, 1, 1), meta
+        # device-side descriptors need scratch memory at every launch; the allocator is a
+        # context variable, which a notebook cell may not carry over from the cell before
+        self.scratch = tma and DEVICE.is_gpu
+        if self.scratch:
+            triton.set_allocator(_allocate)
+        # the compiled kernel (None in the interpreter): a call of it takes every argument of the
+        # kernel, in order, constants included
+        compiled = kernel.warmup(*self.arguments(a, b, out), grid=self.grid, **meta)
+        self.launcher = None if compiled is None else compiled[self.grid]
+        self.constants = tuple(meta[name] for name in kernel.arg_names[12:])
+
+    @staticmethod
+    def arguments(a, b, out) -> tuple:
+        """The kernel's arguments before its constants: pointers, M, N, K, strides."""
+        M, K, N = a.shape[0], a.shape[1], b.shape[1]
+        return (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride())
+
+    def __call__(self, a, b, out):
+        if self.launcher is None:  # the interpreter: Triton's ordinary launch
+            self.kernel[self.grid](*self.arguments(a, b, out), **self.meta)
+        else:
+            if self.scratch:
+                triton.set_allocator(_allocate)
+            self.launcher(*self.arguments(a, b, out), *self.constants)
+        return out
+
+
 class Tuned:
     """Notebook 05's autotuned matmul, called as `tuned(a, b, out)`: the persistent kernel where
     every matrix suits tensor descriptors (`tma_ok`), the pointer path of matmul_kernel elsewhere.
-    Each is autotuned over the same candidates and keeps its own winner per key."""
+    Each is autotuned over the same candidates and keeps its own winner per key.
+
+    The first call for a layout (`layout`) tunes through triton.autotune and keeps a `Plan` of
+    the winner; later calls with that layout look the plan up and launch the compiled kernel
+    directly, so that a call costs little host time, which small problems feel."""
 
     def __init__(self, candidates: list[triton.Config], prune=None):
         self.persistent = autotuned(candidates, prune, kernel=matmul_kernel_persistent)
         self.pointers = autotuned(candidates, prune)
-        self.last = None  # the autotuner of the latest call
+        self.plans: dict[tuple, Plan] = {}
+        self.last_plan = None  # the plan of the latest call
 
     def __call__(self, a, b, out):
-        if tma_ok(a, b, out):  # checked once: the call costs host time, which small problems feel
-            self.last = self.persistent
-            return launch(self.persistent, a, b, out, tma=True, NUM_PROGRAMS=num_sms())
-        self.last = self.pointers
-        return launch(self.pointers, a, b, out, tma=False)
+        plan = self.plans.get(layout(a, b, out))
+        if plan is None:
+            return self._tune(a, b, out)
+        self.last_plan = plan
+        return plan(a, b, out)
+
+    def _tune(self, a, b, out):
+        """The first call for this layout: tune (or look the key up) and launch through the
+        autotuner, then keep the winner's plan."""
+        if tma_ok(a, b, out):
+            launch(self.persistent, a, b, out, tma=True, NUM_PROGRAMS=num_sms())
+            config, base, tma = self.persistent.best_config, matmul_kernel_persistent, True
+        else:
+            launch(self.pointers, a, b, out, tma=False)
+            config, base, tma = self.pointers.best_config, matmul_kernel, False
+        plan = Plan(base, config, a, b, out, tma=tma)
+        self.plans[layout(a, b, out)] = self.last_plan = plan
+        return out
+
+    @property
+    def last(self):
+        """The autotuner behind the latest call."""
+        assert self.last_plan is not None, "call the tuned matmul once first"
+        return (
+            self.persistent if self.last_plan.kernel is matmul_kernel_persistent else self.pointers
+        )
 
     @property
     def best_config(self) -> triton.Config:
         """The config the latest call ran with."""
-        assert self.last is not None, "call the tuned matmul once first"
-        return self.last.best_config
+        assert self.last_plan is not None, "call the tuned matmul once first"
+        return self.last_plan.config
 
     @property
     def cache(self) -> dict:
@@ -325,8 +419,15 @@ class Tuned:
         return {**self.pointers.cache, **self.persistent.cache}
 
 
+_plans: dict[tuple, Plan] = {}  # launch_config's, by config and layout
+
+
 def launch_config(config: triton.Config, a, b, out):
     """out = a @ b with one config and no tuning, on the path Tuned takes for these matrices."""
-    if tma_ok(a, b, out):
-        return launch_persistent(matmul_kernel_persistent, a, b, out, **config.all_kwargs())
-    return launch(matmul_kernel, a, b, out, tma=False, **config.all_kwargs())
+    key = (tuple(sorted(config.all_kwargs().items())), layout(a, b, out))
+    plan = _plans.get(key)
+    if plan is None:
+        tma = tma_ok(a, b, out)
+        kernel = matmul_kernel_persistent if tma else matmul_kernel
+        plan = _plans[key] = Plan(kernel, config, a, b, out, tma=tma)
+    return plan(a, b, out)

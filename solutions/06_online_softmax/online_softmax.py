@@ -22,14 +22,13 @@ DEVICE = device.setup()
 
 import math
 
-import matplotlib.pyplot as plt
 import torch
 import triton
 import triton.language as tl
 from IPython.display import display
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, integrity, perf, results, timing
+from grader.runtime import checks, integrity, perf, plots, results, timing
 from grader.runtime.widgets import online_softmax as walk
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
@@ -121,6 +120,10 @@ print("three passes vs torch.softmax, max abs difference:",
 # Since merging gives the union's state and union is associative and commutative, so is the merge
 # (in exact arithmetic), with the empty part's $(-\infty, 0)$ as identity. Any grouping works:
 # chunk after chunk, one state per lane merged at the end, or one per program.
+#
+# ![two states rescaled by exp(m_i - m) and added](figures/merge.svg)
+#
+# *Merging two states: move each $d$ to the common maximum, then add.*
 
 # %% [markdown]
 # **The trap at $-\infty$.** A chunk of nothing but $-\infty$ (masked positions, padding past a
@@ -253,19 +256,7 @@ display(walk.explore(row.numpy(), chunk=8))
 states = walk.steps(row.numpy(), chunk=8)
 for s in states:
     print(walk.describe(s))
-fig, ax = plt.subplots(1, 2, figsize=(10, 3))
-ax[0].step([s.stop for s in states], [s.m for s in states], where="post", label="m")
-ax[0].step([s.stop for s in states], [s.d for s in states], where="post", label="d")
-ax[0].set_xlabel("columns read")
-ax[0].legend()
-ax[0].set_title("the running state", fontsize=9)
-for s in states:
-    ax[1].plot(s.partial, marker=".", lw=0.8, label=f"after {s.stop}")
-ax[1].set_xlabel("column")
-ax[1].set_title("partial outputs: earlier ones shrink when m grows", fontsize=9)
-ax[1].legend(fontsize=6, ncol=2)
-plt.tight_layout()
-plt.show()
+walk.show_all(states)
 
 # %% [markdown]
 # ### Exercise 2 · a chunked online softmax in PyTorch (3 points)
@@ -592,17 +583,9 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
             # 3 exponentials, 2 multiplications, 1 addition)
             results.record("06_online_softmax", "long-row softmax", flops=10 * x.numel(),
                            bytes_moved=3 * x.nbytes, seconds=t.median_ms * 1e-3)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, gbs in useful.items():
-        ax.plot(ROW_LENGTHS, gbs, marker="o", label=name)
-    ax.axhline(copy_gbs, color="gray", ls="--", label=f"copy {copy_gbs:.0f} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("row length (float32 columns)")
-    ax.set_ylabel("useful GB/s (2 x row bytes / time)")
-    ax.set_title(f"Long-row softmax on {DEVICE.name}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    plt.show()
+    plots.curves(ROW_LENGTHS, useful, references={f"copy {copy_gbs:.0f} GB/s": copy_gbs},
+                 xlabel="row length (float32 columns)", ylabel="useful GB/s (2 x row bytes / time)",
+                 title=f"Long-row softmax on {DEVICE.name}")
 else:
     print("On a GPU this cell times torch.softmax, the three-pass kernel and your online kernel "
           "on long rows and plots their bandwidth against the copy bandwidth.")
@@ -621,7 +604,8 @@ out_speed = torch.empty_like(x_speed)
 perf.grade_bandwidth(lambda: long_softmax(x_speed, out_speed), bytes_moved=3 * x_speed.nbytes,
                      at_least=0.7, points=2, name="online softmax", inputs=(x_speed,),
                      verify=lambda: checks.compare(out_speed, softmax_reference(x_speed.double()),
-                                                   **TOLERANCE[torch.float32]))
+                                                   **TOLERANCE[torch.float32]),
+                     kernels=["softmax_online_kernel"], out=out_speed)
 
 # %% [markdown]
 # ## Summary

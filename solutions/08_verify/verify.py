@@ -25,7 +25,6 @@ DEVICE = device.setup()
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 import triton
 import triton.language as tl
@@ -576,8 +575,7 @@ if not entries:
     print("No measurements recorded yet. The notebooks that time your kernels on a GPU record "
           "them: run 02 · First kernels to 07 · FlashAttention, and this one, on a GPU, then "
           "run this cell again.")
-roofline.plot(ceilings, points, title=f"Your kernels: {ceilings.source}")
-plt.show()
+roofline.show(ceilings, points, title=f"Your kernels: {ceilings.source}")
 
 # %% [markdown]
 # ## Summary

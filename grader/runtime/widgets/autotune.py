@@ -89,6 +89,15 @@ def draw(rows: Sequence[dict], x: str, value: str, shape: str | None = None, ax=
     return ax
 
 
+def show(rows: Sequence[dict], x: str, value: str, shape: str | None = None) -> None:
+    """`draw` on a figure of its own, shown."""
+    import matplotlib.pyplot as plt
+
+    ax = draw(rows, x, value, shape)
+    ax.figure.tight_layout()
+    plt.show()
+
+
 def explore(results: Sequence[dict], value: str | None = None):
     """An ipywidgets panel: dropdowns for the x axis, the value and the shape, and the heatmap."""
     import ipywidgets as widgets

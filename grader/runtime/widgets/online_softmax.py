@@ -4,7 +4,8 @@ the factor that rescales the old d when the maximum grows, and the partial outpu
 of the prefix seen so far).
 
 `steps(row, chunk)` computes the states (numpy, float64) and is what the tests check;
-`explore(row, chunk)` returns an ipywidgets slider with a plot of the chosen step.
+`explore(row, chunk)` returns an ipywidgets slider with a plot of the chosen step;
+`show_all(states)` plots every step at once.
 """
 
 from __future__ import annotations
@@ -107,6 +108,26 @@ def draw(row, chunk: int, index: int, ax=None):
     for a in ax:
         a.set_xlabel("column")
     return ax
+
+
+def show_all(states: list[Step]) -> None:
+    """Every step at once: the running m and d against the columns read, and each step's partial
+    output (earlier ones shrink when m grows)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3))
+    left.step([s.stop for s in states], [s.m for s in states], where="post", label="m")
+    left.step([s.stop for s in states], [s.d for s in states], where="post", label="d")
+    left.set_xlabel("columns read")
+    left.legend()
+    left.set_title("the running state", fontsize=9)
+    for s in states:
+        right.plot(s.partial, marker=".", lw=0.8, label=f"after {s.stop}")
+    right.set_xlabel("column")
+    right.set_title("partial outputs: earlier ones shrink when m grows", fontsize=9)
+    right.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    plt.show()
 
 
 def explore(row, chunk: int):
