@@ -193,7 +193,7 @@ for dtype in (torch.float32, torch.float16):
 # a 6 x 5 matrix in tiles of `ROWS = 4` by `BLOCK = 8`.
 
 # %% [markdown]
-# ![6 x 5 matrix in ROWS=4 x BLOCK=8 tiles; padding -inf, extra rows masked](figures/row_tiles.svg)
+# ![6 x 5 matrix in ROWS=4 x BLOCK=8 tiles; padded lanes, extra rows masked](figures/row_tiles.svg)
 #
 # *Each program loads a `(ROWS, BLOCK)` tile, reduces each row along axis 1, and masks the padding.*
 
