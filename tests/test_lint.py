@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import nbformat
 import pytest
 
 from grader.authoring import build, kit
@@ -193,6 +194,180 @@ def test_every_exercise_is_graded_and_speed_cells_are_named(notebook):
 def test_notebook_length(notebook):
     _, nb = notebook
     assert 15 <= len(nb.cells) <= 40, f"{len(nb.cells)} cells; the house style asks 15-40"
+
+
+# Prose: how long a markdown cell may be, how a notebook states its reading time, and how an
+# exercise is headed.
+MAX_CELL_WORDS = 200
+WORDS_PER_MINUTE = 200
+READING_TIME = re.compile(r"^\*Reading time: about (\d+) minutes?\.\*$")
+EXERCISE_LIKE = re.compile(r"^#+\s*Exercise\b", re.I)
+EXERCISE = re.compile(r"^### Exercise (?P<n>\d+) · (?P<title>\S.*\S) \((?P<k>\d+) points?\)$")
+
+
+def prose_words(markdown: str) -> int:
+    """The words a reader reads in a markdown text, counted as whitespace-separated tokens that
+    hold a letter or a digit (markup alone, `#`, `-`, `|`, `·`, is no word), with these made
+    one word each: a code span (`tl.max(x, axis=1)` is read as one term) and an inline or display
+    formula ($e^{x_j - m}$); a link counts its text, not its address; an image counts nothing
+    (its picture is not read word by word)."""
+    text = re.sub(r"!\[[^\]]*\]\([^)]*\)", " ", markdown)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"\$\$.+?\$\$|\$[^$\n]+\$|`[^`\n]+`", " term ", text, flags=re.S)
+    return sum(1 for token in text.split() if re.search(r"\w", token))
+
+
+def markdown_words(nb) -> list[tuple[int, str, int]]:
+    """(cell index, first line, words) of each markdown cell."""
+    return [
+        (i, (c.source.splitlines() or [""])[0], prose_words(c.source))
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "markdown"
+    ]
+
+
+def reading_minutes(nb) -> int:
+    """Minutes to read a notebook's markdown at WORDS_PER_MINUTE, rounded up."""
+    return -(-sum(w for _, _, w in markdown_words(nb)) // WORDS_PER_MINUTE)
+
+
+def exercise_problems(nb) -> list[str]:
+    """What is wrong with a notebook's exercise headings. An exercise runs from its heading to
+    the next one (or the end): its points are those of the graded cells in that span (a speed
+    cell that times the exercise's kernel later on counts toward it). Headings read
+    `### Exercise N · title (k points)`, N = 1, 2, ... in order; no graded or solution cell
+    comes before the first."""
+    problems, exercises = [], []  # exercises: [cell index, heading, its match, summed points]
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            exercises += [
+                [i, line, EXERCISE.match(line), 0]
+                for line in cell.source.splitlines()
+                if EXERCISE_LIKE.match(line)
+            ]
+        elif nbg(cell).get("grade") or nbg(cell).get("solution"):
+            if not exercises:
+                problems.append(
+                    f"cell {i} ({nbg(cell)['grade_id']}) comes before the first exercise heading"
+                )
+            elif nbg(cell).get("grade"):
+                exercises[-1][3] += nbg(cell)["points"]
+    for number, (i, line, m, points) in enumerate(exercises, start=1):
+        unit = "point" if points == 1 else "points"
+        if not m:
+            problems.append(
+                f"cell {i}: {line!r} must read '### Exercise {number} · title ({points} {unit})'"
+            )
+            continue
+        if int(m["n"]) != number:
+            problems.append(f"cell {i}: {line!r} is exercise {number}: number it {number}")
+        if int(m["k"]) != points:
+            problems.append(
+                f"cell {i}: {line!r} states {m['k']}; its graded cells (up to the next exercise "
+                f"heading) give {points}"
+            )
+        elif not line.endswith(f"({points} {unit})"):
+            problems.append(f"cell {i}: {line!r}: write '({points} {unit})'")
+    return problems
+
+
+def test_no_markdown_cell_is_over_200_words(notebook):
+    assignment, nb = notebook
+    long = [
+        f"{assignment.name}, cell {i} ({first[:60]!r}): {words} words"
+        for i, first, words in markdown_words(nb)
+        if words > MAX_CELL_WORDS
+    ]
+    assert not long, (
+        f"a markdown cell holds at most {MAX_CELL_WORDS} words (see prose_words for how they "
+        "are counted): cut repetition, or split the cell where it turns to another idea:\n"
+        + "\n".join(long)
+    )
+
+
+def test_exercise_headings_state_their_points(notebook):
+    assignment, nb = notebook
+    problems = exercise_problems(nb)
+    assert not problems, f"{assignment.name}:\n" + "\n".join(problems)
+
+
+def test_reading_time_is_stated_under_the_title_and_true(notebook):
+    assignment, nb = notebook
+    lines = [line for line in nb.cells[0].source.splitlines()[1:] if line.strip()]
+    minutes = reading_minutes(nb)
+    wanted = f"*Reading time: about {minutes} minute{'s' if minutes != 1 else ''}.*"
+    m = READING_TIME.match(lines[0]) if lines else None
+    assert m, f"{assignment.name}: the line under the title must read {wanted!r}"
+    assert lines[0] == wanted, (
+        f"{assignment.name}: {sum(w for _, _, w in markdown_words(nb))} words of markdown at "
+        f"{WORDS_PER_MINUTE} a minute, rounded up: the line must read {wanted!r}, not "
+        f"{lines[0]!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("## The ridge point", 3),
+        ("Load with `tl.load(x_ptr + offs, mask=mask)` and store.", 5),
+        ("where $m = \\max_k x_k$ holds", 3),
+        ("$$\\mathrm{softmax}(x)_j = e^{x_j - m}$$ for each row", 4),
+        ("See [the CUDA guide](https://docs.nvidia.com/cuda/x.html) now.", 5),
+        ("![rows in tiles](figures/tiles.png)", 0),
+        ("- a | b · c\n---", 3),
+    ],
+)
+def test_prose_words_counts_terms_not_markup(text, words):
+    assert prose_words(text) == words
+
+
+def md(text):
+    return nbformat.v4.new_markdown_cell(text)
+
+
+def graded(points, gid="t"):
+    return nbformat.v4.new_code_cell(
+        "pass", metadata={"nbgrader": {"grade": True, "grade_id": gid, "points": points}}
+    )
+
+
+def solution(gid="s"):
+    return nbformat.v4.new_code_cell(
+        "pass", metadata={"nbgrader": {"solution": True, "grade_id": gid}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("cells", "expected"),
+    [
+        ([md("### Exercise 1 · the kernel (3 points)"), solution(), graded(1), graded(2)], []),
+        ([md("### Exercise 1 · it (1 point)"), graded(1), md("## Speed"), graded(1)], ["give 2"]),
+        ([md("### Exercise 1 · it (2 points)"), graded(1)], ["states 2;"]),
+        ([md("### Exercise 1 · it (1 points)"), graded(1)], ["write '(1 point)'"]),
+        (
+            [md("## Exercise 1: it (1 point)"), graded(1)],
+            ["must read '### Exercise 1 · title (1 point)'"],
+        ),
+        ([md("### Exercise 2 · it (1 point)"), graded(1)], ["number it 1"]),
+        ([solution(), md("### Exercise 1 · it (1 point)"), graded(1)], ["before the first"]),
+    ],
+)
+def test_exercise_problems_catches(cells, expected):
+    nb = nbformat.v4.new_notebook(cells=cells)
+    problems = exercise_problems(nb)
+    assert len(problems) == len(expected)
+    for problem, part in zip(problems, expected, strict=True):
+        assert part in problem
+
+
+def test_the_cell_and_reading_time_rules_can_fail(monkeypatch):
+    long = md("# 99 · Title\n\n*Reading time: about 1 minute.*\n\n" + "word " * 250)
+    nb = nbformat.v4.new_notebook(cells=[long])
+    fake = build.Assignment("99_fake", build.SOLUTIONS / "99_fake" / "fake.py")
+    with pytest.raises(AssertionError, match=r"99_fake, cell 0 .*: 257 words"):
+        test_no_markdown_cell_is_over_200_words((fake, nb))
+    with pytest.raises(AssertionError, match=r"about 2 minutes"):
+        test_reading_time_is_stated_under_the_title_and_true((fake, nb))
 
 
 @pytest.mark.parametrize(

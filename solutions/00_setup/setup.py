@@ -1,17 +1,17 @@
 # %% [markdown]
 # # 00 · Setup
 #
-# Every notebook in this course runs in one of two places. On an NVIDIA GPU, your Triton kernels
-# compile to machine code, and the course times them against PyTorch and the hardware's limits.
-# On a laptop with no GPU, Triton's *interpreter* runs the same kernels as Python on the CPU:
-# nothing can be timed, but every correctness test runs, so you can learn and debug anywhere.
-# This notebook finds out which one you have, shows how your work is graded, and has you write
-# and launch a first kernel.
+# *Reading time: about 7 minutes.*
 #
-# **You will learn:** how to read the course's device and version report; what the interpreter
-# can and cannot tell you; how the grader checks a kernel (fresh inputs, poisoned outputs,
-# float64 references, tolerances per dtype) and what its messages mean; and the anatomy of a
-# Triton kernel: programs, blocks, offsets, masks, loads and stores.
+# Every notebook runs in one of two places. On an NVIDIA GPU, your Triton kernels compile to
+# machine code and are timed against PyTorch and the hardware's limits. On a laptop with no GPU,
+# Triton's *interpreter* runs the same kernels as Python on the CPU: nothing can be timed, but
+# every correctness test runs, so you can learn and debug anywhere. This notebook finds out which
+# you have, shows how your work is graded, and has you write a first kernel.
+#
+# **You will learn:** how to read the course's device and version report; what the interpreter can
+# and cannot tell you; how the grader checks a kernel and what its messages mean; and the anatomy
+# of a Triton kernel: programs, blocks, offsets, masks, loads and stores.
 
 # %% [markdown]
 # ## Where your kernels run
@@ -47,10 +47,9 @@ RUN_BENCHMARKS = True
 # ## The doctor
 #
 # `python -m grader.runtime` (or the cell below) prints what the course needs to know about this
-# machine: the mode, the GPU and its compute capability, the versions of the libraries, what can
-# be graded here, and any *known-bad combination*: version pairs and settings that are known to
-# break kernels or grading, each with what to do about it. Paste its output into any question
-# you ask about the course.
+# machine: the mode, the GPU and its compute capability, library versions, what can be graded
+# here, and any *known-bad combination* (versions or settings known to break kernels or grading)
+# with what to do about it. Paste its output into any question you ask about the course.
 
 # %%
 report, findings = doctor.report()
@@ -73,43 +72,45 @@ print(report)
 # %% [markdown]
 # ## How grading works
 #
-# Each exercise has a cell marked `# YOUR CODE HERE` with `raise NotImplementedError()` under it.
-# Replace both lines with your code. After it come test cells:
+# Each exercise has a cell marked `# YOUR CODE HERE` with `raise NotImplementedError()` under it:
+# replace both lines with your code. Test cells follow:
 #
 # - **visible tests**, which you can run as often as you like;
-# - **hidden tests**, which show only a comment here and run when your notebook is graded: more
-#   sizes, more dtypes, awkward shapes;
+# - **hidden tests**, which show only a comment here and run at grading: more sizes, more dtypes,
+#   awkward shapes;
 # - **speed cells**, on a GPU only: your kernel is timed against a baseline *in the same run*, and
 #   the threshold is a ratio ("at least 80% of the copy bandwidth measured just now"), never an
-#   absolute time, so it means the same on every GPU of the supported class.
+#   absolute time, so it means the same on every supported GPU.
 #
-# The correctness checks are built so that a wrong kernel cannot pass by luck:
+# An exercise's heading states its points: the sum of its test and speed cells.
+
+# %% [markdown]
+# The correctness checks keep a wrong kernel from passing by luck:
 #
-# - **fresh random inputs** on every call (the seed is printed when a check fails, so you can
-#   reproduce it);
-# - **poisoned outputs**: the output is filled with a NaN whose bit pattern no arithmetic
-#   produces, so an element your kernel never wrote is found and reported as such;
+# - **fresh random inputs** on every call (a failure prints the seed, to reproduce it);
+# - **poisoned outputs**: the output is filled with a NaN whose bit pattern no arithmetic produces,
+#   so an element your kernel never wrote is found and reported;
 # - **a float64 reference**, compared with **tolerances per dtype** (those of
-#   `torch.testing.assert_close`: for example `rtol=1e-3` for float16, `1.3e-6` for float32);
-# - **inputs must come back unchanged**, and a failure names the first mismatches with their
-#   indices, the expected and the actual values;
+#   `torch.testing.assert_close`, e.g. `rtol=1e-3` for float16, `1.3e-6` for float32);
+# - **inputs must come back unchanged**; a failure names the first mismatches with their indices,
+#   expected and actual values;
 # - **your kernel must do the work**: with `kernels=["relu_kernel"]`, the check records every
-#   Triton launch during the call and compares the output before and after each launch of your
-#   kernel. The kernel must be launched, be given the real inputs, and write every element of
-#   `out`: a launcher that computes the result with PyTorch fails, whatever its values.
+#   Triton launch and compares the output before and after each launch of your kernel, which must
+#   be given the real inputs and write every element of `out`. A launcher that computes the result
+#   with PyTorch fails, whatever its values.
 
 # %% [markdown]
 # ## A first kernel: ReLU
 #
-# A Triton kernel is a function that many *programs* run at once. Each program is given an index,
-# `tl.program_id(0)`, and handles one *block* of `BLOCK` consecutive elements. The block size is a
-# `tl.constexpr`: known when the kernel compiles, so `tl.arange(0, BLOCK)` is a vector of fixed
+# A Triton kernel is a function that many *programs* run at once. Each program gets an index,
+# `tl.program_id(0)`, and handles one *block* of `BLOCK` consecutive elements. `BLOCK` is a
+# `tl.constexpr`, known when the kernel compiles, so `tl.arange(0, BLOCK)` is a vector of fixed
 # length the compiler can lay out across threads. Pointers are plain addresses: `x_ptr + offsets`
 # is a vector of `BLOCK` addresses, and `tl.load` reads them all at once.
 #
-# The last block usually sticks out past the end of the tensor. A **mask** (`offsets < n`) turns
-# those lanes off for both the load and the store. The picture shows 3 programs of 8 lanes covering
-# 20 elements: the 4 grey lanes of program 2 are masked.
+# The last block usually sticks out past the end of the tensor; a **mask** (`offsets < n`) turns
+# those lanes off. The picture shows 3 programs of 8 lanes covering 20 elements: program 2's 4 grey
+# lanes are masked.
 
 # %% [markdown]
 # ![3 programs of 8 lanes over 20 elements; the last 4 lanes masked off](figures/blocks.svg)
@@ -127,11 +128,12 @@ def relu_reference(x):  # reads n elements, writes n
 
 
 # %% [markdown]
-# ### Exercise: the ReLU kernel
+# ### Exercise 1 · the ReLU kernel (4 points)
 #
 # The offsets and mask are written for you. Load the block of `x`, compute `max(x, 0)`, and store
-# it to `out`, with the mask on both the load and the store. `tl.maximum(x, 0.0)` or
-# `tl.where(x > 0, x, 0.0)` both compute the ReLU.
+# it to `out`. Which of the two memory operations needs the mask, and why? Which elementwise
+# function of `triton.language` computes `max(x, 0)` (look for a maximum, or a choice between two
+# values by a condition)? The points: 3 for correctness here, 1 for speed on a GPU, below.
 
 # %% nbgrader={"grade_id": "relu-kernel", "solution": true}
 @triton.jit
@@ -189,8 +191,8 @@ print("visible test passed: 1000 elements, float32, written by relu_kernel")
 # %% [markdown]
 # ### Hidden tests
 #
-# When your notebook is graded, this cell checks sizes of 1 element, a little over one block, and
-# large primes, in float32 and float16 (and bfloat16 on a GPU).
+# At grading, this cell checks sizes of 1 element, a little over one block, and large primes, in
+# float32 and float16 (and bfloat16 on a GPU).
 
 # %% nbgrader={"grade": true, "grade_id": "test-relu-hidden", "points": 2}
 # one element; the hidden tests follow
@@ -209,9 +211,9 @@ print(f"hidden tests passed: sizes {CHECK_SIZES}, dtypes {[str(d)[6:] for d in D
 # %% [markdown]
 # ## What the grader says when a kernel is wrong
 #
-# Reading a failure well is half of debugging a kernel. Here are three broken versions of the
-# kernel and the grader's verdict on each: one that still holds the exercise's stub, one that
-# computes the ReLU but never stores it, and a correct kernel launched on too small a grid.
+# Reading a failure well is half of debugging. Here are three broken kernels and the grader's
+# verdict on each: one that still holds the stub, one that computes the ReLU but never stores it,
+# and a correct kernel launched on too small a grid.
 
 # %%
 @triton.jit
@@ -251,14 +253,13 @@ for what, candidate in broken.items():
 # ## Measuring a kernel
 #
 # The course times everything one way (`grader.runtime.timing.bench`), as Triton's `do_bench`
-# does: it warms the kernel up, flushes the L2 cache before each call so that every call reads
-# from device memory, and times calls with CUDA events; `bench` repeats this in rounds until two
-# successive medians agree within 1%, then reports the median and the spread (interquartile range
-# over median). Each round ends with a batch of calls timed by the host's clock as well, with the
-# whole GPU synchronized around it: work the events cannot see (on another stream, say) shows as
-# a disagreement, and the speed cells flag it. A time
-# means little without its spread: below, the same kernel is timed twice, and the two medians
-# should agree to within a few percent. On the interpreter, timing refuses and says why.
+# does: it warms the kernel up, flushes the L2 cache before each call so every call reads device
+# memory, and times calls with CUDA events. `bench` repeats this in rounds until two successive
+# medians agree within 1%, then reports the median and the spread (interquartile range over
+# median). Each round also times a batch of calls by the host's clock, with the GPU synchronized
+# around it: work the events cannot see (on another stream, say) shows as a disagreement, which
+# the speed cells flag. Below, one kernel is timed twice; the medians should agree within a few
+# percent. On the interpreter, timing refuses and says why.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -307,9 +308,9 @@ else:
 # ### Speed (graded on a GPU)
 #
 # Your kernel must reach at least 80% of the copy bandwidth measured in the same run, on 64 Mi
-# float32 elements. The input changes before every timed call, and the output is checked against
+# float32 elements. The input changes before every timed call and the output is checked against
 # it; a bandwidth above the copy's is flagged and scores 0. Off the GPU this cell scores 0 and
-# says so; your correctness points are not affected.
+# says so, without touching your correctness points.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-relu", "points": 1}
 x_speed = torch.randn(DEVICE.pick(gpu=BENCH_ELEMENTS, interpreter=1024),
@@ -323,14 +324,14 @@ perf.grade_bandwidth(lambda: relu(x_speed, out_speed), bytes_moved=2 * x_speed.n
 # %% [markdown]
 # ## Summary
 #
-# - `device.setup()` picks the GPU or Triton's interpreter, and must run before `import triton`.
+# - `device.setup()` picks the GPU or Triton's interpreter and must run before `import triton`.
 #   The interpreter checks correctness anywhere; speed needs a GPU of sm_80 or newer.
 # - The doctor reports the device, the versions, and known-bad combinations with their fixes.
-# - A Triton kernel is run by a grid of programs; each owns a block of offsets, and a mask keeps
-#   the last block inside the tensor.
-# - The grader checks on fresh random inputs with poisoned outputs against a float64 reference,
-#   and its messages name what went wrong: a stub left in place, an output never stored, elements
-#   never written, or the first mismatches.
+# - A grid of programs runs a Triton kernel; each owns a block of offsets, and a mask keeps the
+#   last block inside the tensor.
+# - The grader checks fresh random inputs, with poisoned outputs, against a float64 reference; its
+#   messages name a stub left in place, an output never stored, elements never written, or the
+#   first mismatches.
 # - Speed is graded as a ratio against a baseline timed in the same run.
 #
 # ## Further exercises
@@ -339,5 +340,5 @@ perf.grade_bandwidth(lambda: relu(x_speed, out_speed), bytes_moved=2 * x_speed.n
 #    `relu_kernel`. What does one program see?
 # 2. Launch `relu` with `block=64` and with `block=8192` in the bandwidth sweep. Which sizes
 #    suffer, and why might a very small block hurt even for large tensors?
-# 3. Write a kernel for `out = x * sigmoid(x)` (SiLU) and check it with `checks.check` against a
-#    float64 reference. Which tolerance does float16 need, and why?
+# 3. Write a kernel for `out = x * sigmoid(x)` (SiLU) and check it against a float64 reference.
+#    Which tolerance does float16 need, and why?

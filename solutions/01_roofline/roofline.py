@@ -1,24 +1,21 @@
 # %% [markdown]
 # # 01 · The memory wall and the roofline
 #
-# A GPU computes far faster than it can fetch the numbers it computes on. NVIDIA's H100 SXM
-# datasheet lists 989 TFLOP/s of dense fp16 tensor-core arithmetic and 3.35 TB/s of HBM3
-# bandwidth: to keep the tensor cores busy, a kernel must do 989 / 3.35 = 295 floating-point
-# operations for every byte it moves. Adding two fp16 vectors does one addition per 6 bytes (two
-# 2-byte reads and a 2-byte write). This gap between arithmetic and memory, the *memory wall*
-# (Wulf and McKee, "Hitting the memory wall", 1995), decides the speed of most kernels you will
-# write, and it decides it before you write a line: the *roofline model* (Williams, Waterman and
-# Patterson, Communications of the ACM, 2009) turns two numbers about the device and two about the
-# kernel into the best time any implementation can reach. This notebook measures the device's two
-# numbers on your GPU, has you count the kernel's two, places PyTorch's own ops on the result, and
-# ends with the question every later notebook begins with: is a custom kernel worth writing here
-# at all?
+# *Reading time: about 11 minutes.*
 #
-# **You will learn:** what copy bandwidth and matmul throughput are and how to measure them (and
-# why an fp32 matmul may secretly run in TF32); the ridge point; how to count the FLOPs and the
-# bytes of an op, for vector add, softmax, matmul and attention, naive and tiled; how to tell a
-# memory-bound op from a compute-bound one and predict its best possible time; how to read a
-# profile of a transformer block; and the three conditions under which a custom kernel pays.
+# A GPU computes far faster than it can fetch its operands. NVIDIA's H100 SXM datasheet lists 989
+# TFLOP/s of dense fp16 tensor-core arithmetic and 3.35 TB/s of HBM3 bandwidth: to keep the tensor
+# cores busy, a kernel must do 989 / 3.35 = 295 operations per byte it moves. Adding two fp16
+# vectors does one per 6 bytes. This gap, the *memory wall* (Wulf and McKee, "Hitting the memory
+# wall", 1995), sets the speed of most kernels before you write a line: the *roofline model*
+# (Williams, Waterman and Patterson, Communications of the ACM, 2009) turns two numbers about the
+# device and two about the kernel into the best time any implementation can reach. You will
+# measure the first two, count the others, and ask whether a custom kernel is worth writing.
+#
+# **You will learn:** how to measure copy bandwidth and matmul throughput (and why an fp32 matmul
+# may run in TF32); the ridge point; how to count the FLOPs and bytes of add, softmax, matmul and
+# attention; how to tell memory-bound from compute-bound ops and predict their best time; how to
+# read a profile; and when a custom kernel pays.
 
 # %%
 from grader.runtime import device
@@ -58,29 +55,25 @@ PROFILE = DEVICE.pick(
 # %% [markdown]
 # ## Two ceilings
 #
-# Every kernel does some work $W$ (floating-point operations, FLOPs) and moves some bytes $Q$
-# between the GPU's memory and its chip. The device has a peak arithmetic rate $P$ (FLOP/s) and a
-# peak memory bandwidth $B$ (bytes/s). Neither can be beaten, so
+# A kernel does some work $W$ (floating-point operations, FLOPs) and moves some bytes $Q$ between
+# the GPU's memory and its chip. The device has a peak arithmetic rate $P$ (FLOP/s) and a peak
+# bandwidth $B$ (bytes/s). Neither can be beaten, so
 #
 # $$ T \;\ge\; \max\!\left(\frac{W}{P},\; \frac{Q}{B}\right). $$
 #
-# Both ceilings are best measured, not read off a datasheet: what a real copy or a real matmul
-# reaches on your GPU is the honest yardstick for your own kernels.
+# Both ceilings are measured here, not read off a datasheet:
 #
-# - **Bandwidth**: a device-to-device copy of 1 GiB, counting bytes read *plus* bytes written
-#   (copying $n$ bytes moves $2n$). A copy does no arithmetic, so it shows the memory system alone.
-# - **Matmul throughput**: cuBLAS (through `torch.matmul`) on large square matrices, counting
-#   $2N^3$ FLOPs (one multiply and one add for each of the $N^3$ products), per precision: fp16
-#   and bf16 on the tensor cores, fp32 on the ordinary cores, and **TF32**.
+# - **Bandwidth**: a device-to-device copy of 1 GiB, counting bytes read *plus* written (copying
+#   $n$ bytes moves $2n$); a copy does no arithmetic.
+# - **Matmul throughput**: cuBLAS (`torch.matmul`) on large square matrices, $2N^3$ FLOPs, per
+#   precision: fp16 and bf16 on the tensor cores, fp32 on the ordinary cores, and **TF32**.
 #
-# TF32 is a tensor-core format with fp32's 8-bit exponent but only 10 bits of mantissa, against
-# fp32's 23 (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020). When it is allowed, an
-# fp32 `torch.matmul` rounds its inputs to TF32 and runs on the tensor cores: much faster, and
-# less exact. PyTorch decides with `torch.backends.cuda.matmul.allow_tf32` (also set by
-# `torch.set_float32_matmul_precision("high")`); its CUDA-semantics notes document the flag, off
-# by default for matmuls since PyTorch 1.12. The same fp32 code can thus run at two very different
-# speeds depending on one global flag, so `roofline.measure_ceilings()` measures both, switching
-# the flag for each, and the cell below prints what this session has it set to.
+# TF32 is a tensor-core format with fp32's 8-bit exponent but 10 mantissa bits instead of 23
+# (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020). When
+# `torch.backends.cuda.matmul.allow_tf32` is set (or `torch.set_float32_matmul_precision("high")`),
+# an fp32 matmul rounds its inputs to TF32 and runs on the tensor cores: faster, less exact.
+# PyTorch's CUDA-semantics notes document the flag, off for matmuls since PyTorch 1.12.
+# `roofline.measure_ceilings()` measures both; the cell prints this session's setting.
 
 # %%
 print(f"torch.backends.cuda.matmul.allow_tf32 = {torch.backends.cuda.matmul.allow_tf32}, "
@@ -119,57 +112,48 @@ roofline.show(CEILINGS)  # one roof per precision; the fp16 one drawn bold
 # %% [markdown]
 # ## The ridge point
 #
-# Divide the kernel's work by its traffic and you get its **arithmetic intensity**
-# $I = W / Q$ in FLOP per byte. The bound above becomes a statement about rates: the best a
-# kernel of intensity $I$ can reach is
+# Work over traffic is the **arithmetic intensity** $I = W / Q$, in FLOP per byte. The bound
+# becomes a statement about rates: a kernel of intensity $I$ reaches at most
 #
 # $$ \text{attainable FLOP/s} = \min(P,\; I \cdot B). $$
 #
-# Plotted on log-log axes (above) that is a slanted line (memory-bound: rate grows with intensity)
-# meeting a flat one (compute-bound: the peak) at the **ridge point** $I^* = P / B$, printed above
-# for each precision. Below the ridge, no amount of clever arithmetic helps: only moving fewer bytes does.
-# Above it, the bytes no longer matter and only the arithmetic does. The ridge depends on the
-# precision (each has its own peak) and on the device: a GPU with more bandwidth and the same
-# arithmetic, such as the H200 (4.8 TB/s and the same compute as the H100, per NVIDIA's
-# datasheets), has a lower ridge, and more ops are compute-bound there.
+# On log-log axes (above) that is a slanted line (memory-bound: rate grows with intensity) meeting
+# a flat one (compute-bound: the peak) at the **ridge point** $I^* = P / B$, printed above for each
+# precision. Below the ridge only moving fewer bytes helps; above it only the arithmetic matters.
+# Each precision has its own ridge, and so does each device: the H200 has the H100's compute and
+# 4.8 TB/s (NVIDIA's datasheets), so its ridge is lower and more ops are compute-bound on it.
 
 # %% [markdown]
 # ## Counting FLOPs and bytes
 #
-# To place an op on the roofline you count its FLOPs and the bytes it must move. The counts are a
-# model, so the course fixes its conventions; the tests use exactly these.
+# The counts are a model; the tests use exactly these conventions.
 #
-# **Bytes: ideal traffic.** Each input tensor is read from memory exactly once, and each output
-# tensor is written exactly once, at its dtype's size: `fp32` 4 bytes per element, `fp16` and
-# `bf16` 2. Caches, re-reads and padding are not counted: this is the least traffic any
-# implementation needs. An op built from several kernels writes each intermediate result to
-# memory and reads it back; a fused kernel keeps intermediates on chip, and they cost no bytes.
+# **Bytes: ideal traffic.** Each input is read once and each output written once, at its dtype's
+# size (`fp32` 4 bytes, `fp16` and `bf16` 2); caches, re-reads and padding do not count. Separate
+# kernels pass intermediates through memory; a fused kernel keeps them on chip, at no cost.
 #
-# **FLOPs.** An addition, a multiplication, a comparison, a division or an `exp` each count 1.
-# A multiply-add counts 2.
+# **FLOPs.** An add, multiply, comparison, division or `exp` counts 1; a multiply-add 2.
 #
-# | op | shape | computes | counts |
+# | op | shape | computes | FLOPs |
 # |---|---|---|---|
-# | `"add"` | the tensor's shape, any number of dimensions | `z = x + y` | 1 FLOP per output element |
-# | `"softmax"` | the input's shape; softmax along the last dimension | `exp(x - max) / sum(exp(x - max))` | 5 FLOPs per element: the max, the subtraction, the `exp`, the sum, the division |
-# | `"matmul"` | `(M, N, K)` | `C (M x N) = A (M x K) @ B (K x N)` | 2 FLOPs per multiply-add |
-# | `"attention_naive"` | `(batch, heads, n, d)` | `O = softmax(Q Kᵀ) V` as three kernels: `S = Q Kᵀ`, `P = softmax(S)`, `O = P V` | the two matmuls and the softmax on the scores |
-# | `"attention_tiled"` | `(batch, heads, n, d)` | the same `O`, in one fused kernel (FlashAttention) | the same FLOPs as naive |
+# | `"add"` | any | `z = x + y` | 1 per output element |
+# | `"softmax"` | any; along the last dimension | `exp(x - max) / sum(exp(x - max))` | 5 per element: max, subtract, `exp`, sum, divide |
+# | `"matmul"` | `(M, N, K)` | `C (M x N) = A (M x K) @ B (K x N)` | 2 per multiply-add |
+# | `"attention_naive"` | `(batch, heads, n, d)` | three kernels: `S = Q Kᵀ`, `P = softmax(S)`, `O = P V` | the two matmuls and the softmax |
+# | `"attention_tiled"` | `(batch, heads, n, d)` | the same `O`, one fused kernel (FlashAttention) | as naive |
+
+# %% [markdown]
+# In attention, `Q`, `K`, `V` and `O` are `(batch, heads, n, d)`; `S` and `P` are
+# `(batch, heads, n, n)`. The $1/\sqrt{d}$ scaling is folded into `Q` and not counted. Naive
+# attention's three ops pass `S` and `P` through memory; tiled attention (Dao et al.,
+# FlashAttention, arXiv:2205.14135) computes blocks of them on chip and only reads `Q`, `K`, `V`
+# and writes `O`. Its online softmax's few extra rescaling operations are not counted: both do the
+# same FLOPs.
 #
-# For attention, `Q`, `K`, `V` and the output `O` are each `(batch, heads, n, d)`, and the scores
-# `S` and probabilities `P` are `(batch, heads, n, n)`: each head multiplies an `n x d` by a
-# `d x n` matrix, softmaxes the `n x n` result row by row, and multiplies it by an `n x d`. The
-# scaling by $1/\sqrt{d}$ is folded into `Q` beforehand and not counted. Naive attention is three
-# separate ops, so `S` and `P` go through memory; tiled attention (Dao et al., FlashAttention,
-# arXiv:2205.14135) computes blocks of `S` and `P` on chip and never stores them: it reads `Q`,
-# `K`, `V` and writes `O`, nothing else. Its online softmax rescales partial results as it goes;
-# those few extra operations are not counted, so both versions do the same FLOPs.
-#
-# The helpers below are given: the bytes per element, and which compute ceiling bounds each op.
-# Matmuls and attention run on the tensor cores at their dtype's rate (fp32 as TF32 when that is
-# allowed); elementwise ops and reductions such as add and softmax run on the ordinary cores, and
-# PyTorch's CUDA kernels compute them in fp32 even for half-precision tensors (its `opmath` type),
-# so their ceiling is fp32's.
+# The helpers below give the bytes per element and the compute ceiling of each op. Matmuls and
+# attention run on the tensor cores at their dtype's rate (fp32 as TF32 when allowed); add and
+# softmax run on the ordinary cores, and PyTorch's CUDA kernels compute them in fp32 even for
+# half-precision tensors (its `opmath` type), so their ceiling is fp32's.
 
 # %% nbgrader={"grade_id": "roofline-given"}
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -189,12 +173,13 @@ def compute_precision(op: str, dtype: str, tf32: bool = False) -> str:
 
 
 # %% [markdown]
-# ### Exercise 1: FLOPs, bytes and intensity (4 points)
+# ### Exercise 1 · FLOPs, bytes and intensity (4 points)
 #
-# Write the three counting functions, for every op in the table, any shape, and the dtypes
-# `"fp16"`, `"bf16"` and `"fp32"`. `math.prod(shape)` multiplies a shape out. Derive the
-# attention counts from the conventions (which tensors does each version read and write?); a
-# sketch of one head on paper helps. Return plain Python numbers.
+# Write the three counting functions for every op in the table, any shape, and the dtypes `"fp16"`,
+# `"bf16"` and `"fp32"`; return plain Python numbers (`math.prod(shape)` multiplies a shape out).
+# For attention, ask which tensors each version reads and writes; a sketch of one head on paper
+# helps. The tests' helpers come next, read-only: a failure names the case, the convention, the
+# expected and actual numbers, and the likeliest cause.
 
 # %% nbgrader={"grade_id": "roofline-costs", "solution": true}
 def op_flops(op: str, shape: tuple) -> int:
@@ -250,10 +235,6 @@ def op_intensity(op: str, shape: tuple, dtype: str) -> float:
     return op_flops(op, shape) / op_bytes(op, shape, dtype)
     ### END SOLUTION
 
-
-# %% [markdown]
-# The tests' helpers are given (read-only). Each failure names the case, the convention, the
-# expected and the actual number, and the likeliest cause. The visible tests follow them.
 
 # %% nbgrader={"grade_id": "roofline-expect"}
 H100 = roofline.datasheet_h100()  # the tests' usual roofline: NVIDIA's datasheet figures
@@ -375,9 +356,9 @@ print("visible tests passed: add, matmul and softmax")
 # %% [markdown]
 # ### Hidden tests
 #
-# When your notebook is graded, this cell checks all five ops over many shapes, with every dtype:
-# non-square and skinny matmuls, softmax over more than two dimensions, fp16 against fp32 byte
-# counts, and attention, naive and tiled, at several sequence lengths and head dimensions.
+# At grading, this cell checks all five ops over many shapes and every dtype: non-square and skinny
+# matmuls, softmax over more than two dimensions, fp16 against fp32 bytes, and both attentions at
+# several lengths and head dimensions.
 
 # %% nbgrader={"grade": true, "grade_id": "test-roofline-costs-hidden", "points": 3}
 ### BEGIN HIDDEN TESTS
@@ -483,9 +464,9 @@ print(f"hidden tests passed: {len(_COST_CASES)} cases over every op and dtype")
 # %% [markdown]
 # ## The intensity of common ops
 #
-# With your counts, here is where common ops fall, against the ridges of this roofline. The table
-# uses the sizes of the parameters cell; the plot sweeps the size $N$ (add and softmax on an
-# $N \times N$ tensor, an $N^3$ matmul, attention over $N$ positions with head dimension 64).
+# With your counts, here is where common ops fall against this roofline's ridges. The table uses
+# the parameters cell's sizes; the plot sweeps $N$ (add and softmax on $N \times N$, an $N^3$
+# matmul, attention over $N$ positions with head dimension 64).
 
 # %%
 def intensity_row(label, op, shape):
@@ -518,27 +499,25 @@ plots.curves(sizes, {op: [op_intensity(op, shape_of(n), "fp16") for n in sizes]
 # %% [markdown]
 # What the counts say, before anything is timed:
 #
-# - **Add and softmax** have a constant intensity, far below every ridge: they are memory-bound at
-#   any size, and their best time is their bytes divided by the bandwidth. Halving the bytes
-#   (fp16 instead of fp32) halves that time; doing less arithmetic would change nothing.
-# - **Matmul**'s intensity grows like $N$: $2N^3$ FLOPs on $3N^2$ elements. Small matmuls are
-#   memory-bound, large ones compute-bound, and the crossing is the ridge.
-# - **Naive attention** levels off: its traffic is dominated by the $n \times n$ matrices `S` and
-#   `P` going through memory, which grow as fast as the FLOPs, so its intensity approaches a
-#   limit set by the head dimension (printed above for $n = 2^{24}$) and it stays memory-bound
-#   however long the sequence. **Tiled attention** moves only `Q`, `K`, `V` and `O`, which grow
-#   like $n$ while the FLOPs grow like $n^2$: its intensity grows with $n$ and crosses the ridge.
-#   Same FLOPs, same result; only the bytes changed. That is FlashAttention's idea, and 07 builds
-#   it.
+# - **Add and softmax** have a constant intensity far below every ridge: memory-bound at any size,
+#   their best time is bytes over bandwidth. Halving the bytes (fp16) halves it; less arithmetic
+#   changes nothing.
+# - **Matmul**'s intensity grows like $N$ ($2N^3$ FLOPs on $3N^2$ elements): small matmuls are
+#   memory-bound, large ones compute-bound, and the ridge is the crossing.
+# - **Naive attention** levels off: its traffic is dominated by the $n \times n$ `S` and `P`, which
+#   grow as fast as the FLOPs, so its intensity tends to a limit set by the head dimension (printed
+#   above for $n = 2^{24}$): memory-bound at any length. **Tiled attention** moves only `Q`, `K`,
+#   `V` and `O`, which grow like $n$ against FLOPs like $n^2$, so it crosses the ridge. Same FLOPs,
+#   same result, fewer bytes: that is FlashAttention's idea, and 07 builds it.
 
 # %% [markdown]
-# ## Exercise 2: memory- or compute-bound? (3 points)
+# ### Exercise 2 · memory- or compute-bound? (3 points)
 #
 # Write `classify_bound`: `"memory"` when the op's intensity is below the ridge of the compute
-# ceiling that bounds it, else `"compute"` (an intensity exactly at the ridge counts as compute:
-# both floors are equal there). Which ceiling bounds it is `compute_precision(op, dtype, tf32)`;
-# read the rates from `ceilings.flops[precision]` (FLOP/s) and `ceilings.bandwidth` (bytes/s) and
-# write the comparison yourself, with your functions from exercise 1.
+# ceiling that bounds it, else `"compute"` (exactly at the ridge both floors are equal: count it as
+# compute). `compute_precision(op, dtype, tf32)` names that ceiling; the rates are
+# `ceilings.flops[precision]` (FLOP/s) and `ceilings.bandwidth` (bytes/s). Use your functions from
+# exercise 1.
 
 # %% nbgrader={"grade_id": "roofline-bound", "solution": true}
 def classify_bound(op: str, shape: tuple, dtype: str, ceilings: roofline.Ceilings,
@@ -554,8 +533,8 @@ def classify_bound(op: str, shape: tuple, dtype: str, ceilings: roofline.Ceiling
 # %% [markdown]
 # ### Visible test
 #
-# On the H100 datasheet roofline: a large fp16 add, a large fp16 matmul, and an fp32 matmul of
-# 256 whose answer depends on whether TF32 is allowed.
+# On the H100 datasheet roofline: a large fp16 add, a large fp16 matmul, and an fp32 matmul of 256
+# whose answer depends on whether TF32 is allowed.
 
 # %% nbgrader={"grade": true, "grade_id": "test-roofline-bound-visible", "points": 1}
 expect_bound("add", (1 << 24,), "fp16", H100, intensity=1 / 6)
@@ -567,10 +546,9 @@ print("visible tests passed: add, matmul fp16, matmul fp32 with and without TF32
 # %% [markdown]
 # ### Hidden tests
 #
-# Far from the ridge and within a fraction of a percent of it, every op, every precision with and
-# without TF32, skinny matmuls, attention at short and long sequences, an op exactly at the ridge,
-# and the same ops on a device with more bandwidth (the H200's datasheet), where the ridge is
-# lower.
+# Far from the ridge and within a fraction of a percent of it, every op and precision with and
+# without TF32, skinny matmuls, short and long attention, an op exactly at the ridge, and the same
+# ops on the H200's datasheet roofline, whose ridge is lower.
 
 # %% nbgrader={"grade": true, "grade_id": "test-roofline-bound-hidden", "points": 2}
 ### BEGIN HIDDEN TESTS
@@ -614,11 +592,11 @@ print(f"hidden tests passed: {len(_BOUND_CASES)} cases near and far from the rid
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3: the best possible time (3 points)
+# ### Exercise 3 · the best possible time (3 points)
 #
-# Write `predict_seconds`: the roofline's lower bound on the time of `op`, in seconds, the larger
-# of its compute floor (FLOPs over the rate of its ceiling) and its memory floor (bytes over the
-# bandwidth). The tests accept answers within 1% of the exact bound. The visible test follows.
+# Write `predict_seconds`: the roofline's lower bound on the time of `op`, in seconds. Which two
+# floors does the roofline put under a kernel's time, and how do they combine? The tests accept
+# answers within 1% of the exact bound.
 
 # %% nbgrader={"grade_id": "roofline-predict", "solution": true}
 def predict_seconds(op: str, shape: tuple, dtype: str, ceilings: roofline.Ceilings,
@@ -644,8 +622,8 @@ print(f"visible tests passed: add 2^24 fp32 needs at least "
 # %% [markdown]
 # ### Hidden tests
 #
-# Every op and dtype, on both sides of the ridge and right at it, with and without TF32, on the
-# H100 and H200 datasheets and on this notebook's own roofline.
+# Every op and dtype, on both sides of the ridge and at it, with and without TF32, on the H100 and
+# H200 datasheets and on this notebook's roofline.
 
 # %% nbgrader={"grade": true, "grade_id": "test-roofline-predict-hidden", "points": 2}
 ### BEGIN HIDDEN TESTS
@@ -674,13 +652,12 @@ print(f"hidden tests passed: {len(_PREDICT_CASES)} predictions within 1%")
 # %% [markdown]
 # ## PyTorch's ops on the roofline
 #
-# Now the roofline meets real kernels. On a GPU, the next cell times PyTorch's own ops in fp16
-# (each with `timing.bench`: warm-up, L2 flushed before every call, median of many), counts their
-# FLOPs and bytes with *your* functions, and places each at its measured rate. The naive attention
-# is the three-op formula written out; `scaled_dot_product_attention` dispatches to a fused,
-# tiled kernel (FlashAttention or cuDNN's), so it is counted as `attention_tiled`. The last
-# column, the roofline bound over the measured time, says how close each op comes to the best
-# any kernel could do with *its* traffic.
+# On a GPU, the next cell times PyTorch's own ops in fp16 with `timing.bench`, counts their FLOPs
+# and bytes with *your* functions, and places each at its measured rate. The naive attention is the
+# three-op formula; `scaled_dot_product_attention` dispatches to a fused, tiled kernel
+# (FlashAttention or cuDNN's), so it counts as `attention_tiled`. The last column, the roofline
+# bound over the measured time, says how close each op comes to the best any kernel could do with
+# *its* traffic.
 
 # %%
 def naive_attention(q, k, v):  # the 1/sqrt(d) scale is taken as folded into q
@@ -730,22 +707,19 @@ else:
 roofline.show(CEILINGS, points, precision="fp16", title=title, labels_up=not measured)
 
 # %% [markdown]
-# How to read it. Points on the slanted part of the roof are memory-bound: the only way up is to
-# move fewer bytes (fuse ops, use a smaller dtype). Points under the flat part are compute-bound:
-# fewer or faster FLOPs (tensor cores, lower precision) are the only way up. The vertical gap
-# between a point and the roof above it is the *headroom*: what a better kernel could still gain.
-# On a GPU, read it with the `of roof` column beside it: the 8192 matmul is the very measurement
-# that set the fp16 roof, so it sits on the roof by construction; the smaller matmuls show what
-# happens when there is too little work to fill the GPU; add and softmax show how close PyTorch's
-# own kernels come to the copy bandwidth; and naive attention sits far to the left of SDPA, the
-# same FLOPs on many times the bytes (compare their two rows of the table).
+# How to read it. Points under the slanted roof are memory-bound: only fewer bytes lift them (fuse
+# ops, use a smaller dtype). Points under the flat roof are compute-bound: only fewer or faster
+# FLOPs do. The vertical gap to the roof is the *headroom* a better kernel could still gain. On a
+# GPU, read the `of roof` column too: the 8192 matmul set the fp16 roof, so it sits on it by
+# construction; smaller matmuls have too little work to fill the GPU; add and softmax show how
+# close PyTorch's kernels come to the copy bandwidth; naive attention sits far left of SDPA, the
+# same FLOPs on many times the bytes.
 #
 # ## Explore
 #
-# Pick an op, a size and a dtype, and watch where it lands on this notebook's roofline (your GPU's
-# measured one, or the H100 datasheet on the CPU). The explorer counts with *your* functions from
-# exercise 1. Things to try: find the matmul size where fp16 crosses the ridge; compare naive and
-# tiled attention at the same size; switch an fp32 matmul between plain fp32 and TF32.
+# Pick an op, a size and a dtype and see where it lands on this notebook's roofline (your GPU's,
+# or the H100 datasheet's on the CPU), counted with *your* functions. Try: the matmul size where
+# fp16 crosses the ridge; naive against tiled attention; an fp32 matmul as fp32 and as TF32.
 
 # %%
 explorer = roofline_explorer.explore(CEILINGS, op_flops, op_bytes, compute_precision)
@@ -755,20 +729,16 @@ display(explorer)
 # %% [markdown]
 # ## Profile first
 #
-# The roofline says how fast an op *could* be. Before writing any kernel, find out which ops take
-# the time. PyTorch's profiler (`torch.profiler`) records every op a model runs, with its time on
-# the CPU and, on a GPU, the time of the GPU kernels it launched. Here it profiles a small stack
-# of transformer blocks: layernorm, the QKV projection, attention written out as
-# $\mathrm{softmax}(QK^T)V$, the output projection, layernorm, and an MLP with GELU. The table is
-# sorted by *self* time (an op's own work, without the ops it calls). In the interpreter the
-# block runs on the CPU and only CPU time is recorded: the shares show which ops dominate on *this*
-# CPU, which is not what a GPU would show.
+# The roofline says how fast an op *could* be; first find out which ops take the time. PyTorch's
+# profiler (`torch.profiler`) records every op a model runs, with its CPU time and, on a GPU, the
+# time of the kernels it launched. Here it profiles a small stack of transformer blocks (layernorm,
+# QKV projection, attention written out as $\mathrm{softmax}(QK^T)V$, output projection,
+# layernorm, MLP with GELU), sorted by *self* time (an op's own work, without the ops it calls). In
+# the interpreter only CPU time is recorded, and the shares are this CPU's, not a GPU's.
 #
-# The table lists ATen ops (PyTorch's operator library): `addmm` and `mm` are the linear layers,
-# `bmm` the two attention matmuls, `_softmax`, `native_layer_norm` and `gelu` what their names
-# say, and `copy_` the copies that reshapes and transposes need. On a GPU the kernels themselves
-# are listed too, under their cuBLAS or PyTorch names. The cell after it groups the ATen ops into
-# the block's parts and gives each part's share of the time.
+# The rows are ATen ops (PyTorch's operator library): `addmm` and `mm` are the linear layers, `bmm`
+# the attention matmuls, `copy_` the copies that reshapes and transposes need; on a GPU the kernels
+# appear too, under their cuBLAS or PyTorch names. The next cell groups them into the block's parts.
 
 # %%
 class Block(nn.Module):
@@ -849,23 +819,21 @@ for part, seconds in sorted(share.items(), key=lambda kv: -kv[1]):
 # %% [markdown]
 # ## When does a custom kernel pay?
 #
-# A custom kernel costs effort long after it first runs: testing on every shape, tuning, keeping
-# it correct and fast as GPUs and libraries change. It pays only when three conditions hold
-# together:
+# A custom kernel costs effort long after it first runs: tests on every shape, tuning, keeping it
+# correct and fast as GPUs and libraries change. It pays only when three conditions hold together:
 #
 # 1. **Headroom under the roofline.** The op runs well below the best time its work allows (the
-#    roofline bound of the *cheapest* way to compute it, e.g. tiled rather than naive attention).
-#    An op already at its roof cannot be made faster by any kernel.
-# 2. **A hot op.** It takes a large share of the total time. Amdahl's law (Amdahl, AFIPS 1967)
-#    caps the gain: speeding up a part with share $p$ by $h$ speeds up the whole by
-#    $1 / ((1 - p) + p / h)$, never more than $1 / (1 - p)$.
-# 3. **A stable shape.** The shapes it runs on are known and few, so that the kernel can be
-#    specialised and tuned for them and keeps its speed in production.
+#    bound of the *cheapest* way to compute it, e.g. tiled rather than naive attention). An op at
+#    its roof cannot be made faster.
+# 2. **A hot op.** It takes a large share of the time. Amdahl's law (Amdahl, AFIPS 1967) caps the
+#    gain: speeding up a share $p$ by $h$ speeds up the whole by $1 / ((1 - p) + p / h)$, never
+#    more than $1 / (1 - p)$.
+# 3. **A stable shape.** Its shapes are known and few, so the kernel can be specialised and tuned
+#    for them.
 #
-# On a GPU the cell below puts numbers on the first two for the profiled block: each part's
-# measured time per forward against its roofline bound (the linear layers as matmuls; attention
-# as tiled attention, the cheapest way to compute it), and the end-to-end speedup that reaching
-# the bound would give. The block's shapes are fixed, so the third condition holds here.
+# On a GPU the cell below puts numbers on the first two for the profiled block: each part's time
+# against its roofline bound (linear layers as matmuls, attention as tiled attention), and the
+# end-to-end speedup reaching the bound would give. The block's shapes are fixed: the third holds.
 
 # %%
 def amdahl(share, headroom):
@@ -896,40 +864,35 @@ else:
           "no measured roofline, and the shares above are this machine's CPU times.")
 
 # %% [markdown]
-# Read the GPU numbers with the three conditions in mind. A part whose headroom is close to 1x is
-# done, whatever its share: for the linear layers that is cuBLAS's work, and no kernel of yours
-# will beat its roof. A part with both a large headroom and a large share, on shapes that do not
-# change, is where a kernel pays. Written-out attention measured against the bound of *tiled*
-# attention is the classic case: the kernel that closes that gap is FlashAttention, and 07 has
-# you write it. The small elementwise parts (layernorm, GELU, copies) are memory-bound, and their
-# usual fix is fusing them into their neighbours (02 and 03), which `torch.compile` also does.
+# Read the GPU numbers with the three conditions in mind. A part whose headroom is near 1x is done,
+# whatever its share (the linear layers: cuBLAS at its roof). A part with large headroom and a
+# large share, on fixed shapes, is where a kernel pays.
+# Written-out attention against the bound of *tiled* attention is the classic case; the kernel that
+# closes the gap is FlashAttention, which you write in 07. The small elementwise parts (layernorm,
+# GELU, copies) are memory-bound; their usual fix is fusion with their neighbours (02 and 03),
+# which `torch.compile` also does.
 #
 # ## Summary
 #
-# - A kernel's time is bounded below by $\max(W/P, Q/B)$: its FLOPs over the peak rate and its
-#   bytes over the bandwidth. Measure both ceilings on your device: copy bandwidth counts bytes
-#   read plus written, and matmul throughput depends on the precision, with fp32 matmuls running
-#   as TF32 when `torch.backends.cuda.matmul.allow_tf32` is set.
-# - The ridge point $P/B$ separates memory-bound ops (below: move fewer bytes) from compute-bound
-#   ones (above: do fewer or faster FLOPs). Each precision has its own.
-# - Counting conventions: ideal traffic (each input read once, each output written once,
-#   intermediates free only when they stay on chip); a multiply-add is 2 FLOPs.
+# - A kernel takes at least $\max(W/P, Q/B)$. Measure both ceilings on your device: copy bandwidth
+#   counts bytes read plus written; matmul throughput depends on the precision, and fp32 matmuls
+#   run as TF32 when `torch.backends.cuda.matmul.allow_tf32` is set.
+# - The ridge point $P/B$ separates memory-bound ops (move fewer bytes) from compute-bound ones (do
+#   fewer or faster FLOPs); each precision has its own.
 # - Add and softmax are memory-bound at any size; matmul crosses the ridge as it grows; naive
-#   attention stays memory-bound because `S` and `P` go through memory, and tiled attention does
-#   the same FLOPs on far fewer bytes.
-# - Profile first, then write a kernel only where there is headroom under the roofline, the op is
-#   hot, and the shape is stable.
-#
+#   attention stays memory-bound, tiled attention does the same FLOPs on far fewer bytes.
+# - Profile first; write a kernel only where there is headroom, a hot op and a stable shape.
+
+# %% [markdown]
 # ## Further exercises
 #
-# 1. Add `"layernorm"` and `"gelu"` to your counting functions (decide the conventions: how many
-#    FLOPs is a `tanh`?) and place `torch.nn.functional.layer_norm` and `F.gelu` on the roofline.
-# 2. Count a *fused* add followed by a ReLU (one kernel) against the two separate ops. How much
-#    lower is the fused version's bound? 02 writes that kernel.
+# 1. Add `"layernorm"` and `"gelu"` to your counting functions (how many FLOPs is a `tanh`?) and
+#    place `torch.nn.functional.layer_norm` and `F.gelu` on the roofline.
+# 2. Count a *fused* add and ReLU (one kernel) against the two separate ops. How much lower is the
+#    fused bound? 02 writes that kernel.
 # 3. Replace the written-out attention in `Block` with `F.scaled_dot_product_attention` and profile
-#    again. How do the shares change, and what does that do to the three conditions?
-# 4. Time `torch.matmul` on fp32 inputs with `allow_tf32` on and off for sizes 256 to 8192 and
-#    place both on the roofline. From which size does TF32 pay, and why not below it?
-# 5. Use `roofline.measure_ceilings(copy_bytes=...)` with copies of 1 MiB to 1 GiB. Where does the
-#    copy bandwidth jump, and what does the 50 MB L2 cache of the H100 (NVIDIA's datasheet) have
-#    to do with it?
+#    again. How do the shares change, and the three conditions with them?
+# 4. Time `torch.matmul` on fp32 inputs with `allow_tf32` on and off for sizes 256 to 8192. From
+#    which size does TF32 pay, and why not below?
+# 5. Run `roofline.measure_ceilings(copy_bytes=...)` with copies of 1 MiB to 1 GiB. Where does the
+#    bandwidth jump, and what has the H100's 50 MB L2 (NVIDIA's datasheet) to do with it?

@@ -1,20 +1,19 @@
 # %% [markdown]
 # # 02 · First kernels: blocks, masks, bandwidth, fusion
 #
-# Most operations in a neural network do almost no arithmetic per byte they touch: an addition,
-# an activation, a scale. Their speed is set by memory traffic: how many bytes travel between
-# the GPU's DRAM (HBM) and its cores, and how much of each transfer is put to use. 00 launched a
-# first kernel. This notebook takes the model apart and measures it: what one program sees, why
-# masks exist, how close a plain kernel comes to the memory system's limit, what happens when
-# neighbouring threads stop reading neighbouring addresses, and how fusing a chain of elementwise
-# operations into one kernel removes whole passes over memory.
+# *Reading time: about 11 minutes.*
 #
-# **You will learn:** how a grid of programs covers a tensor (program ids, `tl.arange`, typed
-# pointers, masks, `tl.constexpr`); to write a masked kernel that is right at every size; to
-# measure achieved bandwidth against a copy timed in the same run, and what the block size does
-# to it; why coalesced access matters, counted in 32-byte memory transactions, and how much it
-# matters, measured; and to count the memory passes of an eager chain, fuse it into one kernel
-# and measure what that buys.
+# Most operations in a neural network (an addition, an activation, a scale) do almost no
+# arithmetic per byte, so memory traffic sets their speed: how many bytes travel between the GPU's
+# DRAM (HBM) and its cores, and how much of each transfer is used. This notebook takes 00's kernel
+# model apart and measures it: what one program sees, why masks exist, how close a plain kernel
+# comes to the memory system's limit, what happens when neighbouring threads stop reading
+# neighbouring addresses, and how fusing a chain of operations removes whole passes over memory.
+#
+# **You will learn:** how a grid of programs covers a tensor; to write a masked kernel that is right
+# at every size; to measure bandwidth against a copy timed in the same run, and what the block size
+# does to it; why coalesced access matters, in 32-byte transactions; and to fuse an eager chain
+# into one kernel and measure what that buys.
 
 # %%
 from grader.runtime import device
@@ -50,31 +49,30 @@ RUN_BENCHMARKS = True
 # %% [markdown]
 # ## Programs, blocks, pointers and masks
 #
-# A launch `kernel[grid](...)` starts one **program** per grid point. A 1-D grid `(P,)` starts
-# `P` programs, numbered by `tl.program_id(0)`; grids have up to three axes. Programs are
-# independent: they run in no promised order, many at once on a GPU, where each program is one
-# thread block of `num_warps` warps of 32 threads (4 warps unless the launch says otherwise; see
-# `num_warps` in the documentation of `triton.Config`). In the interpreter they run one after
-# another, in Python.
+# A launch `kernel[grid](...)` starts one **program** per grid point: a 1-D grid `(P,)` starts `P`
+# programs numbered by `tl.program_id(0)` (grids have up to three axes). Programs are independent
+# and run in no promised order: many at once on a GPU, each one thread block of `num_warps` warps
+# of 32 threads (4 unless the launch says otherwise; see `triton.Config`), and one after another in
+# the interpreter.
 #
-# Inside a program, Triton code works on **blocks**: `tl.arange(0, BLOCK)` is the vector
-# `0, 1, ..., BLOCK-1`, and arithmetic on it is elementwise. Its length must be a power of two
-# and known when the kernel is compiled, which is what `BLOCK: tl.constexpr` declares: the
-# compiler then knows the shape of every block and can assign elements to threads. Each distinct
-# value of a `constexpr` compiles a separate kernel; a plain integer such as `n` is a run-time
-# argument, so one compiled kernel serves every size.
-#
-# A tensor argument arrives as a **pointer** to its first element, typed by the tensor's dtype.
-# Adding an integer moves it by that many *elements*, not bytes, so `x_ptr + offsets` is a block
-# of `BLOCK` addresses and `tl.load` reads them all. Strides are counted in elements too.
+# Inside a program, code works on **blocks**: `tl.arange(0, BLOCK)` is `0, 1, ..., BLOCK-1`, and
+# arithmetic on it is elementwise. Its length must be a power of two known at compile time, which
+# `BLOCK: tl.constexpr` declares, so the compiler can assign elements to threads. Each value of a
+# `constexpr` compiles its own kernel; a plain integer such as `n` is a run-time argument, so one
+# kernel serves every size.
+
+# %% [markdown]
+# A tensor argument arrives as a **pointer** to its first element, typed by its dtype. Adding an
+# integer moves it by that many *elements*, not bytes: `x_ptr + offsets` is a block of addresses
+# and `tl.load` reads them all. Strides count elements too.
 #
 # A **mask** switches lanes off: `tl.load(ptrs, mask=m, other=0.0)` reads nothing where `m` is
-# false and yields `other` there, and `tl.store(ptrs, v, mask=m)` writes nothing there. The last
-# program's block usually sticks out past the end of the tensor; without a mask it reads and
-# writes memory that belongs to something else.
+# false and yields `other` there; `tl.store(ptrs, v, mask=m)` writes nothing there. The last
+# program's block usually sticks out past the tensor's end; unmasked, it reads and writes memory
+# that belongs to something else.
 #
-# The kernel below stores, for every element, the program and the lane that wrote it. The two
-# outputs are 24 elements long, filled with -1, and the launch says `n = 20`: watch the last four.
+# The kernel below stores, for each element, the program and lane that wrote it. The outputs hold
+# 24 elements set to -1, and the launch says `n = 20`: watch the last four.
 
 # %%
 @triton.jit
@@ -112,15 +110,14 @@ except Exception as refusal:  # the interpreter and the compiler word it alike
 # %% [markdown]
 # ## Vector add, correct at every size
 #
-# The reference is PyTorch's `x + y`: it reads `2n` elements and writes `n`, and does one
-# addition per element, so only memory traffic can make it slow.
+# The reference is PyTorch's `x + y`: `2n` elements read, `n` written, one addition each, so only
+# memory traffic can make it slow.
 #
-# How does a grader catch a missing mask? A kernel that writes past the end of `out` still leaves
-# `out` itself right. So `checks.check` places every output in the middle of a longer buffer
-# whose two ends hold the grader's NaN poison (the **guard bands**); after the call, any guard
-# element that no longer holds the poison was written by a lane that should have been masked off.
-# The tests here also put every input at the front of a longer random buffer, so that a lane that
-# loads past the end reads plausible numbers, as it would on a GPU, rather than failing loudly.
+# A kernel that writes past the end of `out` still leaves `out` right, so how does a grader see a
+# missing mask? `checks.check` puts every output in the middle of a longer buffer whose ends hold
+# the grader's NaN poison (**guard bands**): a guard element that lost its poison was written by a
+# lane that should have been masked. Inputs sit at the front of longer random buffers, so a lane
+# that loads past the end reads plausible numbers, as on a GPU, instead of failing loudly.
 
 # %%
 def add_reference(x, y):  # reads 2n elements, writes n
@@ -144,10 +141,11 @@ def add_inputs(n, dtype=torch.float32):
 
 
 # %% [markdown]
-# ### Exercise: the add kernel
+# ### Exercise 1 · the add kernel (3 points)
 #
-# Write the whole body this time: the program's offsets, the mask, two masked loads, the sum, and
-# a masked store. Nothing may depend on `n` being a multiple of `BLOCK`.
+# Write the whole body this time: which elements does this program own, which of them exist, and
+# what must the loads and the store do with the others? Nothing may depend on `n` being a multiple
+# of `BLOCK`.
 
 # %% nbgrader={"grade_id": "add-kernel", "solution": true}
 @triton.jit
@@ -186,10 +184,9 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block: int = 1024) 
 # %% [markdown]
 # ### Visible test
 #
-# 1000 elements with the default `BLOCK = 1024`: one program, whose last 24 lanes lie past the
-# end. Fresh random inputs, two trials, `out` and its guard bands poisoned, a float64 reference.
-# `kernels=["add_kernel"]` makes the check record the call's Triton launches: `add_kernel` must be
-# launched on `x` and `y` and write every element of `out` itself.
+# 1000 elements with `BLOCK = 1024`: one program whose last 24 lanes lie past the end. Fresh inputs,
+# two trials, `out` and its guard bands poisoned, a float64 reference; `kernels=["add_kernel"]`
+# requires `add_kernel` to be launched on `x` and `y` and to write every element of `out` itself.
 
 # %% nbgrader={"grade": true, "grade_id": "test-add-visible", "points": 1}
 checks.check(add, add_reference, add_inputs(1000), kernels=["add_kernel"])
@@ -198,8 +195,8 @@ print("visible test passed: 1000 elements, float32, written by add_kernel, nothi
 # %% [markdown]
 # ### Hidden tests
 #
-# Sizes from 1 element to large primes, float32 and float16 (and bfloat16 on a GPU), and other
-# block sizes.
+# Sizes from 1 element to large primes, float32 and float16 (and bfloat16 on a GPU), other block
+# sizes.
 
 # %% nbgrader={"grade": true, "grade_id": "test-add-hidden", "points": 2}
 # one element; the hidden tests follow
@@ -218,13 +215,11 @@ print(f"hidden tests passed: sizes {ADD_SIZES}, dtypes {[str(d)[6:] for d in DTY
 # %% [markdown]
 # ## How close to the limit?
 #
-# An add of `n` float32 elements moves `3 * 4n` bytes: two reads and one write. The fair
-# yardstick is a plain device-to-device copy of the same number of bytes, timed in the same run
-# (`perf.copy_baseline`): it does no arithmetic at all, so it is as close to the memory system's
-# limit as ordinary code gets. A datasheet states a peak instead (3.35 TB/s for an H100 SXM:
-# NVIDIA H100 Tensor Core GPU datasheet); a peak is not something code is promised, while the
-# copy is a rate this device has just shown it can sustain. The cell prints both rates and their
-# ratio, and records your kernel's time for the closing roofline of 08.
+# An add of `n` float32 elements moves `3 * 4n` bytes. The yardstick is a device-to-device copy of
+# as many bytes timed in the same run (`perf.copy_baseline`): no arithmetic, as close to the memory
+# system's limit as ordinary code gets. A datasheet peak (3.35 TB/s for an H100 SXM, NVIDIA H100
+# Tensor Core GPU datasheet) is not promised to any code; the copy is a rate this device has just
+# sustained. The cell prints both and their ratio, and records your time for 08's closing roofline.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -247,17 +242,16 @@ else:
 # %% [markdown]
 # ### What the block size does
 #
-# `BLOCK` decides how the work is cut: `n / BLOCK` programs of `BLOCK` elements each, spread over
-# the 4 warps (128 threads) of each program. Two things pull in opposite directions:
+# `BLOCK` cuts the work into `n / BLOCK` programs, each spread over 4 warps (128 threads). Two
+# forces pull apart:
 #
-# - **Small blocks** give each program little to do. Every program pays fixed costs (being
-#   scheduled, computing its offsets), and an SM can hold only a limited number of resident
-#   blocks at once (32 on compute capability 9.0: CUDA C++ Programming Guide, *Compute
-#   Capabilities*), so small blocks cap the bytes in flight per SM. Memory bandwidth needs many
-#   requests in flight at once (bytes in flight = bandwidth x latency, Little's law).
-#   With fewer than 128 elements, some threads have nothing to do.
-# - **Large blocks** give each thread many elements. That means more registers per thread, fewer
-#   programs resident per SM and, at the extreme, registers spilled to memory.
+# - **Small blocks** give a program little to do. Each pays fixed costs (scheduling, offsets), and
+#   an SM holds a limited number of resident blocks (32 at compute capability 9.0: CUDA C++
+#   Programming Guide, *Compute Capabilities*), so small blocks cap the bytes in flight, and
+#   bandwidth needs many (bytes in flight = bandwidth x latency, Little's law). Under 128
+#   elements, some threads idle.
+# - **Large blocks** give each thread many elements: more registers per thread, fewer programs per
+#   SM and, at the extreme, spills to memory.
 #
 # The sweep times the add at each block size on 64 Mi elements; the dashed line is the copy.
 
@@ -280,39 +274,28 @@ else:
           "in Python, so BLOCK changes only how long this notebook takes.")
 
 # %% [markdown]
-# Read the curve from the left: where does it reach the copy line, and does it stay there? The
-# block size where the curve flattens is the smallest that keeps enough bytes in flight; past the
-# flat part, larger blocks stop helping. A kernel that sits on the copy line is done, as far as
-# memory is concerned: the only way to make it faster is to move fewer bytes.
+# Read the curve from the left: where does it reach the copy line, and does it stay there? Where it
+# flattens, blocks keep enough bytes in flight; larger ones stop helping. A kernel on the copy line
+# is done as far as memory goes: only moving fewer bytes makes it faster.
 #
 # ## Coalescing: a warp's accesses, in 32-byte sectors
 #
-# A GPU thread does not fetch memory on its own. The 32 threads of a warp execute a load together,
-# and the hardware combines (*coalesces*) their addresses into as few memory transactions as it
-# can. For devices of compute capability 6.0 and newer, NVIDIA's *CUDA C++ Best Practices Guide*
-# (section *Coalesced Access to Global Memory*) states the rule: a warp's concurrent accesses
-# coalesce into as many transactions as there are **32-byte** segments needed to serve all of its
-# threads. The *CUDA C++ Programming Guide* (section *Device Memory Accesses*) adds that these
-# transactions are naturally aligned: only whole, aligned segments are read or written.
+# The 32 threads of a warp execute a load together, and the hardware combines (*coalesces*) their
+# addresses into as few transactions as it can: from compute capability 6.0, as many as there are
+# **32-byte** segments needed to serve the warp (*CUDA C++ Best Practices Guide*, *Coalesced Access
+# to Global Memory*), naturally aligned (*CUDA C++ Programming Guide*, *Device Memory Accesses*).
+# A warp loading float32:
 #
-# For a warp loading float32 values (4 bytes each):
-#
-# | lanes read | bytes used | 32-byte sectors fetched | bytes fetched per byte used |
+# | lanes read | bytes used | 32-byte sectors | fetched per byte used |
 # |---|---|---|---|
 # | consecutive elements | 128 | 4 | 1 |
-# | every 2nd element | 128 | 8 | 2 |
+# | every 2nd | 128 | 8 | 2 |
 # | every 4th | 128 | 16 | 4 |
 # | every 8th or sparser | 128 | 32 | 8 |
 #
-# The Best Practices Guide's *Strided Accesses* section works the same example: a stride of 2
-# halves the load efficiency, and larger strides waste more until each thread's 4 bytes cost a
-# whole 32-byte sector. Reading a column of a row-major matrix is such a strided read: the stride
-# is the row length.
-#
-# The experiment: copy `n` float32 elements into a contiguous output, reading them from the input
-# at stride `S` (`out[i] = x[i * S]`). Every stride moves the same useful bytes. The writes are
-# contiguous at every stride, so the sector count predicts a time ratio to the contiguous copy of
-# `(min(S, 8) + 1) / 2`: reads cost `min(S, 8)` times more, writes the same.
+# Reading a column of a row-major matrix is such a strided read. The experiment copies `n` float32
+# elements reading at stride `S` (`out[i] = x[i * S]`), writing contiguously, so the sectors predict
+# a time ratio to the plain copy of `(min(S, 8) + 1) / 2`.
 
 # %%
 @triton.jit
@@ -375,27 +358,23 @@ else:
           f"{STRIDES} and plots the slowdown against the 32-byte sector model.")
 
 # %% [markdown]
-# The model counts sectors only. Where the measured ratio sits above it, the strided reads cost
-# more than their sectors' bytes; where it sits below, part of the traffic was hidden (sectors
-# reused from a cache, or time spent on something other than the reads). Either way the lesson
-# for writing kernels is the same: **neighbouring lanes should touch neighbouring addresses**.
+# The model counts sectors only. Where the measured ratio sits above it, strided reads cost more
+# than their sectors' bytes; below it, part of the traffic was hidden (sectors reused from a cache,
+# or time spent elsewhere). The lesson is the same: **neighbouring lanes should touch neighbouring
+# addresses**.
 #
-# In Triton you do not assign lanes to threads yourself; the compiler lays each block out over
-# the threads, placing consecutive elements along the axis it can show to be contiguous in
-# consecutive lanes, and emitting vector loads of up to 16 bytes per thread when it can also show
-# alignment. Your part is to give it blocks whose contiguous axis is long: for a row-major 2-D
-# tensor, tiles that are wide along the rows, with the column offsets `tl.arange(0, BLOCK_N)` on
-# the last axis of the pointer block.
-#
+# In Triton you do not assign lanes to threads: the compiler lays each block out, putting
+# consecutive elements along the axis it can show to be contiguous in consecutive lanes, with
+# vector loads of up to 16 bytes per thread when it can also show alignment. Your part is to give
+# it blocks whose contiguous axis is long: for a row-major 2-D tensor, tiles wide along the rows,
+# with `tl.arange(0, BLOCK_N)` on the pointer block's last axis.
+
+# %% [markdown]
 # ## Fusion: one pass instead of three
 #
-# A common piece of a transformer's MLP: add a bias to every row, apply GELU, scale.
-#
-# `y = gelu(x + bias) * scale`, with `x` of shape `(M, N)`, `bias` of shape `(N,)` (a row vector
-# broadcast over the `M` rows), `scale` a number.
-#
-# Written in PyTorch, each operation is its own kernel, and each reads its input from memory and
-# writes its result back:
+# A piece of a transformer's MLP: `y = gelu(x + bias) * scale`, with `x` of shape `(M, N)`, `bias`
+# of shape `(N,)` (broadcast over the rows) and a number `scale`. In PyTorch each operation is its
+# own kernel, reading its input from memory and writing its result back:
 #
 # | eager step | reads | writes | full-tensor passes |
 # |---|---|---|---|
@@ -405,19 +384,14 @@ else:
 # | **eager, 3 kernels** | | | **6** |
 # | **fused, 1 kernel** | `x`, `bias` | `y` | **2** |
 #
-# (`bias` is `N` elements, `1/M` of a pass: negligible for large `M`.) If every pass runs at the
-# same bandwidth, the fused kernel takes a third of the eager chain's time. That ratio comes
-# from counting bytes; the measurement below says how much of it survives.
+# (`bias` is `1/M` of a pass.) At equal bandwidth, the fused kernel takes a third of the chain's
+# time; the measurement says how much of that survives.
 #
-# **Which GELU.** GELU is `x * Phi(x)`, with `Phi` the standard normal CDF (Hendrycks and Gimpel,
-# *Gaussian Error Linear Units*, arXiv:1606.08415). Its tanh approximation, from the same paper,
-# is `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`, which is exactly what
-# `torch.nn.functional.gelu(x, approximate="tanh")` computes (PyTorch documentation of
-# `torch.nn.GELU`). Triton's core language has no `tanh`, but `0.5 * (1 + tanh(u))` equals
-# `sigmoid(2u)`, and `tl.sigmoid` is ordinary Triton code (built on `tl.exp`) that runs in the
-# interpreter too. So the kernel computes `z * sigmoid(2u)` with `z = x + bias` and
-# `u = sqrt(2/pi) * (z + 0.044715 * z**3)`, while the float64 reference uses PyTorch's tanh
-# form: the same function, written two ways. The cell checks that the two agree in float64.
+# **Which GELU.** GELU is `x * Phi(x)`, `Phi` the standard normal CDF (Hendrycks and Gimpel,
+# arXiv:1606.08415); `F.gelu(x, approximate="tanh")` computes the paper's tanh approximation,
+# `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`. Triton's core language has no
+# `tanh`, but `0.5 * (1 + tanh(u)) = sigmoid(2u)`, and `tl.sigmoid` runs in the interpreter too.
+# The cell checks in float64 that the two forms agree.
 
 # %%
 def bias_gelu_scale_reference(x, bias, scale):  # eager: 3 kernels, 6 passes over an (M, N) tensor
@@ -434,21 +408,21 @@ print(f"z * sigmoid(2u) vs torch's tanh-form GELU on [-12, 12], float64: "
       f"max |difference| = {difference:.1e}")
 
 # %% [markdown]
-# ### Exercise: the fused bias + GELU + scale kernel
+# ### Exercise 2 · the fused bias + GELU + scale kernel (6 points)
 #
-# The launcher (given, below the kernel) starts a 2-D grid: axis 0 over blocks of `BLOCK_M` rows,
-# axis 1 over blocks of `BLOCK_N` columns. In the kernel:
+# The given launcher starts a 2-D grid: axis 0 over blocks of `BLOCK_M` rows, axis 1 over blocks of
+# `BLOCK_N` columns. Write the kernel's body:
 #
-# 1. Build the row offsets `(BLOCK_M,)` and column offsets `(BLOCK_N,)` of this program's tile, and
-#    a `(BLOCK_M, BLOCK_N)` mask from both (`[:, None]` and `[None, :]` broadcast a vector into a
-#    column or a row of the tile).
-# 2. Load the tile of `x`: element `(m, n)` lives at `x_ptr + m * stride_xm + n` (columns are
-#    contiguous; rows are `stride_xm` elements apart, which need not equal `N`).
-# 3. Load the `(BLOCK_N,)` slice of `bias` once, and broadcast it over the rows.
-# 4. Compute in float32 whatever the input dtype (`.to(tl.float32)`): `z = x + bias`,
-#    `u = sqrt(2/pi) * (z + 0.044715 * z**3)` with `sqrt(2/pi) = 0.7978845608028654`,
-#    `y = z * sigmoid(2u) * scale`.
-# 5. Store `y` converted to the output's dtype (`out_ptr.dtype.element_ty`), with the mask.
+# 1. This program's tile: its row and column offsets, and a `(BLOCK_M, BLOCK_N)` mask. How do you
+#    combine a `(BLOCK_M,)` and a `(BLOCK_N,)` vector into a tile (think broadcasting)?
+# 2. Where does element `(m, n)` of `x` live, given that columns are contiguous and rows are
+#    `stride_xm` elements apart (not necessarily `N`)?
+# 3. `bias` has one value per column: load its slice once and apply it to every row of the tile.
+# 4. Compute `y = z * sigmoid(2u) * scale` with `z = x + bias` and
+#    `u = sqrt(2/pi) * (z + 0.044715 * z**3)`, `sqrt(2/pi) = 0.7978845608028654`. Inputs may be
+#    float16 and large: in which precision should this run, and in which dtype must `out` be
+#    written?
+# 5. Store with the mask.
 
 # %% nbgrader={"grade_id": "fused-kernel", "solution": true}
 @triton.jit
@@ -506,17 +480,16 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
 
 
 # %% [markdown]
-# The launcher's default tile is one row slice of 8192 elements per program, run by 16 warps:
-# 16 elements per thread, so each thread has several 16-byte loads in flight. Of the tiles the
-# course's benchmarks time, it came closest to the copy's bandwidth on an H200: 0.963 of it,
-# against 0.941 for 4 × 1024 tiles with 4 warps (the course's benchmark report of 2026-11-21 on an
-# H200, table "02 fused kernel: launcher tiles"). The kernel computes the same thing for any tile:
-# the hidden tests run it with others.
+# The launcher's default tile is one row slice of 8192 elements run by 16 warps: 16 elements per
+# thread, several 16-byte loads in flight each. Of the tiles the course's benchmarks time, it came
+# closest to the copy on an H200: 0.963 of its bandwidth, against 0.941 for 4 × 1024 tiles with 4
+# warps (the course's benchmark report of 2026-11-21, table "02 fused kernel: launcher tiles"). The
+# hidden tests run your kernel with other tiles too.
 #
-# The tests feed the kernel fresh inputs: `x` and `bias` from a normal distribution, `scale`
-# drawn from [0.25, 0.75), every input followed by random spare data. They also check that
-# `bias_gelu_scale_kernel` did the work: it was launched on `x` and `bias` and wrote every element
-# of `out` itself. Computing the result with PyTorch inside the launcher is not the exercise.
+# The tests draw `x` and `bias` from a normal distribution and `scale` from [0.25, 0.75), each
+# input followed by random spare data, and check that `bias_gelu_scale_kernel` was launched on `x`
+# and `bias` and wrote every element of `out` itself: computing the result with PyTorch in the
+# launcher fails.
 
 # %%
 def fused_inputs(shape, dtype=torch.float32, x_scale=1.0, row_gap=0):
@@ -551,9 +524,9 @@ print("visible test passed: (37, 300) float32, computed by bias_gelu_scale_kerne
 # %% [markdown]
 # ### Hidden tests
 #
-# Odd shapes from `(1, 1)` up, float32 and float16 (and bfloat16 on a GPU), other tile shapes,
-# rows further apart than `N` (a column slice of a wider tensor), and inputs a hundred times
-# larger, where a careless formula overflows.
+# Odd shapes from `(1, 1)` up, float32 and float16 (and bfloat16 on a GPU), other tile shapes, rows
+# further apart than `N` (a column slice of a wider tensor), and inputs a hundred times larger,
+# where a careless formula overflows.
 
 # %% nbgrader={"grade": true, "grade_id": "test-fused-hidden", "points": 3}
 check_fused((1, 1))  # one element; the hidden tests follow
@@ -574,20 +547,19 @@ print(f"hidden tests passed: shapes {FUSED_SHAPES}, dtypes {[str(d)[6:] for d in
 # %% [markdown]
 # ### Speed (graded on a GPU)
 #
-# On an `(8192, 8192)` float32 tensor (256 MiB, several times the 50 MB L2 cache of an H100 per
-# its datasheet, so every pass goes to HBM), two thresholds:
+# On an `(8192, 8192)` float32 tensor (256 MiB, several times an H100's 50 MB L2 per its
+# datasheet, so every pass goes to HBM), two thresholds:
 #
-# - at least **2x** as fast as the eager PyTorch chain (`bias_gelu_scale_reference`: 3 kernels,
-#   6 passes; counting bytes predicts 3x, so 2x leaves room);
-# - at least **80%** of the copy bandwidth, counting the ideal traffic only: `x` read once,
-#   `bias` read once, `y` written once.
+# - at least **2x** as fast as the eager chain (`bias_gelu_scale_reference`: 3 kernels, 6 passes;
+#   counting bytes predicts 3x);
+# - at least **80%** of the copy bandwidth, counting the ideal traffic: `x` and `bias` read once,
+#   `y` written once.
 #
-# The inputs are negated in place before every timed call, and the output of the last timed call
-# and of a few drawn at random is checked against the float64 reference for that call's inputs:
-# an output kept from an earlier call is wrong there. A figure above the copy's bandwidth, or a
-# timer that disagrees with the host clock, is flagged and scores 0. A kernel that makes two
-# passes where one would do moves twice the ideal bytes: at best 50% of the copy's bandwidth and
-# 6/4 = 1.5x the eager chain, short of both thresholds.
+# The inputs are negated in place before every timed call, and the output of the last call and of
+# a few drawn at random is checked against the float64 reference for that call's inputs, so an
+# output kept from an earlier call fails. A bandwidth above the copy's, or a timer that disagrees
+# with the host clock, scores 0. A kernel making two passes where one would do reaches at best 50%
+# of the copy and 6/4 = 1.5x the eager chain: short of both.
 
 # %%
 M_speed, N_speed = DEVICE.pick(gpu=FUSED_BENCH_SHAPE, interpreter=(8, 32))
@@ -625,9 +597,9 @@ perf.grade_bandwidth(fused_speed, bytes_moved=ideal_bytes, at_least=0.8, points=
 # %% [markdown]
 # ### Where the time goes
 #
-# Each eager step timed on its own, next to a copy of one read and one write of the tensor, the
-# whole eager chain and the fused kernel. If the accounting above is right, each eager step costs
-# about one copy, the chain about three, and the fused kernel about one.
+# Each eager step timed alone, beside a copy of one read and one write of the tensor, the whole
+# chain and the fused kernel. If the accounting holds, each step costs about one copy, the chain
+# about three, the fused kernel about one.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -661,32 +633,32 @@ else:
 # %% [markdown]
 # ## Summary
 #
-# - A launch starts a grid of independent programs; each builds its offsets from
-#   `tl.program_id` and `tl.arange(0, BLOCK)`, with `BLOCK` a power-of-two `tl.constexpr`, and
-#   adds them to typed pointers that count in elements.
-# - Masks make a kernel right at every size; a guard band of poison after the output is how a
-#   test sees a store that escaped its mask.
+# - A launch starts a grid of independent programs; each builds its offsets from `tl.program_id`
+#   and `tl.arange(0, BLOCK)` (`BLOCK` a power-of-two `tl.constexpr`) and adds them to typed
+#   pointers that count in elements.
+# - Masks make a kernel right at every size; a guard band of poison after the output shows a store
+#   that escaped its mask.
 # - An elementwise kernel is judged against a copy of the same bytes timed in the same run; the
-#   block size decides how many bytes each program keeps in flight.
+#   block size sets how many bytes each program keeps in flight.
 # - A warp's accesses are served in 32-byte sectors: neighbouring lanes on neighbouring addresses
 #   use every byte fetched; a stride of 8 or more float32 elements uses one byte in eight.
-# - Eager PyTorch runs each elementwise operation as its own pass over memory; fusing the chain
-#   into one kernel leaves one read and one write, and the time follows the bytes.
-#
+# - Eager PyTorch makes a pass over memory per operation; a fused kernel leaves one read and one
+#   write, and the time follows the bytes.
+
+# %% [markdown]
 # ## Further exercises
 #
-# 1. Sweep `num_warps` (pass `num_warps=2, 8, 16` to the launch) for the add at `BLOCK` 1024 and
-#    4096. Which combinations keep the add on the copy line, and why?
-# 2. Write a transpose kernel, `out[j, i] = x[i, j]`, with square tiles. Measure it on an
-#    8192 x 8192 float32 tensor against a copy. Which side of it, the reads or the writes, is
-#    strided, and does the measured cost match the sector model?
-# 3. Time `torch.compile(bias_gelu_scale_reference)` on the speed-test tensors. Look at how many
-#    kernels it launches (`torch.profiler`) and compare its time with yours.
-# 4. Add a residual: `y = gelu(x + bias) * scale + r`. Count the passes of the eager chain and
-#    of a fused kernel, predict the speedup, then measure it.
-# 5. In float16, eager PyTorch rounds `t` and `g` to float16 between its kernels; the fused
-#    kernel keeps them in float32. Compare the largest error of each against the float64
-#    reference on the same inputs.
+# 1. Sweep `num_warps` (2, 8, 16) for the add at `BLOCK` 1024 and 4096. Which combinations stay on
+#    the copy line, and why?
+# 2. Write a transpose kernel, `out[j, i] = x[i, j]`, with square tiles, and time it on an 8192 x
+#    8192 float32 tensor against a copy. Which side is strided, and does the sector model predict
+#    the cost?
+# 3. Time `torch.compile(bias_gelu_scale_reference)` on the speed-test tensors. How many kernels
+#    does it launch (`torch.profiler`), and how does its time compare with yours?
+# 4. Add a residual, `y = gelu(x + bias) * scale + r`: count the passes eager and fused, predict
+#    the speedup, measure it.
+# 5. In float16, eager PyTorch rounds `t` and `g` to float16 between kernels; the fused kernel keeps
+#    float32. Compare each one's largest error against the float64 reference.
 # 6. Write the exact GELU, `0.5 * z * (1 + erf(z / sqrt(2)))`, with `tl.math.erf`, and check it
-#    against `F.gelu(x, approximate="none")` in float64. How far apart are the two GELUs, and is
-#    the exact one any slower?
+#    against `F.gelu(x, approximate="none")` in float64. How far apart are the two GELUs, and is the
+#    exact one slower?

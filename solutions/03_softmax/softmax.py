@@ -1,19 +1,18 @@
 # %% [markdown]
 # # 03 · Fused softmax
 #
-# Softmax turns each row of scores into probabilities: exponentiate, then divide by the row's
-# sum. It sits inside every attention layer and every classifier, and it does almost no
-# arithmetic per element, so its speed is set by memory traffic. Written as a handful of PyTorch
-# operations, it sends the whole matrix to and from memory several times; one Triton kernel that
-# keeps a row on chip reads it once and writes it once. This notebook counts that difference,
-# builds the kernel, makes it exact on the inputs that break naive versions (huge values, `-inf`,
-# rows of awkward lengths), and measures where it stops working: rows too long to keep on chip.
+# *Reading time: about 10 minutes.*
 #
-# **You will learn:** how many trips to memory a chain of eager operations costs and how to
-# count them; how a reduction along a row runs inside one program; why softmax subtracts the
-# row's maximum, and what overflows when it does not; how to handle rows whose length is not a
-# power of two (masks and `-inf` padding); how `num_warps` and rows per program change speed;
-# and how bandwidth varies with row length, up to the point where a row no longer fits on chip.
+# Softmax turns each row of scores into probabilities: exponentiate, then divide by the row's sum.
+# It sits in every attention layer and classifier and does little arithmetic per element, so
+# memory traffic sets its speed. As a chain of PyTorch operations it sends the matrix to memory and
+# back several times; one Triton kernel that keeps a row on chip reads it once and writes it once.
+# You will count that difference, write the kernel, make it exact on the inputs that break naive
+# versions, and find where rows grow too long to keep on chip.
+#
+# **You will learn:** how to count the memory trips of eager operations; how a program reduces a
+# row; why softmax subtracts the row's maximum; how to handle rows whose length is not a power of
+# two; how `num_warps` and rows per program change speed; and where long rows stop fitting.
 
 # %%
 from grader.runtime import device
@@ -51,14 +50,14 @@ RUN_BENCHMARKS = True
 # %% [markdown]
 # ## Softmax from eager operations, and what it costs
 #
-# For a row $x$ of $N$ numbers, $\mathrm{softmax}(x)_j = e^{x_j - m} / \sum_k e^{x_k - m}$,
-# where $m = \max_k x_k$. Subtracting $m$ changes nothing mathematically (it multiplies the
-# numerator and the denominator by the same $e^{-m}$) and, as the next section shows, everything
-# numerically. For an $M \times N$ matrix we take the softmax of each row.
+# For a row $x$ of $N$ numbers, $\mathrm{softmax}(x)_j = e^{x_j - m} / \sum_k e^{x_k - m}$ with
+# $m = \max_k x_k$. Subtracting $m$ changes nothing mathematically (numerator and denominator both
+# gain a factor $e^{-m}$) and, as the next section shows, everything numerically. An
+# $M \times N$ matrix takes the softmax of each row.
 #
 # In eager PyTorch each operation is its own kernel: it reads its inputs from device memory and
-# writes its result back before the next one starts. Five of them make a softmax. The comments
-# count traffic in elements; the reference the grader uses is `torch.softmax` in float64.
+# writes its result back. Five of them make a softmax; the comments count their traffic in
+# elements. The grader's reference is `torch.softmax` in float64.
 
 # %%
 def softmax_eager(x):
@@ -75,11 +74,10 @@ def softmax_reference(x):  # what the grader compares with; reads M*N at least, 
 
 
 # %% [markdown]
-# Rather than trust the comments, let PyTorch count. `TrafficCounter` below is a
-# `torch.overrides.TorchFunctionMode`: every PyTorch function called inside `with` passes through
-# it, and it adds up the bytes of the tensors each operation takes (it must read them) and
-# returns (it must write them). A memory-bound kernel moves at least those bytes, so the total is
-# a floor on eager softmax's traffic.
+# Rather than trust the comments, let PyTorch count. `TrafficCounter` is a
+# `torch.overrides.TorchFunctionMode`: each PyTorch function called inside `with` passes through
+# it, and it adds up the bytes of the tensors the operation takes (reads) and returns (writes). A
+# memory-bound kernel moves at least those bytes, so the total is a floor on eager traffic.
 
 # %%
 class TrafficCounter(TorchFunctionMode):
@@ -112,12 +110,11 @@ print(f"\neager softmax moves {reads + writes:.2f} matrices of {matrix / 2**20:.
       f"pass moves 2 (read once, write once): at most {(reads + writes) / 2:.2f}x less traffic.")
 
 # %% [markdown]
-# Five reads and three writes of the matrix, against one read and one write for a single pass:
-# if every kernel ran at the memory system's full speed, one fused kernel would be about four
-# times as fast. On a GPU the next cell times each eager operation on the graded shape and turns
-# its counted bytes into a bandwidth, beside a plain device-to-device copy measured in the same
-# run. Where each operation's bandwidth is close to the copy's, the waste is in the number of
-# trips, not in how each trip is made.
+# Five reads and three writes of the matrix, against one of each for a single pass: if every
+# kernel ran at full memory speed, one fused kernel would be about four times as fast. On a GPU the
+# next cell times each eager operation on the graded shape and turns its bytes into a bandwidth,
+# beside a device copy measured in the same run. Where the two are close, the waste lies in the
+# number of trips, not in how each is made.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -153,14 +150,12 @@ else:
 # %% [markdown]
 # ## Why subtract the maximum
 #
-# $e^x$ outgrows every floating-point format quickly: it exceeds the largest float32
-# ($\approx 3.4 \times 10^{38}$) once $x$ passes $\ln(3.4 \times 10^{38}) \approx 88.7$, and the
-# largest float16 (65504) once $x$ passes about 11.1. The cell computes both limits from
-# `torch.finfo`. Past them `exp` returns `inf`, and `inf / inf` is NaN: a softmax without the
-# subtraction returns NaN for any row that holds one large score. After subtracting the row's
-# maximum every exponent is at most 0, every $e^{x_j - m}$ lies in $[0, 1]$, and the sum lies
-# between 1 and $N$: nothing can overflow. Very negative entries underflow to 0, which is the
-# right answer to the precision of the format.
+# $e^x$ passes the largest float32 ($\approx 3.4 \times 10^{38}$) once $x > 88.7$, and the largest
+# float16 (65504) once $x > 11.1$; the cell computes both limits from `torch.finfo`. Past them
+# `exp` returns `inf`, and `inf / inf` is NaN: without the subtraction, one large score turns its
+# row to NaN. After it, every exponent is at most 0, every $e^{x_j - m}$ lies in $[0, 1]$ and the
+# sum between 1 and $N$: nothing overflows. Very negative entries underflow to 0, which is right to
+# the format's precision.
 
 # %%
 def softmax_naive(x):  # no max subtraction: right on small inputs only
@@ -184,31 +179,27 @@ for dtype in (torch.float32, torch.float16):
 # %% [markdown]
 # ## One program per row
 #
-# The fused kernel gives each row to one program. The program loads the whole row into
-# registers (`BLOCK` lanes, spread over its threads), finds the maximum with `tl.max`, computes
-# the exponentials and their sum with `tl.sum`, divides, and stores the row. The reductions
-# happen on chip: the threads of one program combine their partial results through registers
-# and shared memory, never through device memory. So the kernel reads each element once and
-# writes it once, the minimum any softmax can do.
+# Each row goes to one program, which loads the whole row into registers (`BLOCK` lanes spread
+# over its threads), takes its maximum with `tl.max`, its exponentials and their sum with
+# `tl.sum`, divides, and stores. The reductions stay on chip (registers and shared memory), so the
+# kernel reads each element once and writes it once, the least any softmax can do.
 #
-# `tl.arange` needs a power-of-two length, so `BLOCK = triton.next_power_of_2(N)`, and a mask
-# (`cols < N`) switches off the lanes past the row's end. What masked lanes hold matters here,
-# unlike in an elementwise kernel: they take part in the max and the sum. Filled with `-inf`
-# they change neither: `max(m, -inf) = m` and $e^{-\infty - m} = 0$. Filled with 0 they add
-# $e^{0 - m}$ per padded lane to the sum, and if every real entry is negative, 0 becomes the max.
+# `tl.arange` needs a power-of-two length, so `BLOCK = triton.next_power_of_2(N)` and a mask
+# (`cols < N`) switches off the lanes past the row's end. Unlike in an elementwise kernel, what
+# those lanes hold matters: they take part in the max and the sum.
 #
-# Short rows leave a program with little to do, so the kernel can also own `ROWS` rows at once:
-# a `(ROWS, BLOCK)` tile, reduced along axis 1 (each row separately), with a second mask for the
-# rows past the matrix's end. The picture shows a 6 x 5 matrix in tiles of `ROWS = 4` by
-# `BLOCK = 8`.
+# Short rows leave a program little to do, so a program may own `ROWS` rows: a `(ROWS, BLOCK)`
+# tile reduced along axis 1, with a second mask for rows past the matrix's end. The picture shows
+# a 6 x 5 matrix in tiles of `ROWS = 4` by `BLOCK = 8`.
 
 # %% [markdown]
-# ![6 x 5 matrix in ROWS=4 x BLOCK=8 tiles; padding -inf, extra rows masked](figures/row_tiles.svg)
+# ![6 x 5 matrix in ROWS=4 x BLOCK=8 tiles; padded lanes, extra rows masked](figures/row_tiles.svg)
 #
 # *Each program loads a `(ROWS, BLOCK)` tile, reduces each row along axis 1, and masks the padding.*
 
 # %% [markdown]
-# The same padding in PyTorch, on one row of 5 negative scores padded to 8 lanes:
+# Two candidate fills on one row of 5 negative scores padded to 8 lanes: which one leaves the
+# softmax of the real lanes as `torch.softmax` has it?
 
 # %%
 row = torch.tensor([-3.0, -1.0, -2.0, -4.0, -1.5], dtype=torch.float64)
@@ -223,13 +214,13 @@ print(f"{'torch.softmax':>17}: {torch.softmax(row, dim=0).numpy().round(4)}")
 # %% [markdown]
 # ## What the kernel must return on special rows
 #
-# The kernel must match `torch.softmax`, including where the input holds `-inf` (attention masks
-# put it there on purpose). The cell asks PyTorch, in float64, what that means:
+# The kernel must match `torch.softmax`, also where the input holds `-inf` (attention masks put it
+# there on purpose). In float64, PyTorch says:
 #
-# - an entry of `-inf` in a row with a finite maximum gets exactly 0;
-# - a row that is entirely `-inf` has no finite maximum, and its softmax is NaN in every entry
-#   ($-\infty - (-\infty)$ is NaN). Some libraries return zeros for such rows instead; this course
-#   follows `torch.softmax`, and the tests check both rules.
+# - a `-inf` entry in a row with a finite maximum gets exactly 0;
+# - a row of nothing but `-inf` has no finite maximum, and its softmax is NaN everywhere
+#   ($-\infty - (-\infty)$ is NaN). Some libraries return zeros instead; this course follows
+#   `torch.softmax`, and the tests check both rules.
 
 # %%
 special = torch.tensor([[1.0, 2.0, -math.inf, 0.5],
@@ -238,24 +229,21 @@ special = torch.tensor([[1.0, 2.0, -math.inf, 0.5],
 print(torch.softmax(special, dim=1))
 
 # %% [markdown]
-# ### Exercise: the softmax kernel and its launch configuration
+# ### Exercise 1 · the softmax kernel and its launch configuration (6 points)
 #
-# Write the body of `softmax_kernel`. The offsets and masks of the `(ROWS, BLOCK)` tile are
-# given. Then:
+# Write the body of `softmax_kernel`; the tile's offsets and masks are given. Decide:
 #
-# 1. load the tile with the mask, filling masked lanes with `-inf` (`other=-float("inf")`), and
-#    convert it to float32 with `.to(tl.float32)`: float16 inputs are accumulated in float32;
-# 2. take each row's maximum, `tl.max(x, axis=1)`, which has shape `(ROWS,)`; use
-#    `row_max[:, None]` to subtract it from every lane of its row;
-# 3. exponentiate with `tl.exp`, sum each row with `tl.sum(..., axis=1)`, and divide;
-# 4. store with the mask, converting to the output's dtype:
-#    `y.to(out_ptr.dtype.element_ty)`.
+# 1. What must a masked lane hold so that it changes neither its row's maximum nor its sum? Give
+#    that value to `tl.load`.
+# 2. Inputs may be float16. In which precision should the max, the exponentials and the sum be
+#    computed, and in which dtype must the result be stored?
+# 3. `tl.max(x, axis=1)` has shape `(ROWS,)` while `x` is `(ROWS, BLOCK)`: how do you subtract
+#    each row's maximum from every lane of that row?
+# 4. Which lanes may the store write?
 #
-# Then write `launch_config`, which picks `ROWS` and `num_warps` for a row length. Both must be
-# powers of two. Reasonable first answers are `ROWS = 1` and `num_warps = 4`; the reasoning for
-# better ones follows the exercise. The launcher `softmax` is
-# given: it computes `BLOCK` and takes `num_warps` and `rows_per_program` as overrides, so the
-# sweeps below can vary them.
+# Then write `launch_config`: `ROWS` and `num_warps` for a row length, both powers of two. Start
+# with the simplest choice that is correct and improve it with the reasoning below. The given
+# launcher `softmax` takes `num_warps` and `rows_per_program` as overrides for the sweeps.
 
 # %% nbgrader={"grade_id": "softmax-kernel", "solution": true}
 @triton.jit
@@ -321,31 +309,28 @@ def softmax(x, out, *, num_warps=None, rows_per_program=None):
 
 
 # %% [markdown]
-# **The launch configuration, reasoned.** The kernel is memory bound, so what matters is keeping
-# enough loads in flight to cover the time memory takes to answer, without running out of
-# registers. Two knobs do it:
+# **The launch configuration, reasoned.** The kernel is memory bound: what matters is keeping
+# enough loads in flight to cover memory's latency without running out of registers.
 #
-# - `num_warps` sets how many threads (32 per warp) share one program's tile. With too few, each
-#   thread holds a large slice of the row in registers and the SM runs few programs; with too
-#   many, each thread loads only a handful of elements and the cross-warp steps of `tl.max` and
-#   `tl.sum` (through shared memory, with barriers) cost more than they save. The reference aims
-#   for about 16 elements per thread: `num_warps = ROWS * BLOCK / (32 * 16)`, between 1 and 16.
-# - `ROWS` packs several short rows into one program. A 128-element row is 512 bytes: a program
-#   that moves only that spends more time starting and reducing than loading. The reference packs
-#   short rows until the tile holds about 2048 elements.
+# - `num_warps` sets how many threads (32 per warp) share a program's tile. Too few, and each
+#   thread holds a large slice of the row in registers, so the SM runs few programs; too many, and
+#   each thread loads a handful of elements while the cross-warp steps of `tl.max` and `tl.sum`
+#   (through shared memory, with barriers) cost more than they save. How many elements per thread
+#   would you aim for?
+# - `ROWS` packs short rows into one program. A 128-element row is 512 bytes: a program that moves
+#   only that spends more time starting and reducing than loading. How large should a tile be?
 #
 # The measurements after the speed cells show how bandwidth depends on both.
-#
+
+# %% [markdown]
 # ### How the tests call your launcher
 #
 # `softmax_inputs` builds the test matrices: normal scores, uniform scores up to a given
-# magnitude, rows shifted by large offsets (so that neighbouring rows in one program differ by
-# thousands), `-inf` entries, whole rows of `-inf`, and rows that are a view into a wider
-# matrix (row stride larger than the row). `kernel_only` runs your launcher while watching the
-# PyTorch functions it calls: the softmax must come from your kernel, so a call to
-# `torch.softmax`, `exp`, `sum` and the like fails the test; and `checks.check` with
-# `kernels=["softmax_kernel"]` requires that kernel to be launched on `x` and to write every
-# element of `out` itself.
+# magnitude, rows shifted by large offsets (neighbours in one program differ by thousands), `-inf`
+# entries, rows of nothing but `-inf`, and rows that are views into a wider matrix. `kernel_only`
+# watches the PyTorch functions your launcher calls: calling `torch.softmax`, `exp`, `sum` and the
+# like fails the test. `checks.check` with `kernels=["softmax_kernel"]` requires that kernel to be
+# launched on `x` and to write every element of `out` itself.
 
 # %%
 def softmax_inputs(n_rows, n_cols, dtype=torch.float32, *, scale=1.0, spread=0.0, offset=0.0,
@@ -409,8 +394,8 @@ def check_exact_zeros(n_rows, n_cols, dtype=torch.float32):
 # %% [markdown]
 # ### Visible test
 #
-# A 127 x 129 float32 matrix of normal scores (neither dimension a power of two), then one with
-# `-inf` entries and three rows of nothing but `-inf`.
+# A 127 x 129 float32 matrix (neither side a power of two) of normal scores, then one with `-inf`
+# entries and three rows of nothing but `-inf`.
 
 # %% nbgrader={"grade": true, "grade_id": "test-softmax-visible", "points": 1}
 check_softmax(127, 129)
@@ -420,11 +405,10 @@ print("visible tests passed: 127 x 129 float32, normal scores and -inf entries/r
 # %% [markdown]
 # ### Hidden tests
 #
-# When your notebook is graded, this cell checks every shape in `CHECK_SHAPES` (one element,
-# rows longer than 1024, odd sizes) in float32 and float16 (and bfloat16 on a GPU); scores of
-# magnitude up to 1e4 in float32 and 6e4 in float16 (whose largest finite value is 65504); rows
-# shifted by large offsets; `-inf` entries (exactly 0 out) and all-`-inf` rows (NaN out); rows
-# that are views into a wider matrix; and several rows per program, forced.
+# At grading, this cell checks every shape in `CHECK_SHAPES` in float32 and float16 (and bfloat16
+# on a GPU); scores up to 1e4 in float32 and 6e4 in float16 (largest finite value 65504); rows
+# shifted far apart; `-inf` entries (exactly 0 out) and all-`-inf` rows (NaN out); rows that are
+# views into a wider matrix; and several forced values of rows per program.
 
 # %% nbgrader={"grade": true, "grade_id": "test-softmax-hidden", "points": 3}
 check_softmax(1, 1)  # one element: its softmax is 1; the hidden tests follow
@@ -454,18 +438,14 @@ print(f"hidden tests passed: {CHECK_SHAPES}, dtypes {[str(d)[6:] for d in DTYPES
 # %% [markdown]
 # ### Speed (graded on a GPU)
 #
-# Two speed cells on a float32 matrix of `SPEED_SHAPE` (16384 x 4000 on a GPU: 250 MiB, five
-# times the 50 MB L2 cache of an H100 per its datasheet, so every pass goes to device memory).
-# Each compares with a baseline timed in the same run, alternately, and re-checks your output
-# after timing:
+# Two cells time a float32 matrix of `SPEED_SHAPE` (16384 x 4000 on a GPU: 250 MiB, five times an
+# H100's 50 MB L2 per its datasheet, so every pass goes to device memory) against a baseline timed
+# in the same run, alternately, and re-check your output after timing:
 #
-# - at least **2.5x** as fast as `softmax_eager`. The traffic count above allows at most 4x when
-#   every kernel runs at full bandwidth. A clean single pass gets most of that; a version that
-#   moves the matrix four times (say three reads and a write) gets about 2x when its kernels run
-#   at the same bandwidth as the eager ones;
-# - at least **0.9x** the speed of `torch.softmax`. PyTorch's CUDA softmax
-#   (`aten/src/ATen/native/cuda/SoftMax.cu`) keeps a row of this length in registers or shared
-#   memory and reads it once, so it is a single pass too: yours has to be as clean as it.
+# - at least **2.5x** as fast as `softmax_eager`. The traffic count allows at most 4x; a clean
+#   single pass gets most of it, while a kernel that moves the matrix four times gets about 2x;
+# - at least **0.9x** the speed of `torch.softmax`, which is a single pass too: PyTorch's CUDA
+#   softmax (`aten/src/ATen/native/cuda/SoftMax.cu`) keeps a row of this length on chip.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-softmax-vs-eager", "points": 1}
 x_speed = checks.randn(SPEED_SHAPE, gen=checks.generator(checks.new_seed()))
@@ -491,10 +471,9 @@ perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: torch.softmax(x_
                    bytes_moved=2 * x_speed.nbytes, kernels=["softmax_kernel"], out=out_speed)
 
 # %% [markdown]
-# The kernel's time on the graded shape is recorded for the roofline of everything you write in
-# this course (notebook 08). Its work is counted as 5 operations per element (the comparison for
-# the max, the subtraction, the exponential, the addition for the sum, the division) and its
-# traffic as one read and one write of the matrix.
+# The kernel's time is recorded for the roofline of all your kernels in notebook 08, counting 5
+# operations per element (compare, subtract, exponentiate, add, divide) and one read and one write
+# of the matrix.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -511,11 +490,10 @@ else:
 # %% [markdown]
 # ## `num_warps`: how many threads share a row
 #
-# Same kernel, same graded shape, `num_warps` from 1 to 32 (the most a program can have: 1024
-# threads per block is the CUDA limit, CUDA C++ Programming Guide, "Technical Specifications per
-# Compute Capability"). The dashed line is the copy bandwidth measured in the same run. The
-# number of registers each thread uses and the number of 32-bit values it spills to local
-# memory are printed beside it, as the compiled kernel reports them.
+# The same kernel on the graded shape with `num_warps` from 1 to 32, the most a program can have
+# (1024 threads per block, CUDA C++ Programming Guide, "Technical Specifications per Compute
+# Capability"). The dashed line is the copy bandwidth; beside each bar, the registers per thread
+# and the 32-bit values spilled to local memory, as the compiled kernel reports them.
 
 # %%
 def compiled_stats(x, out, rows, warps):
@@ -555,24 +533,22 @@ else:
 # %% [markdown]
 # ## Bandwidth against row length, and where rows stop fitting
 #
-# The sweep keeps the matrix at `SWEEP_ELEMENTS` float32 elements and varies the row length:
-# short rows mean many small programs, long rows few large ones. Each point is the useful
-# traffic (one read and one write of the matrix) divided by the time, so the eager version,
-# which moves about four times those bytes, can reach at most a quarter of the copy line; the
-# dashed line is the copy bandwidth measured in the same run. The table after the plot says how
-# many registers each thread of the kernel needs.
-#
-# Where long rows stop fitting: the kernel keeps the whole row in registers. An SM of compute
-# capability 8.0 or 9.0 has 64K 32-bit registers (256 KiB), a program (thread block) may use at
-# most 64K of them, and a thread at most 255 (CUDA C++ Programming Guide, "Technical
-# Specifications per Compute Capability"). A float32 row of 32768 elements is 128 KiB, half the
-# register file for the row alone, so with its temporaries at most one such program fits on an
-# SM, and nothing overlaps one program's loads with another's reductions. At 65536 elements the
-# row is as large as the whole register file and the compiler must spill to local memory, which
-# lives in device memory behind the caches. Shared memory (at most 227 KB per block at compute
-# capability 9.0, same table) would only postpone the limit. Notebook 06 removes it: an
-# *online* softmax streams a long row through the program in chunks, keeping only a running
-# maximum and sum.
+# The sweep keeps the matrix at `SWEEP_ELEMENTS` float32 elements and varies the row length: short
+# rows make many small programs, long rows few large ones. Each point is the useful traffic (one
+# read and one write) over the time, so the eager version, which moves about four times that, can
+# reach at most a quarter of the copy line (dashed, measured in the same run). A table of registers
+# per thread follows the plot.
+
+# %% [markdown]
+# Why long rows stop fitting: the kernel holds the whole row in registers. An SM of compute
+# capability 8.0 or 9.0 has 64K 32-bit registers (256 KiB); a thread block may use at most 64K of
+# them and a thread at most 255 (CUDA C++ Programming Guide, "Technical Specifications per Compute
+# Capability"). A float32 row of 32768 elements is 128 KiB, half the register file, so with its
+# temporaries one such program fills an SM and nothing overlaps its loads with another program's
+# reductions. At 65536 elements the row is the whole register file: the compiler spills to local
+# memory, which lives in device memory. Shared memory (at most 227 KB per block at compute
+# capability 9.0, same table) would only postpone the limit. Notebook 06 removes it with an
+# *online* softmax that streams the row in chunks.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -604,42 +580,37 @@ else:
           "torch.softmax and the eager version against the copy bandwidth.")
 
 # %% [markdown]
-# Read the plot with the table beside it. Where does your kernel come closest to the copy line,
-# and how does it compare with `torch.softmax` there? Where it falls away at long rows, do the
-# registers per thread approach the limits above, or does the spill column turn non-zero? At the
-# short end, each program owns several rows; the first further exercise asks what happens
-# without that.
+# Read the plot beside the table. Where does your kernel come closest to the copy line, and how
+# does it compare with `torch.softmax` there? Where it falls away at long rows, do the registers
+# per thread near the limits above, or does the spill column turn non-zero?
 #
 # ## Summary
 #
-# - Softmax composed of eager operations reads the matrix five times and writes it three times;
-#   one fused pass reads it once and writes it once, so it can be up to four times as fast
-#   where every pass is memory bound.
+# - Eager softmax reads the matrix five times and writes it three times; one fused pass reads and
+#   writes it once, up to four times as fast where every pass is memory bound.
 # - One program per row (or per few short rows) keeps the row on chip; `tl.max` and `tl.sum`
-#   along axis 1 reduce each row without touching device memory.
-# - Subtracting the row's maximum keeps every exponent at most 0: no overflow in float32 or
-#   float16, and the result is unchanged mathematically. Accumulate in float32, store in the
-#   input's dtype.
-# - Rows that are not a power of two use `BLOCK = next_power_of_2(N)`; masked lanes must be
-#   `-inf`, the one value that changes neither the max nor the sum.
-# - Special rows follow `torch.softmax`: `-inf` entries give exactly 0, an all-`-inf` row gives
-#   NaN.
+#   along axis 1 reduce it without touching device memory.
+# - Subtracting the row's maximum keeps every exponent at most 0: no overflow, same result.
+#   Accumulate in float32, store in the input's dtype.
+# - Rows of any length use `BLOCK = next_power_of_2(N)`; masked lanes hold `-inf`, the one value
+#   that changes neither the max nor the sum.
+# - `-inf` entries give exactly 0, an all-`-inf` row NaN, as in `torch.softmax`.
 # - `num_warps` and rows per program set how much each thread holds and how many loads are in
-#   flight. A row that no longer fits in one program's registers spills to local memory, in
-#   device memory; notebook 06's online softmax streams long rows instead.
-#
+#   flight. A row too long for one program's registers spills; notebook 06 streams it instead.
+
+# %% [markdown]
 # ## Further exercises
 #
-# 1. Run the row-length sweep with `rows_per_program=1` forced. For which row lengths does
-#    packing several rows per program matter, and why?
-# 2. Try the graded shape with 4001 columns instead of 4000. Triton compiles a separate version
-#    of a kernel when an integer argument is a multiple of 16 (the `do_not_specialize_on_alignment`
-#    option of `triton.jit` turns this off); with it, the compiler can prove that every row starts
-#    on an aligned address and use wide loads. Does the bandwidth change?
-# 3. Write a *persistent* version: launch one program per SM slot
-#    (`torch.cuda.get_device_properties(0).multi_processor_count` times a few) and let each
-#    loop over rows with `for row in range(pid, n_rows, tl.num_programs(0))`. Where does it help?
-# 4. Write `log_softmax` (`x - m - log(sum)`) in the same kernel. Which of the special rows
-#    behave differently?
-# 5. For a row of 65536 float32 elements, split the row in two halves with one program each:
-#    what must the two programs exchange to finish the softmax? Notebook 06 answers it.
+# 1. Run the row-length sweep with `rows_per_program=1` forced. For which row lengths does packing
+#    rows matter, and why?
+# 2. Time the graded shape with 4001 columns instead of 4000. Triton compiles a separate version of
+#    a kernel when an integer argument is a multiple of 16 (`triton.jit`'s
+#    `do_not_specialize_on_alignment` turns this off), which lets it prove rows start aligned and
+#    use wide loads. Does the bandwidth change?
+# 3. Write a *persistent* version: launch a few programs per SM
+#    (`torch.cuda.get_device_properties(0).multi_processor_count`) and let each loop with
+#    `for row in range(pid, n_rows, tl.num_programs(0))`. Where does it help?
+# 4. Write `log_softmax` (`x - m - log(sum)`) in the same kernel. Which special rows behave
+#    differently?
+# 5. Split a row of 65536 float32 elements between two programs: what must they exchange to finish
+#    the softmax? Notebook 06 answers it.

@@ -1,20 +1,18 @@
 # %% [markdown]
 # # 04 · The matmul ladder
 #
-# Matrix multiplication is the workhorse of neural networks: every linear layer, every attention
-# score, every projection is one. It is also an operation for which the vendor's library,
-# cuBLAS, sets a very high bar. This notebook climbs towards that bar one rung at a time. Each
-# version is a small change to the one before, each is checked for correctness first, and on a
-# GPU each is timed, placed on the roofline (measured here as in 01), and compared with cuBLAS
-# in the same run. You write the kernel at the heart of it: the blocked matmul, correct for any
-# shape and any memory layout.
+# *Reading time: about 11 minutes.*
 #
-# **You will learn:** why a naive matmul is slow (and how slow, measured); how tiles held on chip
-# raise arithmetic intensity, and by how much for each tile size; how `tl.dot` puts the tensor
-# cores to work; why the order in which tiles are launched matters for the L2 cache; what
-# software pipelining (`num_stages`) and `num_warps` buy; why "faster than `torch.matmul`" claims
-# on fp32 inputs usually come from TF32, and how to compare like for like; and what a transposed
-# operand costs when the kernel takes strides.
+# Every linear layer, attention score and projection is a matrix multiplication, and for it the
+# vendor's library, cuBLAS, sets a high bar. This notebook climbs toward it one rung at a time:
+# each version a small change to the one before, checked first, then on a GPU timed, placed on the
+# roofline and compared with cuBLAS in the same run. You write the kernel at its heart: the blocked
+# matmul, correct for any shape and memory layout.
+#
+# **You will learn:** why a naive matmul is slow, measured; how tiles on chip raise arithmetic
+# intensity; how `tl.dot` puts the tensor cores to work; why the launch order of tiles matters for
+# the L2 cache; what `num_stages` and `num_warps` buy; why "faster than `torch.matmul`" on fp32
+# usually means TF32; and what a transposed operand costs.
 
 # %%
 from grader.runtime import device
@@ -46,17 +44,14 @@ RUN_BENCHMARKS = True
 # %% [markdown]
 # ## The problem and its cost
 #
-# $C = AB$ with $A$ of shape $M \times K$ and $B$ of shape $K \times N$: each of the $MN$ outputs
-# is a dot product of length $K$, so the work is $2MNK$ floating-point operations (a multiply and
-# an add per term). The least memory traffic any kernel can get away with is reading $A$ and $B$
-# once and writing $C$ once: $(MK + KN + MN)\cdot s$ bytes for elements of $s$ bytes. For square
-# matrices of side $n$ the arithmetic intensity is therefore $2n^3 / (3n^2 s) = 2n/(3s)$ FLOP per
-# byte: it grows with $n$, so a large matmul sits far to the right of the ridge point and is
-# compute bound, *if* the kernel really reads each element only once. Whether it does is what
-# this notebook is about.
+# $C = AB$ with $A$ of shape $M \times K$ and $B$ of shape $K \times N$: $MN$ dot products of
+# length $K$, $2MNK$ FLOPs. The least traffic is reading $A$ and $B$ once and writing $C$ once,
+# $(MK + KN + MN)\cdot s$ bytes for $s$-byte elements. For square sides $n$ the intensity is
+# $2n^3 / (3n^2 s) = 2n/(3s)$ FLOP per byte: it grows with $n$, so a large matmul is compute
+# bound, *if* the kernel reads each element once. Whether it does is what this notebook is about.
 #
-# The ceilings below are measured now on a GPU (copy bandwidth and cuBLAS's rate in each
-# precision, as in 01); on the CPU the H100 SXM datasheet stands in, and says so.
+# On a GPU the ceilings are measured now (copy bandwidth and cuBLAS's rate per precision, as in
+# 01); on the CPU the H100 SXM datasheet stands in, and says so.
 
 # %%
 def matmul_reference(a, b):  # reads M*K + K*N, writes M*N
@@ -86,19 +81,16 @@ for n in (1024, 4096, 8192):
 # %% [markdown]
 # ## v0 · Naive: one program per output element
 #
-# The most direct kernel gives each output element $C_{mn}$ its own program, which walks along
-# row $m$ of $A$ and column $n$ of $B$ in steps of `BLOCK_K` and sums the products. It is
-# correct, and it is slow for two reasons you can count:
+# The most direct kernel gives each $C_{mn}$ its own program, which walks along row $m$ of $A$ and
+# column $n$ of $B$ in steps of `BLOCK_K`. It is correct, and slow for two reasons you can count:
 #
-# - **No reuse.** Each program reads $2K$ elements to do $2K$ FLOPs, so the kernel *requests*
-#   $2MNK$ elements in all; for square matrices of side $n$ that is $n$ times the $2n^2$ elements
-#   $A$ and $B$ hold. Caches catch some of the repeats, but the intensity the kernel asks of them
-#   is one FLOP per element loaded.
-# - **Uncoalesced reads of $B$.** Walking down a column of a row-major $B$ steps $N$ elements at
-#   a time, so each element comes from a different memory segment (more on this at the end).
+# - **No reuse.** Each program reads $2K$ elements for $2K$ FLOPs, so the kernel *requests* $2MNK$
+#   elements, $n$ times what $A$ and $B$ hold for square sides $n$. Caches catch some repeats, but
+#   the kernel asks for one FLOP per element loaded.
+# - **Uncoalesced reads of $B$.** Walking down a column of a row-major $B$ steps $N$ elements at a
+#   time: each element comes from another memory segment (more at the end).
 #
-# Its run time grows like $MNK$, which is why it runs only at small sizes here: the cell times it
-# at `NAIVE_N` and scales the time up to the graded size rather than waiting for it.
+# Its time grows like $MNK$, so the cell times it at `NAIVE_N` and scales to the graded size.
 
 # %%
 @triton.jit
@@ -177,30 +169,22 @@ else:
 # %% [markdown]
 # ## v1 · Blocked: tiles on chip, `tl.dot` on the tensor cores
 #
-# Give each program a **tile** of $C$ instead: `BLOCK_M` rows by `BLOCK_N` columns. The program
-# walks along $K$ in steps of `BLOCK_K`; at each step it loads a `BLOCK_M x BLOCK_K` block of $A$
-# and a `BLOCK_K x BLOCK_N` block of $B$ into on-chip memory (registers and shared memory) and
-# multiplies them with `tl.dot`, adding into a `BLOCK_M x BLOCK_N` accumulator that never leaves
-# the chip until the end. Every element of the $A$ block is used `BLOCK_N` times and every
-# element of the $B$ block `BLOCK_M` times. Per step:
+# Give each program a `BLOCK_M x BLOCK_N` **tile** of $C$. It walks along $K$ in steps of
+# `BLOCK_K`, loading an `A` block (`BLOCK_M x BLOCK_K`) and a `B` block (`BLOCK_K x BLOCK_N`) on
+# chip and multiplying them with `tl.dot` into an accumulator that stays on chip. Each `A` element
+# is used `BLOCK_N` times, each `B` element `BLOCK_M` times:
 #
-# $$\text{intensity} = \frac{2\,B_M B_N B_K}{(B_M B_K + B_K B_N)\,s} = \frac{2\,B_M B_N}{(B_M + B_N)\,s}
-# \ \text{FLOP/byte},$$
+# $$\text{intensity} = \frac{2\,B_M B_N B_K}{(B_M B_K + B_K B_N)\,s} = \frac{2\,B_M B_N}{(B_M + B_N)\,s}$$
 #
-# which for a square tile $T \times T$ is $T/s$: it grows with the tile and does not depend on
-# $B_K$. This is intensity against the traffic the program *requests* from L2 and device memory;
-# v2 is about how much of that request the L2 cache absorbs. The price of a big tile is on-chip
-# memory: each pipeline stage (v3) holds $(B_M + B_N) B_K s$ bytes of shared memory, and an H100
-# gives one block at most 227 KB (NVIDIA H100 datasheet; CUDA C++ Programming Guide, table of
-# compute-capability limits, 9.0), while the fp32 accumulator takes $4 B_M B_N$ bytes of
-# registers.
+# FLOP per byte requested from L2 and memory, $T/s$ for a square tile, whatever $B_K$. The price
+# is on-chip memory: each pipeline stage (v3) holds $(B_M + B_N) B_K s$ bytes of shared memory (an
+# H100 gives a block at most 227 KB: NVIDIA H100 datasheet; CUDA C++ Programming Guide,
+# compute-capability table, 9.0), the fp32 accumulator $4 B_M B_N$ bytes of registers.
 #
-# `tl.dot` on float16 or bfloat16 blocks compiles to tensor-core instructions (`mma` on Ampere;
-# on Hopper also the warpgroup-wide `wgmma` when the tile is large enough), which is where the
-# datasheet's fp16 rate comes from; on float32 blocks it uses the tensor cores in TF32 unless told
-# otherwise (the dtypes section below). On a GPU, the measurement cell after v2 counts these
-# instructions in your compiled kernel. The plot works out both sides of the trade-off for every
-# square tile size.
+# `tl.dot` on float16 or bfloat16 compiles to tensor-core instructions (`mma` on Ampere, also the
+# warpgroup-wide `wgmma` on Hopper for large tiles), the source of the datasheet's fp16 rate; on
+# float32 it uses TF32 unless told otherwise (see Dtypes). The plot works out the trade-off for
+# every square tile size.
 
 # %%
 def tile_intensity(block_m, block_n, itemsize):
@@ -231,27 +215,22 @@ plots.tile_tradeoff(
 
 # %% [markdown]
 # Read the two panels together. By the formula, float16 tiles of 128x128, 128x256 and 256x256
-# request 64, 85 and 128 FLOP per byte, and three stages of any of them fit in 227 KB; 512x512
-# does not. Compare those intensities with the ridge lines: a tile below the ridge relies on the
-# L2 cache to serve repeated requests for the same blocks, which is what v2 is about. Float32
+# request 64, 85 and 128 FLOP per byte, and three stages of each fit in 227 KB; 512x512 does not.
+# A tile below the ridge relies on L2 to serve repeated requests for the same blocks (v2). Float32
 # tiles cost twice the bytes for the same intensity.
 #
-# ### Exercise: the blocked matmul kernel
+# ### Exercise 1 · the blocked matmul kernel (6 points)
 #
-# The signature, the launcher and the first lines (which tile this program owns) are written for
-# you. Write the rest:
+# The signature, the launcher and the tile this program owns are given. Write the rest:
 #
-# 1. Offsets `offs_m`, `offs_n` (this tile's rows and columns) and `offs_k = tl.arange(0, BLOCK_K)`.
-# 2. Pointers to the first `A` block, `(BLOCK_M, BLOCK_K)`, and `B` block, `(BLOCK_K, BLOCK_N)`,
-#    **using the strides**: element `(i, j)` of `A` is at `a_ptr + i * stride_am + j * stride_ak`.
-#    A transposed or sliced tensor then works without a copy.
-# 3. A float32 accumulator `tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)`, whatever the input
-#    dtype: float16 cannot hold a long sum (its largest finite value is 65504, IEEE 754).
-# 4. A loop over `tl.cdiv(K, BLOCK_K)` steps: load both blocks with masks (rows `< M`, columns
-#    `< N`, and the last step's `k < K`; `other=0.0` so the padding adds nothing), then
-#    `acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)`, then advance both pointers by
-#    `BLOCK_K` along `K`.
-# 5. Store `acc.to(c_ptr.dtype.element_ty)` with the rows `< M` and columns `< N` mask.
+# 1. This tile's row, column and `K` offsets, and pointers to the first `(BLOCK_M, BLOCK_K)` block
+#    of `A` and `(BLOCK_K, BLOCK_N)` block of `B`. Address through the strides only, so that a
+#    transposed or sliced tensor works without a copy.
+# 2. An accumulator: in which dtype, given that float16's largest finite value is 65504 (IEEE 754)?
+# 3. A loop over the `K` steps: which lanes must the masked loads switch off, and what must they
+#    read there so the padding adds nothing to the sum? `tl.dot` takes the accumulator and must
+#    honour `INPUT_PRECISION`. How far do the pointers move per step?
+# 4. The store: in which dtype, and under which mask?
 
 # %% nbgrader={"grade_id": "matmul-kernel", "solution": true}
 @triton.jit
@@ -329,27 +308,21 @@ def matmul(a, b, out, *, tf32=False, **config):
 # ### How your kernel is tested
 #
 # - **Layouts.** Every input is a view into a larger buffer of random numbers: contiguous,
-#   transposed (`torch.randn(K, M).t()`, so `stride_am == 1`), or strided (every other column).
-#   A kernel that ignores the strides, or reads past a mask, reads those other numbers and gets
-#   the wrong answer instead of crashing.
-# - **Guarded output.** `out` is a window in a larger poisoned buffer, with its own row stride;
-#   writing outside it (a missing store mask) is reported as such. Inside the call, torch's own
-#   matrix products are switched off, and the call's Triton launches are recorded: `matmul_kernel`
-#   must be given `A` and `B` and write every element of `out` itself.
-# - **Tolerances.** The reference is float64. Your result differs from it by (i) the rounding of
-#   the output to its dtype, covered by that dtype's `rtol`, and (ii) the rounding of a $K$-term
-#   float32 sum. For (ii) the classic bound for a dot product is $|\hat{s} - s| \le \gamma_K
-#   \sum_k |a_k b_k|$ with $\gamma_K \approx K u$ (Higham, *Accuracy and Stability of Numerical
-#   Algorithms*, 2nd ed., 2002, §3.1); rounding errors behave like random signs, so in practice
-#   $\sqrt{K}$ replaces $K$ (Higham and Mary, *SIAM J. Sci. Comput.* 41(5), 2019). The test uses
-#   `atol = 4 * sqrt(K) * u * max(|A| @ |B|)` with $u = 2^{-24}$, float32's unit roundoff.
-# - **TF32.** `tl.dot` multiplies float32 blocks in TF32 unless `input_precision="ieee"` (the
-#   launcher passes `"ieee"` by default). TF32 keeps 10 mantissa bits, so its $u$ is about
-#   $2^{-11}$ per input; where a test asks for TF32 on purpose it says so and uses $u = 2^{-10}$
-#   per product. Off the GPU, the interpreter computes `tl.dot` in full float32 either way.
+#   transposed (`torch.randn(K, M).t()`, so `stride_am == 1`) or strided (every other column). A
+#   kernel that ignores strides, or reads past a mask, gets wrong numbers rather than a crash.
+# - **Guarded output.** `out` is a window in a larger poisoned buffer with its own row stride. In
+#   the call, torch's matrix products are switched off and Triton launches recorded: `matmul_kernel`
+#   must be given `A` and `B` and write every element of `out`.
+# - **Tolerances.** Against the float64 reference, your result carries the output's rounding
+#   (its dtype's `rtol`) and that of a $K$-term float32 sum, bounded by $\gamma_K \sum_k |a_k b_k|$
+#   with $\gamma_K \approx K u$ (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed.,
+#   2002, §3.1); in practice $\sqrt{K}$ replaces $K$ (Higham and Mary, *SIAM J. Sci. Comput.*
+#   41(5), 2019). So `atol = 4 * sqrt(K) * u * max(|A| @ |B|)`, $u = 2^{-24}$.
+# - **TF32.** The launcher passes `input_precision="ieee"` by default; a test that asks for TF32
+#   (10 mantissa bits) says so and uses $u = 2^{-10}$ per product. The interpreter computes
+#   `tl.dot` in full float32 either way.
 #
-# The visible test below uses odd sizes (none a multiple of any block), contiguous inputs,
-# float32 and float16, and the launcher's default tiles.
+# The visible test: odd sizes, contiguous inputs, float32 and float16, default tiles.
 
 # %%
 PAD = 256  # wider than any tile: a kernel that reads or writes past a matrix stays in our buffers
@@ -456,10 +429,10 @@ print("visible test passed: 37x71 @ 71x53, float32 and float16")
 # %% [markdown]
 # ### Hidden tests
 #
-# When graded: sizes from 1x1x1 up, `K` shorter and longer than a block, transposed and strided
-# operands on either side, several tile shapes and group sizes, bfloat16 on a GPU, TF32 on a GPU
-# with its own tolerance, and float16 inputs whose running sums climb past 65504 before they
-# cancel, which only a float32 accumulator survives.
+# Sizes from 1x1x1 up, `K` shorter and longer than a block, transposed and strided operands on
+# either side, several tiles and group sizes, bfloat16 and TF32 (with its own tolerance) on a GPU,
+# and float16 inputs whose running sums pass 65504 before they cancel, which only a float32
+# accumulator survives.
 
 # %% nbgrader={"grade": true, "grade_id": "test-matmul-hidden", "points": 3}
 check_matmul(matmul, 5, 7, 3, torch.float16, trials=1)  # a tiny case; the hidden tests follow
@@ -491,15 +464,12 @@ print(f"hidden tests passed: dtypes {[str(d)[6:] for d in DTYPES]}, layouts, til
 # %% [markdown]
 # ### Speed (graded on a GPU)
 #
-# Your kernel, with the launcher's float16 defaults (128x256 tiles, `BLOCK_K=64`, 8 warps,
-# 3 stages, groups of 8), must reach at least 0.6x the speed of cuBLAS (`torch.matmul`) on
-# float16 matrices of side `SPEED_N` = 4096, the two timed alternately in the same run. The
-# inputs change before every timed call, and the output of calls drawn at random is checked
-# against them; a FLOP rate above cuBLAS's on this GPU is flagged and scores 0. v3 below explains
-# these settings. A kernel that casts its
-# blocks to float32 before `tl.dot` (leaving the float16 tensor cores idle) or uses 16x16 tiles
-# is not expected to get near the threshold; the course's own tests check that such kernels
-# score 0 here.
+# With the launcher's float16 defaults (128x256 tiles, `BLOCK_K=64`, 8 warps, 3 stages, groups of
+# 8; v3 explains them), your kernel must reach 0.6x the speed of cuBLAS (`torch.matmul`) on
+# float16 matrices of side `SPEED_N` = 4096, timed alternately in the same run. Inputs change
+# before every timed call and randomly drawn outputs are checked; a rate above cuBLAS's is flagged
+# and scores 0. A kernel that casts its blocks to float32 before `tl.dot` (idling the float16
+# tensor cores) or uses 16x16 tiles falls short; the course's tests check that it does.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-matmul-vs-cublas", "points": 2}
 n_speed = SPEED_N
@@ -524,21 +494,13 @@ perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
 # %% [markdown]
 # ## v2 · L2-aware ordering of the tiles
 #
-# CUDA promises no order in which a grid's programs start, but in practice they start roughly in
-# order of their id, as many at once as fit on the SMs: one *wave*. In **row-major** order
-# (`GROUP_M = 1`), a wave covers a few whole rows of tiles: it needs those rows' blocks of $A$
-# but *every* column block of $B$. When the wave's blocks fit in
-# the L2 cache, every block comes from device memory once and is then served from L2 to the other
-# programs that need it; when they do not, blocks are evicted before their next use and fetched
-# again.
-#
-# **Grouped** order launches tiles in groups of `GROUP_M` rows, walking down the columns within a
-# group: a wave then covers a squarer patch of $C$, needing fewer distinct blocks of $A$ and $B$
-# for the same number of tiles. The kernel does this with `tl.swizzle2d`:
-#
-# ```python
-# pid_m, pid_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
-# ```
+# CUDA promises no order in which a grid's programs start, but in practice they start roughly by
+# id, as many as fit on the SMs: one *wave*. In **row-major** order (`GROUP_M = 1`) a wave covers a
+# few whole rows of tiles: those rows' blocks of $A$, but *every* column block of $B$. If the
+# wave's blocks fit in L2, each comes from device memory once; if not, blocks are evicted before
+# their next use and fetched again. **Grouped** order launches tiles in groups of `GROUP_M` rows,
+# walking down the columns within a group: a wave covers a squarer patch of $C$ and needs fewer
+# distinct blocks. The kernel's first lines do this with `tl.swizzle2d`.
 #
 # ![6 x 6 C tiles in row-major and grouped order](figures/launch_order.svg)
 #
@@ -546,14 +508,13 @@ perf.grade_speedup(lambda: matmul(a_speed, b_speed, c_speed),
 # distinct blocks means more of them are found in L2.*
 
 # %% [markdown]
-# ### Exercise: the grouped mapping in plain Python
+# ### Exercise 2 · the grouped mapping in plain Python (3 points)
 #
-# Write `grouped_pid(pid, num_pid_m, num_pid_n, group_m)`, returning the tile `(pid_m, pid_n)`
-# that program `pid` computes, exactly as the kernel's first lines do. Program ids run through
-# group 0 first, then group 1, ...; a group has `group_m` rows of tiles (**the last group has
-# fewer when `group_m` does not divide `num_pid_m`**), and inside a group consecutive ids go
-# *down* a column of the group before moving to the next column. The picture below draws your
-# function.
+# Write `grouped_pid(pid, num_pid_m, num_pid_n, group_m)`: the tile `(pid_m, pid_n)` that program
+# `pid` computes, as `tl.swizzle2d` maps it. Ids run through group 0, then group 1, ...; a group
+# has `group_m` rows of tiles (**the last has fewer when `group_m` does not divide `num_pid_m`**),
+# and inside a group consecutive ids go *down* a column before the next. The picture below draws
+# your function.
 
 # %% nbgrader={"grade_id": "grouped-pid", "solution": true}
 def grouped_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
@@ -624,12 +585,11 @@ print("hidden tests passed: edge grids and 200 random ones against an independen
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Each cell is a tile of $C$, coloured and numbered by launch order. The first wave, here taken as
-# 16 programs, is outlined; the titles count the distinct blocks of $A$ (tile rows) and $B$ (tile
-# columns) that wave needs. Then the same count at full size: for the float16 default tiles
-# (128x256) at `LADDER_N`, the bytes of distinct $A$ and $B$ blocks one wave needs, one program
-# per SM, in each order. The SM count and L2 size are this GPU's (on the CPU, the H100 SXM
-# datasheet's: 132 SMs, 50 MB).
+# Each square is a tile of $C$, coloured and numbered by launch order; the first wave (here 16
+# programs) is outlined, and the titles count the distinct blocks of $A$ and $B$ it needs. Then
+# the same at full size: for the float16 default tiles (128x256) at `LADDER_N`, the bytes of
+# distinct blocks one wave (one program per SM) needs in each order, against this GPU's L2 (on the
+# CPU, the H100 SXM datasheet's: 132 SMs, 50 MB).
 
 # %%
 orders = {f"GROUP_M={g}": [grouped_pid(p, 8, 8, g) for p in range(8 * 8)] for g in (1, 4)}
@@ -660,11 +620,10 @@ for group_m in (1, 8):
 # %% [markdown]
 # ## Measured: v1 against v2
 #
-# v1 and v2 differ only in `GROUP_M`: 128x128 tiles, `BLOCK_K=64`, 4 warps and a single stage
-# (no pipelining yet), at `LADDER_N`. Both are timed against cuBLAS in the same run. The cell
-# also compiles your kernel for float16 and float32 and counts, in its PTX (the GPU assembly
-# Triton generates), the tensor-core instructions (`wgmma.mma_async` on Hopper, `mma.sync`) and
-# the plain float32 fused multiply-adds (`fma.rn.f32`).
+# v1 and v2 differ only in `GROUP_M`: 128x128 tiles, `BLOCK_K=64`, 4 warps, one stage, at
+# `LADDER_N`, each timed against cuBLAS in the same run. The cell also counts, in your kernel's PTX
+# (the GPU assembly Triton generates) for float16 and float32, the tensor-core instructions
+# (`wgmma.mma_async` on Hopper, `mma.sync`) and the plain float32 multiply-adds (`fma.rn.f32`).
 
 # %%
 VERSIONS = {
@@ -706,19 +665,16 @@ else:
 # %% [markdown]
 # ## v3 · Software pipelining and warps
 #
-# In v1 and v2 each step of the K loop waits for its blocks to arrive before the tensor cores can
-# start on them. With `num_stages = S`, Triton software-pipelines the loop: it keeps S buffers
-# of $A$ and $B$ blocks in shared memory and issues the loads for later steps while the current
-# step computes, so memory latency hides behind arithmetic (the `triton.Config` documentation:
-# "the number of stages that the compiler should use when software-pipelining loops. Mostly
-# useful for matrix multiplication workloads on SM80+ GPUs"). Each stage costs another
-# $(B_M + B_N) B_K s$ bytes of shared memory.
+# So far each step of the K loop waits for its blocks before the tensor cores start. With
+# `num_stages = S`, Triton software-pipelines the loop: S buffers of $A$ and $B$ blocks in shared
+# memory, loads for later steps issued while the current step computes, so memory latency hides
+# behind arithmetic (`triton.Config` documentation: "Mostly useful for matrix multiplication
+# workloads on SM80+ GPUs"). Each stage costs another $(B_M + B_N) B_K s$ bytes of shared memory.
 #
-# `num_warps` is how many warps (32 threads each) share one program's tile. More warps split the
-# accumulator into smaller pieces per thread (fewer registers each) and give the scheduler more
-# independent work; too many for a small tile leaves each with too little. The sweep below
-# measures every combination on 128x128x64 tiles with groups of 8, then the launcher's default
-# (128x256 tiles, 8 warps, 3 stages).
+# `num_warps` is how many warps share a tile. More warps give each thread a smaller piece of the
+# accumulator (fewer registers) and the scheduler more independent work; too many for a small tile
+# leaves each too little. The sweep measures every combination on 128x128x64 tiles in groups of 8,
+# then the launcher's default (128x256 tiles, 8 warps, 3 stages).
 
 # %%
 STAGES = [1, 2, 3, 4]
@@ -757,10 +713,10 @@ else:
 # %% [markdown]
 # ## The ladder on the roofline
 #
-# Every version measured above, on the roofline of this GPU, with cuBLAS at the same sizes. The
-# intensity of each point is that of the whole problem (the least traffic), so the versions of
-# one size share an abscissa and differ in height: the gap to the fp16 roof is what each rung
-# left on the table. The fastest version is also kept in your course record for 08.
+# Every version measured above on this GPU's roofline, with cuBLAS at the same sizes. Each point's
+# intensity is the whole problem's (its least traffic), so versions of one size share an abscissa
+# and differ in height: the gap to the fp16 roof is what each rung left on the table. The fastest
+# is kept in your course record for 08.
 
 # %%
 if MEASURED and LADDER:
@@ -778,22 +734,22 @@ else:
 # %% [markdown]
 # ## Dtypes: float32, TF32, float16, bfloat16
 #
-# The tensor cores multiply narrow formats. float16 and bfloat16 inputs go to them directly.
-# float32 inputs can go to them only after rounding to **TF32**, a 19-bit format with float32's
-# 8 exponent bits but only 10 mantissa bits, as many as float16 (bfloat16 keeps 7; NVIDIA A100
-# Tensor Core GPU Architecture whitepaper, 2020); otherwise they run on the ordinary float32
-# units, at the datasheet's much lower fp32 rate. Two defaults differ here:
+# The tensor cores multiply narrow formats. float16 and bfloat16 go to them directly; float32 only
+# after rounding to **TF32**, a 19-bit format with float32's 8 exponent bits and 10 mantissa bits,
+# as many as float16 (bfloat16 keeps 7; NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020).
+# Otherwise float32 runs on the ordinary units, at the datasheet's much lower fp32 rate. Two
+# defaults differ:
 #
-# - Triton's `tl.dot` uses TF32 for float32 inputs unless `input_precision="ieee"` (Triton
-#   documentation, `triton.language.dot`).
-# - PyTorch's `torch.matmul` on float32 does *not* use TF32 unless
-#   `torch.backends.cuda.matmul.allow_tf32 = True`; the default has been `False` since PyTorch 1.12
-#   (PyTorch documentation, "TensorFloat-32 (TF32) on Ampere (and later) devices").
+# - `tl.dot` uses TF32 for float32 inputs unless `input_precision="ieee"` (Triton documentation,
+#   `triton.language.dot`).
+# - `torch.matmul` on float32 does *not*, unless `torch.backends.cuda.matmul.allow_tf32 = True`;
+#   the default has been `False` since PyTorch 1.12 (PyTorch documentation, "TensorFloat-32 (TF32)
+#   on Ampere (and later) devices").
 #
-# So a Triton kernel written with the defaults and timed against `torch.matmul` on float32 inputs
-# races TF32 against true float32, and "wins". Like for like means TF32 against TF32, or IEEE
-# against IEEE. First, what TF32 costs in accuracy, measured on any machine: round the inputs to
-# each format and compare with the exact product.
+# So a Triton kernel with the defaults, timed against `torch.matmul` on float32, races TF32 against
+# true float32 and "wins". Like for like is TF32 against TF32, IEEE against IEEE. The next cell
+# measures what TF32 costs in accuracy; the one after times `torch.matmul` and your kernel in each
+# precision, ending with the misleading comparison and the honest one.
 
 # %%
 def round_to_tf32(x):
@@ -821,11 +777,6 @@ for name, (x, y) in formats.items():
     err = ((x.float() @ y.float()).double() - exact).abs().max() / exact.abs().max()
     print(f"  {name:16s} max error / max |C| = {err:.1e}")
 
-
-# %% [markdown]
-# Now the timings. The table runs `torch.matmul` and your kernel in each precision, with the
-# error against float64; the two lines at the end are the misleading comparison and the honest
-# one.
 
 # %%
 @contextmanager
@@ -874,20 +825,16 @@ else:
 # %% [markdown]
 # ## Coalescing in matmul: transposed operands and strides
 #
-# A warp's load is **coalesced** when its threads read consecutive addresses, so the hardware
-# serves them with a few wide memory transactions instead of one per thread (CUDA C++ Best
-# Practices Guide, "Coalesced Access to Global Memory"). Which direction is "consecutive" depends
-# on the layout: for a row-major $B$ it is along a row; for $B$ handed over as the transpose of a
-# row-major $N \times K$ tensor, it is down a column.
-#
-# Because the kernel takes strides, a transposed view needs no copy: `torch.randn(N, K).t()` is
-# the same memory with strides `(1, K)`, and the kernel just steps differently. Triton compiles a
-# separate version of a kernel when an integer argument equals 1 (it becomes a constant) or is a
-# multiple of 16 (`triton/backends/compiler.py` and `python/src/specialize.cc` in Triton's
-# source), so it knows which dimension of each block is contiguous and lays out the loads to
-# match. The naive v0 reads a column of $B$ per program, so it should care about $B$'s layout;
-# the blocked kernel loads whole 2-D blocks, contiguous in one direction or the other. The cell
-# validates a transposed view (no copy) and, on a GPU, measures the cost of each layout.
+# A warp's load coalesces when its threads read consecutive addresses (CUDA C++ Best Practices
+# Guide, "Coalesced Access to Global Memory"), and which direction is consecutive depends on the
+# layout: along a row for a row-major $B$, down a column for $B$ given as the transpose of a
+# row-major $N \times K$ tensor. Taking strides, the kernel needs no copy: `torch.randn(N, K).t()`
+# is the same memory with strides `(1, K)`. Triton compiles a separate version of a kernel when an
+# integer argument equals 1 (it becomes a constant) or is a multiple of 16
+# (`triton/backends/compiler.py` and `python/src/specialize.cc` in Triton's source), so it knows
+# which side of each block is contiguous and lays out the loads to match. The cell checks a
+# transposed view and, on a GPU, measures each layout. Should the naive v0, which reads a column
+# of $B$ per program, care more than the blocked kernel?
 
 # %%
 base = checks.randn((19, 37), gen=checks.generator(checks.new_seed()))  # a row-major N x K tensor
@@ -936,27 +883,27 @@ else:
 # %% [markdown]
 # ## Summary
 #
-# - A matmul does $2MNK$ FLOPs on at least $(MK+KN+MN)s$ bytes: large ones are compute bound,
-#   but only a kernel that reuses what it loads gets there. v0 requests every element $K$ times.
-# - A `BLOCK_M x BLOCK_N` tile requests $2B_MB_N/((B_M+B_N)s)$ FLOP per byte; it costs
-#   $(B_M+B_N)B_K s$ bytes of shared memory per stage and $4B_MB_N$ bytes of accumulator.
+# - A matmul does $2MNK$ FLOPs on at least $(MK+KN+MN)s$ bytes: large ones are compute bound, but
+#   only for a kernel that reuses what it loads. v0 requests every element $K$ times.
+# - A `BLOCK_M x BLOCK_N` tile requests $2B_MB_N/((B_M+B_N)s)$ FLOP per byte, for $(B_M+B_N)B_K s$
+#   bytes of shared memory per stage and $4B_MB_N$ bytes of accumulator.
 # - `tl.dot` on float16/bfloat16 blocks runs on the tensor cores; accumulate in float32.
-# - Grouped launch order (`tl.swizzle2d`, `GROUP_M`) shrinks the set of blocks a wave of programs
-#   needs, so more of them come from L2.
-# - `num_stages` overlaps loads with compute at a shared-memory price; `num_warps` splits a tile
-#   among threads. Both are measured, not guessed.
-# - `tl.dot` on float32 defaults to TF32; `torch.matmul` does not. Compare TF32 with TF32 and
-#   IEEE with IEEE, and state the precision with every speed claim.
-# - Passing strides makes transposed and sliced operands work without copies; what a layout
-#   costs is a measurement.
-#
+# - Grouped launch order (`tl.swizzle2d`, `GROUP_M`) shrinks the blocks a wave needs, so more come
+#   from L2.
+# - `num_stages` overlaps loads with compute for shared memory; `num_warps` splits a tile among
+#   threads. Both are measured, not guessed.
+# - `tl.dot` on float32 defaults to TF32, `torch.matmul` does not: compare like with like and state
+#   the precision with every speed claim.
+# - Strides make transposed and sliced operands work without copies.
+
+# %% [markdown]
 # ## Further exercises
 #
-# 1. Rerun v1 and v2 at `LADDER_N = 4096` and at 8192 and compare with the wave-footprint
-#    numbers. At which size does grouping start to pay on your GPU?
-# 2. Replace the masks on $M$ and $N$ in the loads with `offs_m % M` and `offs_n % N` (rows past
-#    the end then read valid memory whose results are never stored). Is it faster at 4000³?
-# 3. Add a fused epilogue: `out = relu(A @ B + bias)` with `bias` of shape `(N,)`, applied to the
-#    accumulator before the store. How much does it cost compared with the plain matmul?
-# 4. Try `input_precision="tf32x3"` on float32 inputs: measure its speed and its error against
-#    float64, next to `"ieee"` and `"tf32"`.
+# 1. Rerun v1 and v2 at `LADDER_N` = 4096 and 8192 beside the wave-footprint numbers. From which
+#    size does grouping pay on your GPU?
+# 2. Replace the load masks on $M$ and $N$ with `offs_m % M` and `offs_n % N` (rows past the end
+#    then read valid memory whose results are never stored). Is it faster at 4000³?
+# 3. Fuse an epilogue, `out = relu(A @ B + bias)` with `bias` of shape `(N,)`, applied to the
+#    accumulator before the store. What does it cost?
+# 4. Try `input_precision="tf32x3"` on float32 inputs: its speed and error against float64, beside
+#    `"ieee"` and `"tf32"`.

@@ -1,19 +1,19 @@
 # %% [markdown]
 # # 05 · Autotuning
 #
+# *Reading time: about 10 minutes.*
+#
 # In 04 the fast settings (128x256 tiles, `BLOCK_K=64`, 8 warps, 3 stages) were handed to you.
-# Where do such numbers come from, and do they hold for a different shape, dtype or GPU? They are
-# hard to predict from first principles: the compiler, the memory system and the tensor cores
-# interact in ways that are easier to measure than to model. Triton's answer is
-# `triton.autotune`: list candidate configurations, and let it time every one on the first call
-# for each new problem size, then remember the winner. This notebook is about doing that well:
-# a small, sensible search space, pruned before anything is compiled, and an honest account of
-# what the search costs and when it is not worth it.
+# Where do they come from, and do they hold for another shape, dtype or GPU? The compiler, the
+# memory system and the tensor cores interact in ways easier to measure than to model. Triton's
+# answer is `triton.autotune`: list candidate configurations, let it time each on the first call
+# for every new problem size, and keep the winner. This notebook is about doing that well: a small,
+# sensible space, pruned before anything compiles, and an honest account of what the search costs
+# and when it is not worth it.
 #
 # **You will learn:** how `triton.autotune`, `triton.Config`, `key`, pruning and the cache fit
-# together; how much tuning costs, measured; how to prune configs that cannot fit in shared memory
-# before compiling them; what the config space looks like as a heatmap; how the best config moves
-# with the shape of the problem; and when not to tune at all.
+# together; to prune configs that cannot fit in shared memory; what tuning costs, measured; the
+# config space as a heatmap; how the best config moves with the shape; and when not to tune.
 
 # %%
 from grader.runtime import device
@@ -51,19 +51,17 @@ RUN_BENCHMARKS = True
 # %% [markdown]
 # ## The kernel: 04's, with a second way to move tiles
 #
-# The kernel to tune is the blocked matmul of 04 (grouped launch order, float32 accumulator,
-# masks, strides), kept in `gemm.py` beside this notebook so that this notebook and the course's
-# benchmarks time exactly the same code. It has one
-# addition: where the layout allows, it loads and stores tiles through **tensor descriptors**
-# (`tl.make_tensor_descriptor`). On Hopper GPUs these become copies by the Tensor Memory
-# Accelerator (TMA), a unit that moves whole tiles between global and shared memory and computes
-# the addresses itself (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022); loads past
-# the edges of the matrix return zeros (`padding_option="zero"`, the default) and stores there
-# are dropped. The conditions are in the Triton documentation of `make_tensor_descriptor`: a
-# 16-byte aligned base, 16-byte multiples for the leading strides, and a contiguous last
-# dimension. `gemm.launch` checks them and otherwise
-# takes the pointer path of 04; on a GPU older than sm_90 it always does. In the interpreter,
-# descriptors are emulated with the same checks, so both paths are tested here.
+# The kernel to tune is 04's blocked matmul (grouped order, float32 accumulator, masks, strides),
+# kept in `gemm.py` beside this notebook so that the notebook and the course's benchmarks time the
+# same code. One addition: where the layout allows, it moves tiles through **tensor descriptors**
+# (`tl.make_tensor_descriptor`). On Hopper these become copies by the Tensor Memory Accelerator
+# (TMA), a unit that moves whole tiles between global and shared memory and computes the addresses
+# itself (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022); loads past the matrix's edges
+# return zeros (`padding_option="zero"`, the default) and stores there are dropped. The conditions
+# (Triton documentation of `make_tensor_descriptor`): a 16-byte aligned base, leading strides in
+# multiples of 16 bytes, a contiguous last dimension. `gemm.launch` checks them and otherwise takes
+# 04's pointer path, as it always does before sm_90. The interpreter emulates descriptors with the
+# same checks, so both paths are tested here.
 
 # %%
 print(inspect.getsource(gemm.matmul_kernel.fn))
@@ -78,10 +76,10 @@ print(f"rows of 71 halves (142 bytes): "
       f"{'descriptors' if gemm.tma_ok(torch.empty(64, 71, dtype=torch.float16, device=dev), b, c) else 'pointers'}")
 
 # %% [markdown]
-# Correctness is checked as in 04: fresh random inputs, a float64 reference, the output rounded to
-# its dtype (`rtol`) plus the rounding of a $K$-term float32 sum,
+# Correctness is checked as in 04: fresh random inputs, a float64 reference, and a tolerance of the
+# output's rounding (`rtol`) plus that of a $K$-term float32 sum,
 # `atol = 4 * sqrt(K) * 2**-24 * max(|A| @ |B|)` (Higham and Mary, *SIAM J. Sci. Comput.* 41(5),
-# 2019: rounding errors of a sum grow like $\sqrt{K}$ in practice).
+# 2019: a sum's rounding errors grow like $\sqrt{K}$ in practice).
 
 # %%
 def matmul_reference(a, b):  # reads M*K + K*N, writes M*N
@@ -125,42 +123,37 @@ def flops(M, N, K):
 # def kernel(..., M, N, K, ..., BLOCK_M: tl.constexpr, ...): ...
 # ```
 #
-# - A **`triton.Config`** holds values for the kernel's `tl.constexpr` parameters plus the
-#   compiler's `num_warps` and `num_stages`. Each distinct config is a separately compiled kernel.
+# - A **`triton.Config`** sets the kernel's `tl.constexpr` parameters and the compiler's
+#   `num_warps` and `num_stages`; each config compiles separately.
 # - **`key`** names the arguments whose values select a tuning result. The first call with a new
-#   key compiles and times every (remaining) config with `triton.testing.do_bench` and keeps the
-#   fastest; later calls with the same key go straight to it. Triton also adds the dtypes of the
-#   tensor arguments to the key, so float16 and bfloat16 are tuned separately. Here the key is
-#   `M, N, K` and the path (`USE_TMA`).
-# - **`prune_configs_by={"early_config_prune": f}`** calls `f(configs, named_args, **kwargs)`
-#   before any timing and tunes only what it returns (at least one config).
-# - **The cache** is a dictionary in the autotuner object, one entry per key, for the life of the
-#   process; `cache_results=True` also keeps results on disk between processes, and the
-#   environment variable `TRITON_PRINT_AUTOTUNING=1` prints each decision (Triton documentation
-#   of `triton.autotune`).
-# - What it is **not**: a model or a learned search. It times the listed configs and nothing
-#   else, so the search is only as good as the list.
-#
+#   key compiles and times every remaining config with `triton.testing.do_bench` and keeps the
+#   fastest; later calls go straight to it. The tensor arguments' dtypes join the key. Here the key
+#   is `M, N, K` and the path (`USE_TMA`).
+# - **`early_config_prune`**: `f(configs, named_args, **kwargs)` runs before any timing; only what
+#   it returns (at least one config) is tuned.
+# - **The cache** holds one entry per key for the life of the process; `cache_results=True` keeps
+#   results on disk, and `TRITON_PRINT_AUTOTUNING=1` prints each decision (Triton documentation of
+#   `triton.autotune`).
+# - It is **not** a model or a learned search: it times the listed configs, nothing else.
+
+# %% [markdown]
 # ## Pruning by shared memory
 #
-# A program's software pipeline keeps `num_stages` copies of an $A$ block (`BLOCK_M x BLOCK_K`)
-# and a $B$ block (`BLOCK_K x BLOCK_N`) in shared memory. A config whose buffers exceed the
-# per-block limit cannot run: an H100 allows at most 227 KB per block (NVIDIA H100 datasheet;
-# CUDA C++ Programming Guide, compute capability 9.0), and on a GPU `SMEM_LIMIT` below is read
-# from the device itself. Triton would discover the overflow only after compiling the config;
-# pruning it first saves the compile.
+# A program's software pipeline keeps `num_stages` copies of an $A$ block (`BLOCK_M x BLOCK_K`) and
+# a $B$ block (`BLOCK_K x BLOCK_N`) in shared memory. A config whose buffers pass the per-block
+# limit cannot run: an H100 allows 227 KB per block (NVIDIA H100 datasheet; CUDA C++ Programming
+# Guide, compute capability 9.0), and on a GPU `SMEM_LIMIT` is read from the device. Triton finds
+# the overflow only after compiling; pruning first saves the compile.
 #
-# ### Exercise: shared-memory pruning
+# ### Exercise 1 · shared-memory pruning (3 points)
 #
-# 1. `smem_bytes(block_m, block_n, block_k, num_stages, itemsize)`: the bytes of the pipeline's
-#    buffers.
+# 1. `smem_bytes(block_m, block_n, block_k, num_stages, itemsize)`: the pipeline buffers' bytes.
 # 2. `fits(config, itemsize, limit)`: whether a `triton.Config`'s buffers fit in `limit` bytes
-#    (a config that needs exactly `limit` fits). The tile sizes are in `config.kwargs`, the stage
-#    count is `config.num_stages`.
-# 3. `prune_configs(configs, named_args, **kwargs)`: the `early_config_prune` function. The
-#    element size comes from the tensor passed as `a_ptr` (`named_args["a_ptr"].element_size()`);
-#    keep the configs that fit in `SMEM_LIMIT`, in their original order. If none fits, return a
-#    list with the one that needs the least shared memory, so the autotuner still has a config.
+#    (exactly `limit` fits). Tile sizes are in `config.kwargs`, the stages in `config.num_stages`.
+# 3. `prune_configs(configs, named_args, **kwargs)`, the `early_config_prune` function: keep the
+#    configs that fit in `SMEM_LIMIT`, in their order. `named_args` maps the kernel's argument
+#    names to this call's values: where do you find the element size? If none fits, return the one
+#    that needs the least shared memory, so the autotuner still has a config.
 
 # %%
 if DEVICE.is_gpu:
@@ -275,11 +268,10 @@ print("hidden tests passed: 300 random configs, limits at the boundary, dtypes, 
 
 # %% [markdown]
 # How good is the model? On a GPU the cell compiles each config of the course's default space
-# (without running it) and reads the shared memory the compiler actually allocated
-# (`CompiledKernel.metadata.shared`). The model counts only the pipeline's buffers; the compiler
-# may need more, for example a staging buffer for the output tile on the descriptor path, so the
-# model is a lower bound and configs it passes can still be refused at compile time (the
-# autotuner then skips them).
+# (without running it) and reads the shared memory the compiler allocated
+# (`CompiledKernel.metadata.shared`). The compiler may need more than the pipeline's buffers (a
+# staging buffer for the output tile on the descriptor path, say), so the model is a lower bound:
+# configs it passes can still be refused at compile time, and the autotuner skips them.
 
 # %%
 n = DEVICE.pick(gpu=4096, interpreter=64)
@@ -304,22 +296,20 @@ if not DEVICE.is_gpu:
 # %% [markdown]
 # ## The config space
 #
-# A good space is small and aimed. Every config costs a compile and a timing run per new key
-# (a later section measures both), so a list of a few dozen makes the first call of every new
-# shape slow, while a list of one gives up on shapes it does not suit. Guidelines drawn from 04:
-# tiles large enough to feed the tensor cores (`BLOCK_M`, `BLOCK_N` of 64 to 256), `BLOCK_K` of
-# 32 or 64, 4 or 8 warps, 3 or 4 stages, a couple of tile shapes (wide, tall, square) so that
-# problems of different aspect ratios have a good fit, and `GROUP_M=8`.
+# A good space is small and aimed. Each config costs a compile and a timing run per new key
+# (measured below): a few dozen make every new shape's first call slow, a single one gives up on
+# shapes it does not suit. From 04: tiles large enough to feed the tensor cores (`BLOCK_M`,
+# `BLOCK_N` of 64 to 256), `BLOCK_K` of 32 or 64, 4 or 8 warps, 3 or 4 stages, a few tile shapes
+# (wide, tall, square) for problems of different aspect ratios, and `GROUP_M=8`.
 #
-# ### Exercise: a config space that competes with cuBLAS
+# ### Exercise 2 · a config space that competes with cuBLAS (6 points)
 #
-# Write `config_space(full)`: a list of `triton.Config` for `gemm.matmul_kernel`, each with
-# exactly the meta-parameters `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (powers of two from 16 to 256) and
-# `GROUP_M`, and its `num_warps` and `num_stages`. The default list has **at most 8** configs
-# (the notebook must finish in two minutes on a GPU, tuning included); `full=True` returns a
-# larger one. The graded cells below ask your autotuned matmul for at least 0.85x the speed of
-# cuBLAS on three float16 problems: square, tall and skinny, and a size that is not a multiple of
-# 128.
+# Write `config_space(full)`: a list of `triton.Config` for `gemm.matmul_kernel`, each with exactly
+# the meta-parameters `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (powers of two from 16 to 256) and `GROUP_M`,
+# plus `num_warps` and `num_stages`. The default list has **at most 8** configs (the notebook must
+# finish in two minutes on a GPU, tuning included); `full=True` returns a larger one. The speed
+# cells ask for 0.85x cuBLAS on three float16 problems: square, tall and skinny, and a size that is
+# not a multiple of 128.
 
 # %% nbgrader={"grade_id": "config-space", "solution": true}
 def config_space(full: bool = False) -> list[triton.Config]:
@@ -332,22 +322,22 @@ def config_space(full: bool = False) -> list[triton.Config]:
 
 
 # %% [markdown]
-# The autotuned matmul: `gemm.Tuned` wraps two kernels in `triton.autotune` over your space,
-# pruned by your `prune_configs`, and picks one per call from the layout. Where every matrix
-# suits tensor descriptors it runs a **persistent** version of the kernel
-# (`gemm.matmul_kernel_persistent`, printed below): instead of one program per tile of C, it
-# launches one program per SM and lets each walk the tiles `pid, pid + num_programs, ...` in the
-# same grouped order, so that no program waits for a slot to be scheduled and the compiler can
-# overlap one tile's store with the next tile's loads. Its descriptors are made on the host
-# (`triton.tools.tensor_descriptor.TensorDescriptor`, see `gemm.descriptors`) and passed in,
-# rather than by `tl.make_tensor_descriptor` at the start of every program: at 2048³ on an H100
-# that start-up cost about a tenth of the kernel's time. Elsewhere (a transposed view, rows that
-# are not 16-byte multiples, a GPU older than sm_90) it runs the pointer path of
-# `gemm.matmul_kernel`. Both take the same configs, so your space tunes both. In the interpreter
-# nothing can be timed, so it keeps only the first config (with a single config the autotuner
-# does not time anything); the tests below still run every config of your space, one by one, on
-# the path `matmul` would take. To see on your GPU where persistence pays, time one config both
-# ways: `gemm.launch_config(config, a, b, c)` takes that path, and
+# The autotuned matmul: `gemm.Tuned` wraps two kernels in `triton.autotune` over your space, pruned
+# by your `prune_configs`, and picks one per call from the layout. Where every matrix suits tensor
+# descriptors it runs a **persistent** kernel (`gemm.matmul_kernel_persistent`, printed below): one
+# program per SM, each walking the tiles `pid, pid + num_programs, ...` in grouped order, so no
+# program waits to be scheduled and one tile's store overlaps the next tile's loads. Its descriptors
+# are made on the host (`gemm.descriptors`) and passed in, rather than by `tl.make_tensor_descriptor`
+# at the start of every program: at 2048³ on an H100 that start-up cost about a tenth of the
+# kernel's time (results/2026-11-24-h100-gemm-host-descriptors.md). Elsewhere (a transposed view,
+# rows not a multiple of 16 bytes, a GPU older than sm_90) it runs `gemm.matmul_kernel`'s pointer
+# path. Both take the same configs.
+
+# %% [markdown]
+# In the interpreter nothing can be timed, so `gemm.Tuned` keeps only the first config (with one
+# config the autotuner times nothing); the tests still run every config of your space, one by one,
+# on the path `matmul` would take. To see where persistence pays on your GPU, time one config both
+# ways: `gemm.launch_config(config, a, b, c)` takes that path,
 # `gemm.launch(gemm.matmul_kernel, a, b, c, tma=False, **config.all_kwargs())` the pointer path.
 
 # %%
@@ -421,11 +411,11 @@ print("hidden tests passed")
 # %% [markdown]
 # ## The cost of tuning
 #
-# The first call for a new key compiles every config that survives pruning (unless Triton's
-# kernel cache, in memory and on disk, already holds it: the cell comparing the model with the
-# compiler compiled the default space for this problem) and times each with `do_bench`; later
-# calls only look the key up. The cell measures both for the square problem: the first call's
-# wall time, and the kernel's time once tuned.
+# The first call for a new key compiles every config that survives pruning (unless Triton's kernel
+# cache, in memory and on disk, holds it already: the model-against-compiler cell compiled the
+# default space for this problem) and times each with `do_bench`; later calls only look the key
+# up. The cell measures both on the square problem: the first call's wall time, and the tuned
+# kernel's.
 
 # %%
 TUNING = {}
@@ -494,9 +484,10 @@ else:
 # %% [markdown]
 # ### Speed (graded on a GPU)
 #
-# Your autotuned matmul against cuBLAS (`torch.matmul`) on three float16 problems, each timed
-# alternately with cuBLAS in the same run, the inputs changed before every timed call and the
-# output checked against them: at least 0.85x on each; a FLOP rate above cuBLAS's is flagged. The first call of each problem, which tunes, is made before the timing starts.
+# Your autotuned matmul against cuBLAS (`torch.matmul`) on three float16 problems, timed
+# alternately in the same run, the inputs changed before every timed call and the output checked:
+# at least 0.85x on each; a rate above cuBLAS's is flagged. Each problem's first call, which tunes,
+# comes before the timing.
 
 # %%
 def grade_shape(name, points=1):
@@ -529,12 +520,11 @@ grade_shape("odd")
 # %% [markdown]
 # ## The config space as a heatmap
 #
-# On a GPU the cell times a grid of configs on the square problem of side `HEATMAP_N`: three tile
-# shapes against 2, 3 and 4 stages (8 warps, `BLOCK_K=64`), with a progress bar, and records for
-# each the TFLOP/s and the modelled shared memory; configs the compiler refuses are left blank.
-# The explorer switches the axis between `num_stages`, `num_warps` and `BLOCK_K`, and the value
-# between the measurement and the model. In the interpreter nothing can be timed, so it shows the
-# model over the full space instead.
+# On a GPU the cell times a grid of configs on the square problem of side `HEATMAP_N` (three tile
+# shapes against 2, 3 and 4 stages, 8 warps, `BLOCK_K=64`) and records each one's TFLOP/s and
+# modelled shared memory; configs the compiler refuses stay blank. The explorer switches the axis
+# between `num_stages`, `num_warps` and `BLOCK_K`, and the value between measurement and model. In
+# the interpreter it shows the model over the full space.
 
 # %%
 HEATMAP = []
@@ -567,10 +557,10 @@ display(autotune_widget.explore(table, value=value))
 # %% [markdown]
 # ## How the best config moves with the shape
 #
-# The tuned kernel keeps one decision per key. The cell tunes the sizes in `MORE_SHAPES` as well
-# as the graded problems, then lists the winner for each, with its speed against cuBLAS. Whether the
-# winners differ, and by how much the best beats the first config of your list on each shape,
-# is this GPU's answer to "do I need to tune per shape?".
+# The tuned kernel keeps one decision per key. The cell tunes the sizes in `MORE_SHAPES` and the
+# graded problems, and lists each winner with its speed against cuBLAS. Whether the winners differ,
+# and by how much each beats your list's first config, is this GPU's answer to "do I need to tune
+# per shape?".
 
 # %%
 def first_config_time(a, b, c):
@@ -607,14 +597,12 @@ else:
 # %% [markdown]
 # ## When not to tune
 #
-# 01 gave a three-condition test for writing a custom kernel at all, and it applies to tuning
-# one as well: there must be **headroom** (the kernel is measurably short of its roofline bound
-# or of the library), the operation must be **hot** (a profile shows it takes a real share of the
-# run time), and the **shape must be stable** (the same keys come back, so the tuning cost is paid
-# once and amortised). A model serving many distinct sequence lengths fails the third: every new
-# length is a new key and pays the full cost again (bucket the shapes, or tune offline with
-# `cache_results=True`). With the numbers measured above, the break-even point is the tuning
-# cost divided by the time saved per call against simply using the first config of the list.
+# 01's three conditions for writing a kernel apply to tuning it: **headroom** (measurably short of
+# the roofline bound or the library), a **hot** op (a real share of a profile), and a **stable
+# shape** (the same keys come back, so the cost is paid once). A model serving many sequence
+# lengths fails the third: each new length is a new key and pays again (bucket the shapes, or tune
+# offline with `cache_results=True`). With the numbers above, the break-even point is the tuning
+# cost over the time saved per call against the list's first config.
 
 # %%
 if {"first call s", "tuned ms", "fixed ms"} <= TUNING.keys():
@@ -631,31 +619,29 @@ else:
 # %% [markdown]
 # ## Summary
 #
-# - `triton.autotune` times every listed `triton.Config` on the first call for each new key
-#   (plus the tensor dtypes), keeps the fastest in a per-process cache, and reuses it; it does
-#   not search beyond the list.
-# - Pruning (`early_config_prune`) removes configs before they are compiled; shared memory,
-#   `num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * itemsize` bytes for the pipeline, is the first
-#   thing to check against the device's per-block limit. The compiler may need more.
-# - Tuning costs compiles and timing runs on every new key; measure it, and weigh it against the
-#   time saved per call.
-# - A small space aimed by what you know (tile shapes, warps, stages) is worth more than a large
-#   blind one; the best config can change with the shape, which the heatmap and the per-shape
-#   list make visible.
-# - Tune only when there is headroom, the op is hot, and the shapes are stable.
-#
+# - `triton.autotune` times every listed `triton.Config` on the first call for each new key (plus
+#   the tensor dtypes), keeps the fastest in a per-process cache and reuses it; it searches nothing
+#   beyond the list.
+# - `early_config_prune` removes configs before they compile; the pipeline's shared memory,
+#   `num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * itemsize` bytes, is the first check against the
+#   per-block limit. The compiler may need more.
+# - Tuning costs compiles and timing runs per new key: measure it against the time saved per call.
+# - A small space aimed by what you know beats a large blind one; the best config can move with
+#   the shape.
+# - Tune only with headroom, a hot op and stable shapes.
+
+# %% [markdown]
 # ## Further exercises
 #
-# 1. Set `FULL_SEARCH = True` and rerun. How long does tuning take now, and does any shape gain
-#    more than a few percent over the default space?
-# 2. Add `"perf_model"` and `"top_k"` to `prune_configs_by`: estimate each config's time from the
-#    roofline of 01 (FLOPs over the tensor-core rate, bytes requested over bandwidth) and time
-#    only the best two. How often does the estimate pick the real winner?
-# 3. Try the problem 3000x5000x4000. Its rows of 5000 halves are 10000 bytes, a multiple of 16,
-#    but 5000 is not a multiple of 16 elements: which path does the launcher take, and how does
-#    Triton's specialisation on arguments divisible by 16 (04) affect its speed?
-# 4. `matmul` runs the persistent kernel wherever descriptors work. For the winning config of
-#    each shape, time it against the one-program-per-tile kernel,
+# 1. Set `FULL_SEARCH = True` and rerun. How long does tuning take, and does any shape gain more
+#    than a few percent over the default space?
+# 2. Add `"perf_model"` and `"top_k"` to `prune_configs_by`: estimate each config's time from 01's
+#    roofline (FLOPs over the tensor-core rate, bytes requested over bandwidth) and time only the
+#    best two. How often does the estimate pick the winner?
+# 3. Try 3000x5000x4000. Its rows of 5000 halves are 10000 bytes, a multiple of 16, but 5000 is not
+#    a multiple of 16 elements: which path does the launcher take, and how does Triton's
+#    specialisation on arguments divisible by 16 (04) affect speed?
+# 4. For each shape's winning config, time the persistent kernel against one program per tile,
 #    `gemm.launch(gemm.matmul_kernel, a, b, c, tma=True, **config.all_kwargs())`. Where does
-#    persistence pay? Count the tiles of a 2048x2048 output in 128x256 blocks and compare with
-#    the number of SMs (`gemm.num_sms()`): what is left for persistence to improve there?
+#    persistence pay? Compare the 128x256 tiles of a 2048x2048 output with the SM count
+#    (`gemm.num_sms()`): what is left for persistence to improve there?

@@ -1,21 +1,19 @@
 # %% [markdown]
 # # 06 · Online softmax
 #
-# A softmax divides each `exp(x_i)` by the sum over the row, and to be safe from overflow it
-# first subtracts the row's maximum. Written plainly that is three trips through the row: find
-# the maximum, sum the exponentials, normalise. In 03 the row fitted in one program's registers,
-# so the trips were free. Here the row is too long for that (tens of thousands of columns, or, in
-# attention, a row of scores that is never stored at all), and every trip is a read of memory.
-# The *online* softmax keeps a running maximum and a running sum that are corrected as the
-# maximum grows, so one trip gives both statistics. Its merge rule is associative, which is what
-# lets FlashAttention (07) process attention block by block, and lets work on one row be split
-# between programs.
+# *Reading time: about 9 minutes.*
 #
-# **You will learn:** why safe softmax needs the maximum before the sum; the running pair
-# (m, d) and how to rescale it; the merge of two partial states, and why it is associative;
-# how to handle `-inf` and huge values without NaN; a long-row softmax in Triton that streams
-# columns in blocks; how many bytes each formulation moves and how close it gets to the copy
-# bandwidth.
+# A safe softmax subtracts the row's maximum before exponentiating, then divides by the sum: three
+# trips through the row. In 03 the row fitted in one program's registers and the trips were free.
+# Here it does not (tens of thousands of columns, or in attention a row of scores never stored), and
+# every trip reads memory. The *online* softmax keeps a running maximum and sum, corrected as the
+# maximum grows, so one trip gives both. Its merge rule is associative, which lets FlashAttention
+# (07) work block by block and lets programs share a row.
+#
+# **You will learn:** why safe softmax needs the maximum before the sum; the running pair (m, d) and
+# its rescaling; the merge of two partial states and why it is associative; `-inf` and huge values
+# without NaN; a long-row Triton softmax that streams columns; and how many bytes each formulation
+# moves, against the copy bandwidth.
 
 # %%
 from grader.runtime import device
@@ -51,13 +49,12 @@ RUN_BENCHMARKS = True
 # %% [markdown]
 # ## Why the maximum comes first
 #
-# $\mathrm{softmax}(x)_i = e^{x_i} / \sum_j e^{x_j}$. Computed as written, `exp` overflows as soon
-# as one $x_j$ exceeds $\ln(\text{largest float})$. The fix is the identity
-# $e^{x_i} / \sum_j e^{x_j} = e^{x_i - m} / \sum_j e^{x_j - m}$ for any $m$; with $m = \max_j x_j$
-# every exponent is at most 0, so nothing overflows and the largest term is exactly 1, so the sum
-# is at least 1. But the maximum must be known before the first exponential is taken. The cell
-# prints the overflow thresholds and what each formulation makes of a row with values near
-# $10^4$, a magnitude that attention scores can reach when nothing scales them.
+# $\mathrm{softmax}(x)_i = e^{x_i} / \sum_j e^{x_j}$ overflows as soon as one $x_j$ passes
+# $\ln(\text{largest float})$. Since $e^{x_i} / \sum_j e^{x_j} = e^{x_i - m} / \sum_j e^{x_j - m}$
+# for any $m$, taking $m = \max_j x_j$ makes every exponent at most 0 and the largest term exactly
+# 1, so the sum is at least 1. But the maximum must be known before the first exponential. The cell
+# prints the overflow thresholds and what each formulation makes of a row near $10^4$, a magnitude
+# unscaled attention scores can reach.
 
 # %%
 for dtype in (torch.float32, torch.float16):
@@ -75,12 +72,11 @@ print("torch.softmax:  ", torch.softmax(x_big, 0).tolist())
 # %% [markdown]
 # ## The three-pass reference and what it costs
 #
-# A softmax that streams over a row it cannot hold reads the row once for the maximum, once for
-# the sum of exponentials, and once more to normalise and write. For a row of `n` elements of `b`
-# bytes that is $3nb$ read and $nb$ written: 4 times the row's bytes. The least any softmax can
-# move is once in and once out, $2nb$, and a kernel reaches that only when the row fits on chip
-# (03's fused softmax). The reference below, in PyTorch, follows the three passes, chunk by chunk,
-# so that the passes are visible.
+# Streaming over a row it cannot hold, a softmax reads it for the maximum, again for the sum of
+# exponentials, and once more to normalise and write: for `n` elements of `b` bytes, $3nb$ read and
+# $nb$ written, 4 times the row. The least is once in and once out, $2nb$, reached only when the
+# row fits on chip (03). The PyTorch reference below makes the three passes chunk by chunk, to show
+# them.
 
 # %%
 def softmax_three_pass(x, chunk=CHUNK):
@@ -105,52 +101,42 @@ print("three passes vs torch.softmax, max abs difference:",
 # %% [markdown]
 # ## One pass for both statistics: the running pair (m, d)
 #
-# Read the row in chunks and keep two numbers: the largest value seen so far, $m$, and the sum of
-# $e^{x_j - m}$ over the elements seen so far, $d$ (the denominator; the FlashAttention paper
-# calls it $\ell$). When a chunk $C$ arrives, its own maximum may be larger than $m$. Every term
-# already in $d$ was taken relative to the old maximum, so it must be moved to the new one:
+# Read the row in chunks, keeping the largest value so far, $m$, and the sum of $e^{x_j - m}$ so
+# far, $d$ (FlashAttention calls it $\ell$). When chunk $C$'s maximum passes $m$, the terms in $d$
+# must move to the new maximum:
 #
-# $$m' = \max(m, \max_{j \in C} x_j), \qquad
-#   d' = d \cdot e^{m - m'} + \sum_{j \in C} e^{x_j - m'}.$$
+# $$m' = \max(m, \max_{j \in C} x_j), \qquad d' = d \cdot e^{m - m'} + \sum_{j \in C} e^{x_j - m'}.$$
 #
-# The factor $\alpha = e^{m - m'}$ is 1 when the maximum did not move and below 1 when it grew.
-# At the end $m$ is the row's maximum and $d$ its sum of exponentials, after one read of the
-# row; a second pass normalises. This is the *online normaliser* of Milakov and Gimelshein
-# (2018, arXiv:1805.02867).
+# The factor $\alpha = e^{m - m'}$ is 1 when the maximum stays, below 1 when it grows. One read
+# gives both statistics; a second pass normalises. This is the *online normaliser* of Milakov and
+# Gimelshein (2018, arXiv:1805.02867).
 #
-# **Merging two partial states.** Any part $A$ of a row has a state $S(A) = (m_A, d_A)$ with
-# $m_A = \max A$ and $d_A = \sum_{x \in A} e^{x - m_A}$. Two states combine into the state of
-# the union:
+# **Merging two states.** A part $A$ of a row has the state $(m_A, d_A)$, $m_A = \max A$,
+# $d_A = \sum_{x \in A} e^{x - m_A}$. Disjoint parts combine into their union's state:
 #
-# $$\mathrm{merge}(S(A), S(B)) = \big(m,\; d_A e^{m_A - m} + d_B e^{m_B - m}\big),
-#   \quad m = \max(m_A, m_B),$$
+# $$\mathrm{merge} = \big(m,\; d_A e^{m_A - m} + d_B e^{m_B - m}\big), \quad m = \max(m_A, m_B).$$
 #
-# because $\sum_{A \cup B} e^{x - m} = e^{m_A - m}\sum_A e^{x - m_A} + e^{m_B - m}\sum_B e^{x -
-# m_B}$ (for disjoint $A$, $B$). Since $\mathrm{merge}(S(A), S(B)) = S(A \cup B)$ and union is
-# associative and commutative, so is the merge:
-# $\mathrm{merge}(\mathrm{merge}(S_A, S_B), S_C) = S(A \cup B \cup C) =
-# \mathrm{merge}(S_A, \mathrm{merge}(S_B, S_C))$, in exact arithmetic. The empty part has the
-# state $(-\infty, 0)$, the identity. Associativity is what allows any grouping: chunk after
-# chunk in one loop, one state per lane of a vector merged at the end, or one state per program
-# merged by a last step.
+# It holds because $\sum_{A \cup B} e^{x - m} = e^{m_A - m}\sum_A e^{x - m_A} + e^{m_B - m}\sum_B e^{x - m_B}$.
+# Since merging gives the union's state and union is associative and commutative, so is the merge
+# (in exact arithmetic), with the empty part's $(-\infty, 0)$ as identity. Any grouping works:
+# chunk after chunk, one state per lane merged at the end, or one per program.
 #
 # ![two states rescaled by exp(m_i - m) and added](figures/merge.svg)
 #
 # *Merging two states: move each $d$ to the common maximum, then add.*
-#
-# **The trap at $-\infty$.** A chunk whose elements are all $-\infty$ (masked positions, or the
-# padding past the end of a row) has $m = -\infty$. Merging two such states computes
-# $e^{-\infty - (-\infty)}$, which is NaN in floating point, and the NaN spreads to everything
-# after it. The empty side contributes nothing, so its factor must be 0; take the exponent
-# relative to a maximum that is replaced by 0 when it is $-\infty$.
 
 # %% [markdown]
-# ### Exercise 1: merge two states
+# **The trap at $-\infty$.** A chunk of nothing but $-\infty$ (masked positions, padding past a
+# row's end) has $m = -\infty$. Merging two such states computes $e^{-\infty - (-\infty)}$, NaN in
+# floating point, and the NaN spreads to everything after it. The empty side contributes nothing,
+# so its factor must be 0.
 #
-# Write `merge(m1, d1, m2, d2)` for tensors of states (elementwise, any shape, float32 or
-# float64): return `(m, d)` of the union. It must give no NaN when one or both maxima are
-# $-\infty$, and must not overflow when the maxima are far apart (say $10^4$ and $-10^4$).
-# `torch.where` chooses elementwise; `torch.maximum` takes the larger of two tensors.
+# ### Exercise 1 · merge two states (3 points)
+#
+# Write `merge(m1, d1, m2, d2)` for tensors of states (elementwise, any shape, float32 or float64),
+# returning `(m, d)` of the union. No NaN when one or both maxima are $-\infty$: relative to what
+# can you take the exponents so the empty side's factor comes out 0? No overflow when the maxima
+# are far apart (say $10^4$ and $-10^4$). `torch.where` and `torch.maximum` work elementwise.
 
 # %% nbgrader={"grade_id": "merge", "solution": true}
 def merge(m1, d1, m2, d2):
@@ -164,9 +150,10 @@ def merge(m1, d1, m2, d2):
 
 
 # %% [markdown]
-# The checks build real chunks of numbers, compute each chunk's state in float64, call your
-# `merge` on the two states (in float32 unless said otherwise), and compare with the state of
-# the two chunks together, computed from scratch.
+# The checks build real chunks of numbers, compute each chunk's state in float64, call your `merge`
+# on the two states (in float32 unless said otherwise), and compare with the state of both chunks
+# computed from scratch. The hidden tests add the adversarial cases: maxima of $-\infty$ on one
+# side and on both, equal maxima, and maxima $2 \times 10^4$ apart.
 
 # %%
 def state_of(x):
@@ -202,10 +189,6 @@ check_merge(chunks(1000, 16), chunks(1000, 16))
 check_merge(chunks(1000, 16, scale=5), chunks(1000, 40, shift=3), dtype=torch.float64)
 print("visible test passed: 2000 random pairs of chunks, float32 and float64")
 
-# %% [markdown]
-# The hidden tests add the adversarial cases: maxima of $-\infty$ on one side and on both,
-# equal maxima, and maxima $2 \times 10^4$ apart.
-
 # %% nbgrader={"grade": true, "grade_id": "test-merge-hidden", "points": 2}
 check_merge(chunks(8, 4), chunks(8, 4, shift=-2))
 ### BEGIN HIDDEN TESTS
@@ -232,10 +215,10 @@ print("hidden tests passed: empty states, equal maxima, maxima 2e4 apart")
 # %% [markdown]
 # ### Associativity, checked numerically
 #
-# In exact arithmetic the grouping does not matter; in floating point each grouping rounds
-# differently, so the two results differ by a few units in the last place. The cell merges
-# 100 000 random triples of states both ways and prints the largest relative difference, in
-# float32 and float64, and checks that merging with the empty state changes nothing.
+# In floating point each grouping rounds differently, so the two results differ by a few units in
+# the last place. The cell merges 100 000 random triples of states both ways, prints the largest
+# relative difference in float32 and float64, and checks that merging with the empty state changes
+# nothing.
 
 # %%
 for dtype in (torch.float32, torch.float64):
@@ -258,12 +241,11 @@ print("merge with the empty state:", [t.item() for t in merge(*empty, *some)],
 # %% [markdown]
 # ## Watching the state evolve
 #
-# The explorer below steps through one row of 48 values, 8 at a time. At each step it shows the
-# running maximum, the factor $\alpha$ by which the old $d$ is multiplied, the new $d$, and the
-# *partial output*: the softmax of the prefix read so far, $e^{x_j - m}/d$. Every time the maximum
-# grows, all earlier outputs shrink by $\alpha$ at once; that is the rescaling FlashAttention
-# applies to its accumulator. Move the slider (the picture under it is the first step; the
-# second figure shows all steps at once).
+# The explorer steps through a row of 48 values, 8 at a time, showing the running maximum, the
+# factor $\alpha$ applied to the old $d$, the new $d$, and the *partial output*, the prefix's
+# softmax $e^{x_j - m}/d$. Each time the maximum grows, all earlier outputs shrink by $\alpha$ at
+# once: the rescaling FlashAttention applies to its accumulator. Move the slider (the picture below
+# it is the first step; the second figure shows all steps).
 
 # %%
 gen = torch.Generator().manual_seed(6)
@@ -277,14 +259,14 @@ for s in states:
 walk.show_all(states)
 
 # %% [markdown]
-# ### Exercise 2: a chunked online softmax in PyTorch
+# ### Exercise 2 · a chunked online softmax in PyTorch (3 points)
 #
-# Write `chunked_softmax(x, out, chunk)` for a 2-D tensor `x` (rows of any length, float32 or
-# float16). Stream over the columns in chunks of `chunk`: a first pass keeps the state (m, d) of
-# every row, updated with each chunk (your `merge` does it); a second pass writes
-# `out[:, s:e] = exp(x[:, s:e] - m) / d`. Keep the statistics in float32 even for float16 input
-# (float16 cannot hold a sum above 65504), and cast only the output to `out.dtype`.
-# `torch.softmax` and `logsumexp` are off limits: the checks refuse calls to them.
+# Write `chunked_softmax(x, out, chunk)` for a 2-D `x` (rows of any length, float32 or float16),
+# streaming over the columns in chunks of `chunk`. A first pass keeps each row's state (m, d),
+# updated chunk by chunk (your `merge` helps); a second pass writes each chunk of `out`: what is a
+# chunk's softmax in terms of the final m and d? Float16 cannot hold a sum above 65504: in which
+# precision do the statistics live, and where does the output's dtype come in? `torch.softmax` and
+# `logsumexp` are off limits; the checks refuse them.
 
 # %% nbgrader={"grade_id": "chunked-softmax", "solution": true}
 def chunked_softmax(x, out, chunk=CHUNK):
@@ -306,11 +288,11 @@ def chunked_softmax(x, out, chunk=CHUNK):
 
 
 # %% [markdown]
-# The checks compare with a float64 softmax. Softmax outputs of a long row are small (about
-# $1/n$), so a fixed absolute tolerance would accept an output of zeros; the tolerances here are
-# relative, with an absolute floor only at the smallest float16 step ($2^{-24}$), and float32's
-# relative tolerance is $10^{-5}$: the next cell measures `torch.softmax`'s own float32 error,
-# which a sum over many terms makes larger than one rounding.
+# The checks compare with a float64 softmax. A long row's outputs are small (about $1/n$), so a
+# fixed absolute tolerance would accept zeros; the tolerances are relative, with an absolute floor
+# only at the smallest float16 step ($2^{-24}$). Float32's relative tolerance is $10^{-5}$: the
+# next cell measures `torch.softmax`'s own float32 error, which a long sum makes larger than one
+# rounding.
 
 # %%
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-12),
@@ -385,17 +367,16 @@ print("hidden tests passed: chunk sizes, 1e4 magnitudes, -inf rows, float16, d b
 # %% [markdown]
 # ## Long rows in Triton
 #
-# A Triton program holds a block in registers; a row of 128k float32 values (512 KiB) is more
-# than a whole SM's registers (65 536 32-bit registers, 256 KiB, on compute capability 9.0 per
-# the CUDA C++ Programming Guide's table of compute capabilities). So the kernel loops over the row in blocks of `BLOCK`
-# columns, one program per row. The reference below is the three-pass softmax as a kernel: a loop
-# for the maximum, a loop for the sum, a loop that normalises. It reads the row three times and
-# writes it once.
+# A row of 128k float32 values (512 KiB) is more than a whole SM's registers (65 536 32-bit
+# registers, 256 KiB, at compute capability 9.0 per the CUDA C++ Programming Guide's table of
+# compute capabilities), so the kernel loops over the row in blocks of `BLOCK` columns, one program
+# per row. The reference below is the three-pass softmax as a kernel: loops for the maximum, the
+# sum and the normalisation; three reads, one write.
 #
-# Inside a loop, the kernel keeps a whole *vector* of statistics, one per lane of the block,
-# and combines the lanes once after the loop (`tl.max`, `tl.sum`). A reduction across the block
-# needs the lanes to exchange values (through shared memory, with a barrier); doing it once per
-# row instead of once per block keeps the loop to loads and elementwise arithmetic.
+# Inside a loop, the kernel keeps a *vector* of statistics, one per lane, and combines the lanes
+# once after the loop (`tl.max`, `tl.sum`). A reduction across the block makes lanes exchange
+# values through shared memory with a barrier; doing it once per row keeps the loop to loads and
+# elementwise arithmetic.
 
 # %%
 @triton.jit
@@ -451,20 +432,23 @@ check_softmax(softmax_three_pass_triton, ROWS, ROW_LENGTHS[0])
 print("three-pass kernel agrees with torch.softmax")
 
 # %% [markdown]
-# ### Exercise 3: the online long-row kernel
+# ### Exercise 3 · the online long-row kernel (5 points)
 #
-# Fuse the first two passes: one loop keeps a running maximum `m` and denominator `d` per lane
-# (rescaling `d` when a lane's maximum grows), then the lanes are merged, then a second loop
-# normalises. The kernel reads the row twice and writes it once: `bytes_moved = 3 x` the row's
-# bytes, against 4 for the three-pass kernel and the ideal of 2.
-#
+# Fuse the first two passes: one loop keeps a running maximum `m` and denominator `d` per lane,
+# then the lanes are merged, then a second loop normalises. The kernel reads the row twice and
+# writes it once: `bytes_moved = 3 x` the row's bytes, against 4 for three passes and the ideal 2.
 # Three details decide whether it is right:
-# - **the last block**: columns past `n_cols` must be masked, and their `other=` value must be
-#   one that adds nothing to `d` (what is `exp(other - m)`?);
-# - **lanes with nothing yet**: a lane that has seen only `-inf` has `m = -inf`; as in `merge`,
-#   take exponents relative to a maximum replaced by 0 where it is `-inf`, or NaN appears;
-# - **precision**: load, then `.to(tl.float32)`; store `y.to(out_ptr.dtype.element_ty)`, so that
-#   float16 rows get float32 statistics and a float16 output.
+#
+# - **the last block**: columns past `n_cols` are masked; which value must they load so that they
+#   add nothing to `d`? (What is `exp(other - m)`?)
+# - **lanes with nothing yet**: a lane that has seen only `-inf` has `m = -inf`; the trap of
+#   `merge` is here again;
+# - **precision**: rows may be float16. In which precision must the statistics live, and in which
+#   dtype is the output stored?
+#
+# The hidden tests run every row length of the parameters cell in float32 and float16, rows one
+# column longer than a block, magnitudes near $10^4$, rows of `-inf` but one value, slices of wider
+# rows, and a second block size.
 
 # %% nbgrader={"grade_id": "long-softmax-kernel", "solution": true}
 @triton.jit
@@ -516,11 +500,6 @@ def long_softmax(x, out, block=BLOCK):  # reads 2 rows' bytes, writes 1
 check_long_softmax(ROWS, ROW_LENGTHS[1])
 print(f"visible test passed: {ROWS} rows of {ROW_LENGTHS[1]}, float32, BLOCK={BLOCK}")
 
-# %% [markdown]
-# The hidden tests run every row length of the parameters cell in float32 and float16, rows one
-# column longer than a block, magnitudes around $10^4$, rows that are `-inf` except one value,
-# rows that are a slice of wider rows, and a second block size.
-
 # %% nbgrader={"grade": true, "grade_id": "test-long-softmax-hidden", "points": 2}
 check_long_softmax(2, BLOCK + 1)
 ### BEGIN HIDDEN TESTS
@@ -543,16 +522,15 @@ print(f"hidden tests passed: lengths {ROW_LENGTHS}, float32 and float16, extreme
 # %% [markdown]
 # ## Numerics at the edges
 #
-# Three cases, each run through your kernel and compared with a float64 softmax:
+# Three cases through your kernel, against a float64 softmax:
 #
-# - **huge magnitudes**: a row scaled to about $10^4$; almost all the mass sits on the few values
+# - **huge magnitudes**: a row scaled to about $10^4$; nearly all the mass sits on the few values
 #   within some tens of the maximum, and nothing may overflow;
-# - **float16 input, float32 statistics**: the cell shows what float16 would do to `d`. Its
-#   largest value is 65504, so a row of 70 000 equal values has $d = 70000$, which float16
-#   stores as `inf`; and above 2048 consecutive float16 integers are 2 apart, so adding 1 to
-#   2048 changes nothing;
-# - **rows of `-inf` but one**: the softmax is exactly one-hot; every lane but one sees only
-#   `-inf` in the first pass.
+# - **float16 input, float32 statistics**: float16's largest value is 65504, so a row of 70 000
+#   equal values, $d = 70000$, would store `inf`; and above 2048 float16 integers are 2 apart, so
+#   2048 + 1 rounds back to 2048;
+# - **rows of `-inf` but one**: the softmax is one-hot, and every lane but one sees only `-inf` in
+#   the first pass.
 
 # %%
 print("float16: 70000 ->", torch.tensor(70_000.0).half().item(),
@@ -575,13 +553,12 @@ for what, make in cases.items():
 # %% [markdown]
 # ## How fast, measured
 #
-# On a GPU the cell times `torch.softmax`, the three-pass kernel and your online kernel on
-# 256 MiB of float32 rows at each long row length, and prints two bandwidths for each: the
-# bytes the kernel *actually moves* (4, 3 and, for `torch.softmax`, an unknown number of row
-# reads; shown as 2) divided by its time, and the *useful* bandwidth, the ideal $2nb$ over its
-# time, which compares them on the same footing. When rows are short enough, part of a second
-# read is served by the L2 cache (50 MB on an H100, per its datasheet), and the actual bandwidth
-# can then exceed the copy bandwidth.
+# On a GPU the cell times `torch.softmax`, the three-pass kernel and your online kernel on 256 MiB
+# of float32 rows at each long row length, with two bandwidths each: *actual* (the bytes it moves,
+# 4, 3, and for `torch.softmax` an unknown number, shown as 2, over its time) and *useful* (the
+# ideal $2nb$ over its time, the same footing for all). For short enough rows, L2 (50 MB on an
+# H100, per its datasheet) serves part of a second read, and the actual bandwidth can pass the
+# copy's.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -616,12 +593,10 @@ else:
 # %% [markdown]
 # ### Speed (graded on a GPU)
 #
-# Your kernel runs on 1024 rows of 65 536 float32 values (256 MiB). It reads the row twice and
-# writes it once, so it is credited with `3 x 256 MiB` moved, and must move them at no less than
-# 70% of the rate of a device copy of the same number of bytes, timed in the same run. The ideal
-# one-read-one-write softmax would move `2 x 256 MiB`; your kernel's useful bandwidth is two
-# thirds of its actual one. The input changes before every timed call and the output is checked
-# against it; a bandwidth above the copy's is flagged and scores 0.
+# Your kernel runs on 1024 rows of 65 536 float32 values (256 MiB), credited with `3 x 256 MiB`
+# moved (two reads, one write), and must move them at 70% of the rate of a device copy of as many
+# bytes, timed in the same run. The input changes before every timed call and the output is
+# checked; a bandwidth above the copy's is flagged and scores 0.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-long-softmax-bandwidth", "points": 2}
 x_speed = torch.randn(DEVICE.pick(gpu=SPEED_SHAPE, interpreter=(2, 256)), device=DEVICE.torch_device)
@@ -635,26 +610,23 @@ perf.grade_bandwidth(lambda: long_softmax(x_speed, out_speed), bytes_moved=3 * x
 # %% [markdown]
 # ## Summary
 #
-# - Safe softmax subtracts the row's maximum so that no exponential overflows; written plainly
-#   that needs the maximum before the sum, three passes over a row that does not fit on chip.
-# - The running state $(m, d)$, with $d$ rescaled by $e^{m - m'}$ whenever the maximum grows,
-#   gives both statistics in one pass; a second pass normalises.
+# - Safe softmax subtracts the row's maximum; written plainly, that needs the maximum before the
+#   sum: three passes over a row that does not fit on chip.
+# - The running state $(m, d)$, with $d$ rescaled by $e^{m - m'}$ whenever the maximum grows, gives
+#   both statistics in one pass; a second pass normalises.
 # - Two states merge into the state of the union; the merge is associative and commutative with
-#   identity $(-\infty, 0)$, so chunks, lanes and programs can be combined in any grouping.
-# - $-\infty$ maxima need a guard (take exponents relative to 0 when the maximum is $-\infty$),
-#   and float16 data needs float32 statistics.
-# - The online kernel reads a long row twice and writes it once: 3 row-sizes of traffic against
-#   4 for three passes and the ideal of 2.
-#
+#   identity $(-\infty, 0)$, so chunks, lanes and programs combine in any grouping.
+# - $-\infty$ maxima need a guard, and float16 data float32 statistics.
+# - The online kernel moves 3 row-sizes against 4 for three passes and the ideal of 2.
+
+# %% [markdown]
 # ## Further exercises
 #
-# 1. With few rows (say 4 rows of a million columns) one program per row leaves most of the GPU
-#    idle. Split each row between several programs, have each write its state (m, d), and merge
-#    the states in a second small kernel before normalising. Which property of the merge makes
-#    this correct?
-# 2. In the first loop, one of $e^{m - m'}$ and $e^{x - m'}$ is always $e^0 = 1$. Rewrite the
-#    update with a single exponential per element, and measure whether it matters for float16
-#    rows (half the bytes per element, the same exponentials).
-# 3. Run the normalising pass from the end of the row backwards. The last blocks read by the
-#    first pass are the likeliest to still be in L2. Does the bandwidth change for 128k columns?
-# 4. Compute `log_softmax` with the same two passes. What is its formula in terms of m and d?
+# 1. With few rows (say 4 rows of a million columns), one program per row leaves the GPU idle.
+#    Split each row between programs that each write a state (m, d), and merge the states in a
+#    small second kernel before normalising. Which property of the merge makes this correct?
+# 2. In the first loop, one of $e^{m - m'}$ and $e^{x - m'}$ is always $e^0 = 1$. Rewrite the update
+#    with one exponential per element; does it matter for float16 rows?
+# 3. Run the normalising pass from the end of the row backwards: the blocks read last by the first
+#    pass are likeliest to be in L2. Does the bandwidth change at 128k columns?
+# 4. Compute `log_softmax` with the same two passes. What is its formula in m and d?

@@ -1,22 +1,21 @@
 # %% [markdown]
 # # 08 · Trust, but verify
 #
-# A language model will write you a FlashAttention kernel in seconds. It will compile, it will
-# run, and on the first test you think of it may well print the right numbers. Whether it is
-# right is another question, and whether it is fast is a third. When KernelBench (Ouyang et al.,
-# 2025, arXiv:2502.10517) asked models to write kernels for 250 PyTorch workloads, even the best
-# of them, out of the box, matched the PyTorch baseline (correct, and at least as fast) in fewer
-# than 20% of the cases: most drafts were wrong, or slower than PyTorch. This notebook is about the other
-# side of that bargain: you receive three drafts of an attention kernel, prove each one wrong
-# with an audit built for the purpose, name what is wrong, fix the most promising one and make
-# it fast. At the end you draw the roofline of every kernel you wrote in this course.
+# *Reading time: about 11 minutes.*
 #
-# **You will learn:** why tests on zeros, on sizes that are multiples of the tile, or on one
-# seed pass broken kernels; how an audit sweeps shapes, dtypes, strides, flags and extreme values
-# against a float64 reference with poisoned memory and fresh inputs; a taxonomy of the defects
-# that hide in attention kernels and the signature each leaves; what no run at a small size can
-# show (32-bit offset overflow) and how to reason about it instead; how a grader makes sure the
-# timed code is your kernel and not PyTorch; and how to turn a fixed draft into a fast kernel.
+# A language model writes a FlashAttention kernel in seconds. It compiles, runs, and may print the
+# right numbers on the first test you think of. Whether it is right is another question; whether it
+# is fast, a third. When KernelBench (Ouyang et al., 2025, arXiv:2502.10517) asked models for
+# kernels for 250 PyTorch workloads, even the best, out of the box, matched the PyTorch baseline
+# (correct and at least as fast) in fewer than 20% of cases: most drafts were wrong or slower. Here
+# you receive three drafts of an attention kernel, prove each wrong with an audit, name the defects,
+# fix the most promising one and make it fast, then draw the roofline of every kernel you wrote.
+#
+# **You will learn:** why tests on zeros, tile-multiple sizes or one seed pass broken kernels; how an
+# audit sweeps shapes, dtypes, strides, flags and extreme values against a float64 reference with
+# poisoned memory; the defects that hide in attention kernels and their signatures; what no small
+# run can show (32-bit offset overflow); how a grader makes sure the timed code is yours; and how to
+# make a fixed draft fast.
 
 # %%
 from grader.runtime import device
@@ -48,11 +47,10 @@ AUDIT_MY_DRAFT = False  # audit the draft your own model wrote (read it first: i
 # %% [markdown]
 # ## The prompt and the drafts
 #
-# This is the prompt. The three drafts in `drafts/` answer it. They were written for this course
-# in the style of model output (a confident docstring, helpful comments, a launcher with the
-# requested signature), and each carries defects planted from the taxonomy below, so that the
-# answer is known and your diagnosis can be graded. If you have a model of your own, the
-# optional cell near the end sends it the same prompt.
+# This is the prompt; the three drafts in `drafts/` answer it. They were written for this course in
+# the style of model output (a confident docstring, helpful comments, the requested signature), each
+# with defects planted from the taxonomy below, so the answer is known and your diagnosis can be
+# graded. The optional cell near the end sends the prompt to a model of your own.
 
 # %%
 PROMPT = """\
@@ -85,33 +83,26 @@ for name, draft in DRAFTS.items():
     print(f"{name}: {lines} lines, kernel {kernels}: {summary}")
 
 # %% [markdown]
-# Open the three files in `drafts/` now and read them as you would read a colleague's pull
-# request. All three describe the same algorithm as 07 · FlashAttention: each program owns a
-# block of query rows, walks over key/value blocks, and keeps a running max `m`, a running sum
-# `l` and an unnormalized output `acc`; when a new block raises the max from `m_old` to
-# `m_new`, everything accumulated so far is multiplied by `exp(m_old - m_new)`.
+# Read the three files in `drafts/` as a colleague's pull request. All three follow 07's
+# algorithm: each program owns a block of query rows, walks over key/value blocks and keeps a
+# running max `m`, sum `l` and unnormalised output `acc`; when a block raises the max from `m_old`
+# to `m_new`, all so far is multiplied by `exp(m_old - m_new)`.
 #
 # ## Why simple tests pass broken kernels
 #
-# The first test most people write calls the kernel once, on one convenient shape, and compares
-# with PyTorch. Each convenience hides a class of bugs:
+# A first test calls the kernel once, on a convenient shape. Each convenience hides bugs:
 #
-# - **Zeros** (or constant inputs) make every softmax uniform and every output equal to an average
-#   of equal rows: a wrong scale, a wrong mask or a missing rescale changes nothing.
-# - **Sizes that are multiples of the tile** never exercise the last, partial tile, where
-#   boundary masks matter; **sizes within one tile** never exercise the rescaling between key
-#   blocks.
-# - **One call on fresh tensors** cannot tell a kernel from a cache: a launcher that remembers
-#   results by input address returns the right answer once, and the same answer ever after.
-# - **Fresh memory is often zero**: the operating system hands out zeroed pages, so a kernel that
-#   reads memory it never wrote can pass for years, until the allocator recycles a buffer.
-# - **A comparison with a reference in the same low precision** cannot tell whose rounding error
-#   it sees; and `torch.allclose` ignores where NaN comes from.
+# - **Zeros** make every softmax uniform: a wrong scale, mask or rescale changes nothing.
+# - **Multiples of the tile** never reach the partial last tile, where masks matter; **sizes within
+#   one tile** never reach the rescaling between key blocks.
+# - **One call on fresh tensors** cannot tell a kernel from a cache keyed on addresses.
+# - **Fresh memory is often zero** (the system hands out zeroed pages): reading unwritten memory
+#   passes until a buffer is recycled.
+# - **A reference in the same low precision** cannot tell whose rounding it sees, and
+#   `torch.allclose` ignores where NaN comes from.
 #
-# The cell below runs the three drafts through two such tests, with the loose tolerance such
-# tests often use (`torch.allclose` with 1e-2): all-zero inputs, and one seed of random inputs at
-# N equal to one tile. It also measures how far an fp16 reference is from the
-# float64 one, which is why the course compares against float64.
+# The cell runs two such tests, `torch.allclose` at 1e-2 on zeros and on one seed at N of one
+# tile, and measures how far an fp16 reference is from float64.
 
 # %%
 def weak_test(attention, make):
@@ -139,27 +130,23 @@ print(f"\nfp16 eager attention vs float64: max abs error {fp16_error:.1e}, fp16 
       f"{attn.tolerance(torch.float16)[1]:.0e} + {attn.tolerance(torch.float16)[0]:.0e}*|expected|")
 
 # %% [markdown]
-# Weak tests wave through drafts that the audit below takes apart. The fp16 eager result's
-# error, printed above, is of the same order as the tolerance a correct fp16 kernel is held to:
-# against such a reference, a good kernel and a slightly wrong one look alike.
+# The fp16 eager result's error, printed above, is of the order of the tolerance a correct fp16
+# kernel is held to: against it, a good kernel and a slightly wrong one look alike.
 #
 # ## The taxonomy and the audit
 #
 # `verify.audit(candidate, reference, cases)` is the opposite of the weak test, in the spirit of
-# KernelBench's checks: a sweep of cases, each with sizes chosen relative to the tile (N=1, one
-# tile, whole tiles, ragged tails, several key blocks), fp32 and fp16, non-contiguous views (a
-# `(B, N, H, D)` tensor transposed, as attention's inputs usually are; a slice of a wider one),
-# causal on and off, an explicit `sm_scale`, and extreme values. Every case runs two seeds, the
-# second written into the first seed's tensors. While the candidate runs, every tensor it
-# allocates with `torch.empty` holds NaN poison instead of whatever memory held before, and
-# calls to softmax, matmul or `scaled_dot_product_attention` are recorded (a "kernel" that calls
-# them is not a kernel). The reference is `attn.reference`, in float64, with a tolerance of a few
-# units in the last place of the output dtype (`attn.tolerance`). Each case is isolated: a crash
-# fails that case and the sweep goes on.
+# KernelBench's checks: a sweep of cases with sizes set relative to the tile (N=1, one tile, whole
+# tiles, ragged tails, several key blocks), fp32 and fp16, non-contiguous views (a transposed
+# `(B, N, H, D)` tensor; a slice of a wider one), causal on and off, an explicit `sm_scale`, and
+# extreme values. Each case runs two seeds, the second written into the first seed's tensors. While the candidate runs, every `torch.empty` it allocates holds NaN
+# poison, and calls to softmax, matmul or `scaled_dot_product_attention` are recorded. The
+# reference is `attn.reference` in float64, the tolerance a few units in the last place of the
+# output dtype (`attn.tolerance`). A crash fails its case and the sweep goes on.
 #
-# Below, the taxonomy of defects (the ids are what you will use to name them), then the sweep's
-# cases with the defects each was built to catch. Every defect but one fails at least one of
-# these cases when planted alone in a correct kernel; the course's own tests check that.
+# Below, the taxonomy (its ids are how you name defects), then the cases with the defects each
+# catches. Every defect but one, planted alone in a correct kernel, fails at least one case; the
+# course's tests check that.
 
 # %%
 print(verify.taxonomy_table())
@@ -171,11 +158,11 @@ for case in CASES:
 # %% [markdown]
 # ### Draft A
 #
-# Read the table as evidence: which cases fail, and how. "wrong at 1435/1440" is a numerical
-# error; "NaN/inf" means a row whose softmax had nothing to normalize or a sum that overflowed;
-# "poison" means the output holds the NaN the audit put into fresh memory; "called torch..."
-# means PyTorch did the work; "returned seed 1's output" means a cache. Below the table is the
-# review of the kernel's offset arithmetic, explained after the three audits.
+# Read the table as evidence: which cases fail, and how. "wrong at 1435/1440" is a numerical error;
+# "NaN/inf" a row whose softmax had nothing to normalise or a sum that overflowed; "poison" an output
+# holding the NaN the audit put into fresh memory; "called torch..." PyTorch doing the work;
+# "returned seed 1's output" a cache. Under the table, the review of the kernel's offset arithmetic,
+# explained after the three audits.
 
 # %%
 def audit_draft(name):
@@ -203,25 +190,22 @@ report_c = audit_draft("draft_c")
 
 # %% [markdown]
 # `report_c.explain(CASES[2].name)` (or any case's name) prints the full message behind a line,
-# seeds and first mismatches included; `checks.compare` wrote it.
+# seeds and first mismatches included.
 #
 # ## What no small run can show: 32-bit offsets
 #
-# Triton computes with 32-bit integers unless told otherwise: `tl.program_id` is an `int32`, and
-# so is every integer argument that fits in 32 bits. An offset such as
-# `off_hz * N_CTX * HEAD_DIM` (which (batch, head) pair, times the size of one) is right until
-# the product passes 2^31 - 1, then wraps to a negative number and the kernel reads or writes
-# memory before the start of the tensor. With one tensor of 64 × 64 × 8192 × 128 = 2^32 elements
-# (8 GiB in fp16), the last head's offset does not fit.
+# Triton computes in 32-bit integers unless told otherwise: `tl.program_id` is an `int32`, and so
+# is every integer argument that fits. An offset such as `off_hz * N_CTX * HEAD_DIM` ((batch, head)
+# pair times the size of one) is right until the product passes 2^31 - 1, then wraps negative, and
+# the kernel touches memory before the tensor's start. With one tensor of 64 × 64 × 8192 × 128 =
+# 2^32 elements (8 GiB in fp16), the last head's offset does not fit.
 #
-# The interpreter cannot show this. It executes the same int32 arithmetic, but it needs the same
-# tensors: four of 8 GiB each, which no laptop has, and an out-of-bounds access there would end
-# the Python process rather than fail one case. A GPU with enough memory can run it, in a process
-# of its own, since an illegal address ends the CUDA context (see Further exercises). What the
-# audit does instead is reason: `verify.offset_review` computes the largest element offset each
-# shape needs, and reads the kernel's source for products of a program id and a run-time size
-# that are not widened with `.to(tl.int64)` first. The cell below repeats the arithmetic with
-# torch's int32.
+# The interpreter cannot show it: it needs the same tensors, four of 8 GiB, and an out-of-bounds
+# access there ends the Python process. A large enough GPU can run it in a process of its own, as an
+# illegal address ends the CUDA context (Further exercise 3). The audit reasons instead:
+# `verify.offset_review` computes each shape's largest element offset and reads the kernel's source
+# for products of a program id and a run-time size not first widened with `.to(tl.int64)`. The cell
+# repeats the arithmetic in torch's int32.
 
 # %%
 B, H, N, D = attn.LARGE_SHAPES[0]
@@ -236,13 +220,13 @@ for name, report in (("draft_a", report_a), ("draft_b", report_b), ("draft_c", r
           f"review {'ok' if review.ok else 'FAILS'}")
 
 # %% [markdown]
-# ## Exercise 1: name the defects
+# ### Exercise 1 · name the defects (3 points)
 #
-# For each draft, name the set of defect ids from the taxonomy that it contains: two to four per
-# draft, eleven in all, each id used once. Use the audit's tables, the offset reviews and the
-# code. A defect counts when the draft has it as written, even if another defect hides its
-# symptom; a design choice that the audit does not catch and that gives right results is not a
-# defect. Each draft's set is graded on its own and must match exactly.
+# For each draft, name the set of defect ids from the taxonomy it contains: two to four per draft,
+# eleven in all, each id used once. Use the audit's tables, the offset reviews and the code. A
+# defect counts when the draft has it as written, even if another defect hides its symptom; a
+# design choice that the audit does not catch and that gives right results is not a defect. Each
+# draft's set is graded on its own and must match exactly.
 
 # %% nbgrader={"grade_id": "defects-names", "solution": true}
 DEFECTS = {
@@ -286,36 +270,35 @@ assert named == {"torch-fallback", "no-rescale", "zero-fill"}, (
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2: fix the most promising draft, then make it fast
+# ### Exercise 2 · fix the most promising draft, then make it fast (9 points)
 #
-# Draft A is the one to keep: its structure is the right one, and each of its defects is a local
-# change. Starting from its code, write the three functions below.
+# Draft A is the one to keep: its structure is right and each defect is a local change. Starting
+# from its code, write the three functions below; 6 points for correctness and integrity, 3 for
+# speed on a GPU.
 #
-# **Fix.** Mask the scores of keys at or past N with `-inf` (loads with `other=0.0` are not
-# enough: a zero key still scores 0 and takes weight). Let query i see key j exactly when
-# `i >= j`. Take every tensor's four strides as arguments and use them, so that views work, and
-# allocate the output yourself as a contiguous tensor. Widen the (batch, head) offset to
-# `tl.int64` before multiplying it by a stride.
+# **Fix** every defect you named in draft A. What must the score of a key at or past N be for it
+# to take no weight, given that a zero key still scores 0? Which pairs (query i, key j) may a causal
+# query see? Where must each tensor's strides enter the addresses for views to work, and what
+# layout should the output you allocate have? In which integer type must the (batch, head) offset
+# be before it meets a stride?
 #
+# On the interpreter, use 32 × 32 tiles (`q.is_cuda` tells the launcher where it runs). The kernel
+# and its helper are sent, as source, to a separate process for timing: keep them self-contained
+# (`math`, `torch`, `triton` and `tl` are there; nothing else from this notebook is).
+
+# %% [markdown]
 # **Make it fast.** Three things matter, in this order:
 #
-# - *Skip work that the mask throws away.* With `causal=True`, key blocks entirely to the right
-#   of a query block contribute nothing; draft A already stops there. Go one step further: only
-#   the blocks that straddle the diagonal (or the ragged end) need a mask at all, so run the
-#   loop in two phases, unmasked then masked. `attention_inner` below is that loop, with
-#   `MASK` a `tl.constexpr` so that each phase compiles to its own code.
-# - *Tile sizes.* Each key/value tile a program loads is used by its BLOCK_M query rows: against
-#   those loads the kernel does 4·BLOCK_M·BLOCK_N·D FLOPs for 4·BLOCK_N·D bytes in fp16, about
-#   BLOCK_M FLOP per byte. 16-row tiles ask eight times as much of the memory system per FLOP
-#   as 128-row ones, and are too small to keep the tensor cores busy. Large tiles cost registers
-#   and shared memory: 128 × 64 with 4 warps (8 for D = 128) and 3 pipeline stages is a
+# - *Skip work the mask throws away.* With `causal=True`, key blocks wholly right of a query block
+#   contribute nothing, and draft A stops there. Further: only blocks that straddle the diagonal
+#   (or the ragged end) need a mask, so run the loop in two phases, unmasked then masked.
+#   `attention_inner` is that loop, with `MASK` a `tl.constexpr` so each phase compiles apart.
+# - *Tile sizes.* Each key/value tile is used by BLOCK_M query rows: 4·BLOCK_M·BLOCK_N·D FLOPs for
+#   4·BLOCK_N·D bytes in fp16, about BLOCK_M FLOP per byte. 16-row tiles ask eight times as much
+#   of memory per FLOP as 128-row ones, and cannot keep the tensor cores busy. Large tiles cost
+#   registers and shared memory: 128 × 64 with 4 warps (8 for D = 128) and 3 stages is a
 #   reasonable start on an H100 (Further exercise 4 sweeps it); fp32 needs smaller tiles.
 # - *exp2.* `exp(x) = exp2(x · log2 e)`: fold log2 e into the scale once, as draft A does.
-#
-# On the interpreter, use 32 × 32 tiles (`q.is_cuda` tells the launcher where it runs). The
-# kernel and its helper are sent, as source, to a separate process for timing: keep them
-# self-contained (`math`, `torch`, `triton` and `tl` are available there; nothing else from this
-# notebook is).
 
 # %% nbgrader={"grade_id": "attention-fixed", "solution": true}
 @triton.jit
@@ -455,16 +438,14 @@ def attention(q, k, v, causal=False, sm_scale=None):
 # %% [markdown]
 # ### Tests
 #
-# - **Visible: the audit.** The same sweep that took the drafts apart, and the offset review at
-#   2^32 elements. When a case fails, `verify.audit(...).explain(case_name)` prints its full
-#   message.
-# - **Hidden: fuzz.** When your notebook is graded, the audit runs on random shapes it has not
-#   shown you: ragged N, causal and not, head dims 16, 32 and 64 on the interpreter (64 and 128
-#   on a GPU), batch and heads above 1, fp32 and fp16 (and bf16 on a GPU), contiguous and
-#   transposed.
-# - **Integrity.** The graded call must launch your kernel and must not call the reference:
-#   while `attention` runs, a counting stand-in replaces `attention_kernel` in this notebook's
-#   namespace, and a `torch.overrides.TorchFunctionMode` records any call to softmax, matmul or
+# - **Visible: the audit**, the sweep that took the drafts apart, and the offset review at 2^32
+#   elements; `verify.audit(...).explain(case_name)` prints a failed case's full message.
+# - **Hidden: fuzz.** At grading, the audit runs on random shapes it has not shown you: ragged N,
+#   causal and not, head dims 16, 32 and 64 on the interpreter (64 and 128 on a GPU), batch and
+#   heads above 1, fp32 and fp16 (and bf16 on a GPU), contiguous and transposed.
+# - **Integrity.** The graded call must launch your kernel and not call the reference: while
+#   `attention` runs, a counting stand-in replaces `attention_kernel` in this notebook's namespace,
+#   and a `torch.overrides.TorchFunctionMode` records calls to softmax, matmul or
 #   `scaled_dot_product_attention`.
 
 # %% nbgrader={"grade": true, "grade_id": "test-attention-visible", "points": 2}
@@ -492,20 +473,18 @@ print("launched attention_kernel, called no reference, right for causal and not"
 # %% [markdown]
 # ## Speed
 #
-# Speed is measured in a separate Python process: `integrity.measure_isolated` sends the source
-# of `attention_inner`, `attention_kernel` and `attention` there, defines them anew, checks them
-# on fresh fp16 inputs (B=4, H=16, N=4096, D=64) with the guards above, and times them against
-# the baselines with the course's timer, alternating. After every timed pass it checks the last
-# output, refills the inputs with new values, and requires one launch per timed call. Nothing in
-# this notebook (a patched function, a cache, a monkeypatched timer) exists in that process.
+# Speed is measured in a separate Python process: `integrity.measure_isolated` sends it the source
+# of `attention_inner`, `attention_kernel` and `attention`, checks them on fresh fp16 inputs (B=4,
+# H=16, N=4096, D=64) with the guards above, and times them against the baselines with the course's
+# timer, alternating. After every timed pass it checks the last output, refills the inputs and
+# requires one launch per timed call. Nothing in this notebook (a patched function, a cache, a
+# monkeypatched timer) exists there.
 #
-# The thresholds, and why: on an H100 with torch 2.11, the course measured eager attention at
-# 8-46 TFLOP/s and SDPA's FlashAttention backend at about 240-350 TFLOP/s, depending on shape.
-# A well-written Triton forward kernel belongs in the second group. The cells ask for at least
-# 0.6x SDPA flash (non-causal and causal) and at least 3x eager: 0.6 x 240 = 144 TFLOP/s, which
-# is also above 3 x 46 = 138, so the two bars agree and leave a margin below a good kernel. The
-# course's tests check, on a GPU, that a kernel with 16 x 16 tiles or one that launches once per
-# head scores none of these points.
+# The thresholds: on an H100 with torch 2.11, the course measured eager attention at 8-46 TFLOP/s
+# and SDPA's FlashAttention backend at about 240-350, depending on shape; a good Triton forward
+# kernel belongs with the second. The cells ask for 0.6x SDPA flash (non-causal and causal) and 3x
+# eager: 0.6 x 240 = 144 TFLOP/s, above 3 x 46 = 138, so the bars agree with a margin. The course's
+# tests check on a GPU that 16 x 16 tiles, or one launch per head, score none of these points.
 
 # %%
 SPEED = None
@@ -540,13 +519,13 @@ integrity.grade(SPEED, "flash causal", at_least=0.6, points=1)
 # %% [markdown]
 # ## Optional: ask your own model
 #
-# This cell sends `MY_PROMPT` to any OpenAI-compatible chat endpoint named by environment
+# This cell sends `MY_PROMPT` to an OpenAI-compatible chat endpoint named by environment
 # variables: `COURSE_LLM_BASE_URL` (e.g. `http://localhost:8080/v1` for llama.cpp's
 # `llama-server`, `http://localhost:8000/v1` for vLLM, or a hosted service), `COURSE_LLM_MODEL`,
-# and `COURSE_LLM_API_KEY` if the server wants one. It uses only Python's standard library
-# (`grader/runtime/llm.py`). The reply is saved as `my_draft.py` and printed. Code a model wrote runs on
-# your machine when you import it: read it, then set `AUDIT_MY_DRAFT = True` in the parameters
-# cell to put it through the same audit.
+# and `COURSE_LLM_API_KEY` if the server wants one, with Python's standard library only
+# (`grader/runtime/llm.py`). The reply is saved as `my_draft.py` and printed. Importing it runs
+# a model's code on your machine: read it first, then set `AUDIT_MY_DRAFT = True` in the
+# parameters cell to audit it.
 
 # %%
 MY_PROMPT = PROMPT
@@ -574,8 +553,8 @@ if endpoint is not None:
 # ## Your roofline
 #
 # Every notebook that times one of your kernels on a GPU keeps the measurement with
-# `grader.runtime.results.record`. Here they all are, on one roofline: ceilings measured now on a GPU,
-# or the H100 datasheet's (labelled as such) anywhere else.
+# `grader.runtime.results.record`. Here they all are on one roofline: ceilings measured now on a
+# GPU, or the H100 datasheet's (labelled so) elsewhere.
 
 # %%
 entries = results.load(DEVICE.name) if DEVICE.is_gpu else results.load()
@@ -601,31 +580,30 @@ roofline.show(ceilings, points, title=f"Your kernels: {ceilings.source}")
 # %% [markdown]
 # ## Summary
 #
-# - A test that passes says little until you know what it could not have caught: zeros,
-#   tile-multiple sizes, one seed, unpoisoned memory and a low-precision reference each hide a
-#   class of bugs.
-# - The audit sweeps sizes relative to the tile (1, one tile, whole tiles, ragged tails, several
-#   key blocks), dtypes, views, flags and extreme values, two seeds in the same memory, with
-#   poisoned allocations and a watch on reference calls, against float64.
+# - A passing test says little until you know what it could not catch: zeros, tile-multiple sizes,
+#   one seed, unpoisoned memory and a low-precision reference each hide a class of bugs.
+# - The audit sweeps sizes relative to the tile, dtypes, views, flags and extreme values, two seeds
+#   in the same memory, with poisoned allocations and a watch on reference calls, against float64.
 # - Defects leave signatures: wrong values only on ragged N (a mask), NaN in causal row 0 (an
-#   off-by-one), inf on large sums in fp16 (the accumulator), poison on ragged N (memory read
-#   before it was written), an old output for new inputs (a cache), PyTorch calls (a fallback).
-# - 32-bit offsets wrap past 2^31 elements; no small run shows it, so review the arithmetic and
+#   off-by-one), inf on large fp16 sums (the accumulator), poison on ragged N (memory read before
+#   written), an old output for new inputs (a cache), PyTorch calls (a fallback).
+# - 32-bit offsets wrap past 2^31 elements, which no small run shows: review the arithmetic and
 #   widen the (batch, head) offset to int64.
-# - Speed counts only when the timed code is yours: one launch per call, no reference calls,
-#   output checked after timing, fresh inputs, and a process the notebook cannot reach.
+# - Speed counts only for your own code: one launch per call, no reference calls, output checked
+#   after timing, fresh inputs, a process the notebook cannot reach.
 # - A fast forward kernel skips fully masked blocks, masks only the blocks that need it, and uses
-#   tiles large enough that every key/value load feeds many queries.
-#
+#   tiles large enough that each key/value load feeds many queries.
+
+# %% [markdown]
 # ## Further exercises
 #
-# 1. Plant one defect at a time in your fixed kernel (a `0.0` for `-inf`, a `>` for `>=`, a
-#    missing `* alpha`) and predict which audit cases fail before you run it.
-# 2. Write a case the audit lacks: for example a causal case where N is not a multiple of
-#    BLOCK_M but is a multiple of BLOCK_N. Which draft's defect does it expose first?
+# 1. Plant one defect at a time in your fixed kernel (a `0.0` for `-inf`, a `>` for `>=`, a missing
+#    `* alpha`) and predict which audit cases fail before you run it.
+# 2. Write a case the audit lacks, e.g. causal with N a multiple of BLOCK_N but not of BLOCK_M.
+#    Which draft's defect does it expose first?
 # 3. On a GPU with at least 40 GB, run draft A at B=64, H=64, N=8192, D=128 in a separate process
-#    (`subprocess`), and compare its last head with the reference. Then run your kernel there.
-# 4. Sweep BLOCK_M, BLOCK_N, num_warps and num_stages for your kernel at N=4096, D=64 and
-#    D=128, and plot TFLOP/s. Where does the best configuration change, and why?
-# 5. Send your model the audit's table for its draft and ask for a fix. How many rounds does it
-#    take to pass, and does the fix pass the cases it was not shown?
+#    (`subprocess`) and compare its last head with the reference. Then run your kernel there.
+# 4. Sweep BLOCK_M, BLOCK_N, num_warps and num_stages at N=4096 for D=64 and D=128, and plot
+#    TFLOP/s. Where does the best configuration change, and why?
+# 5. Send your model the audit's table for its draft and ask for a fix. How many rounds until it
+#    passes, and does the fix pass the cases it was not shown?

@@ -14,8 +14,9 @@ GREY = "#777777"
 
 def draw_row_tiles() -> Figure:
     """Program pid owns rows pid*ROWS .. pid*ROWS+ROWS-1, each loaded whole as BLOCK lanes
-    (BLOCK = next_power_of_2(n_cols)); lanes past n_cols load -inf, rows past n_rows are masked;
-    the max and the sum reduce along axis 1, one per row."""
+    (BLOCK = next_power_of_2(n_cols)); lanes past n_cols load a padding value, left for the
+    student to choose (03's exercise asks for it), rows past n_rows are masked; the max and the
+    sum reduce along axis 1, one per row."""
     programs = -(-N_ROWS // ROWS)
     figure, (ax,) = canvas(8, 6)
     gap = 0.5  # between the tiles of two programs
@@ -27,7 +28,7 @@ def draw_row_tiles() -> Figure:
                 if row >= N_ROWS:
                     box(ax, c, y, "off", MASKED, ink=GREY)
                 elif c >= N_COLS:
-                    box(ax, c, y, "-inf", PADDED, ink=RED)
+                    box(ax, c, y, "pad", PADDED, ink=RED)
                 else:
                     box(ax, c, y, f"{row},{c}", PROGRAM[pid])
             label = (
@@ -79,7 +80,8 @@ def draw_row_tiles() -> Figure:
         "rows = pid * ROWS + tl.arange(0, ROWS)[:, None]\n"
         "cols = tl.arange(0, BLOCK)[None, :]\n"
         "mask = (rows < n_rows) & (cols < n_cols)\n"
-        "x    = tl.load(..., mask=mask, other=-inf)"
+        "x    = tl.load(..., mask=mask, other=pad)\n"
+        "pad: a value that changes neither row_max nor sum"
     )
     ax.text(-2.2, bottom + 0.4, code, ha="left", va="top", fontsize=7.5, family="DejaVu Sans Mono")
     limits(ax, -2.4, BLOCK + 6.2, -2.0, bottom + 3.2)
