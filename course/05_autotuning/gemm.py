@@ -9,6 +9,7 @@ is chosen before triton is imported).
 
 from __future__ import annotations
 
+import copy
 import functools
 
 from grader.runtime import device
@@ -17,6 +18,11 @@ DEVICE = device.current()
 
 import triton  # noqa: E402 (after the mode is chosen)
 import triton.language as tl  # noqa: E402
+
+try:  # Triton 3.3 and later; without it tma_supported() is False
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    TensorDescriptor = None
 
 # Tensor-memory-accelerator boxes are at most 256 elements along each dimension (CUDA Driver API,
 # cuTensorMapEncodeTiled: boxDim[i] <= 256).
@@ -93,21 +99,20 @@ def matmul_kernel(
 
 @triton.jit
 def matmul_kernel_persistent(
-    # pointers: A (M, K), B (K, N), C (M, N); all three must suit tensor descriptors (tma_ok)
+    # A (M, K), B (K, N), C (M, N): read and written only through the descriptors below; the
+    # pointers give the output's dtype and tell a pruning function the inputs' (named_args)
     a_ptr,
     b_ptr,
     c_ptr,
+    # tensor descriptors of A, B, C, made on the host (`descriptors`), with block shapes
+    # (BLOCK_M, BLOCK_K), (BLOCK_K, BLOCK_N), (BLOCK_M, BLOCK_N); they hold the strides
+    a_desc,
+    b_desc,
+    c_desc,
     # sizes
     M,
     N,
     K,
-    # strides (elements); the column strides are 1
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
     # compile-time constants
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -119,21 +124,13 @@ def matmul_kernel_persistent(
 ):
     """The persistent variant notebook 05's tuned matmul runs where the layout allows: one
     program per SM, each walking the tiles pid, pid + NUM_PROGRAMS, ..., so that no program waits
-    to be scheduled and the compiler can overlap one tile's stores with the next tile's loads."""
+    to be scheduled and the compiler can overlap one tile's stores with the next tile's loads.
+    The descriptors come made from the host, so no program spends its start building them."""
     start = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    a_desc = tl.make_tensor_descriptor(
-        a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
-    )
-    b_desc = tl.make_tensor_descriptor(
-        b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N]
-    )
-    c_desc = tl.make_tensor_descriptor(
-        c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N]
-    )
     # the epilogue keeps its own tile counter, as Triton's persistent-matmul tutorial does, so
     # that the flattened loop does not carry one value from the prologue into the epilogue
     tile_c = start - NUM_PROGRAMS
@@ -151,6 +148,24 @@ def matmul_kernel_persistent(
             tile_c // num_pid_n, tile_c % num_pid_n, num_pid_m, num_pid_n, GROUP_M
         )
         c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
+def descriptors(a, b, out, block_m: int, block_n: int, block_k: int) -> tuple:
+    """The host-made tensor descriptors of A, B and C that matmul_kernel_persistent takes."""
+    return (
+        TensorDescriptor.from_tensor(a, [block_m, block_k]),
+        TensorDescriptor.from_tensor(b, [block_k, block_n]),
+        TensorDescriptor.from_tensor(out, [block_m, block_n]),
+    )
+
+
+def _block_shapes(nargs: dict) -> None:
+    """Config pre-hook of the persistent kernel: the descriptors of this launch take the block
+    shapes of the config about to run (the autotuner calls it before every launch)."""
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [bm, bk]
+    nargs["b_desc"].block_shape = [bk, bn]
+    nargs["c_desc"].block_shape = [bm, bn]
 
 
 def _config(block_m, block_n, block_k, num_warps, num_stages, group_m=8):
@@ -209,7 +224,7 @@ def describe(config: triton.Config) -> str:
 def tma_supported() -> bool:
     """Tensor descriptors exist in this Triton, and the device has TMA (sm_90) or is the
     interpreter (which emulates them, checking the same alignment rules)."""
-    if not hasattr(tl, "make_tensor_descriptor"):
+    if TensorDescriptor is None or not hasattr(tl, "make_tensor_descriptor"):
         return False
     return DEVICE.supports("sm_90") or not DEVICE.is_gpu
 
@@ -226,10 +241,19 @@ def tma_ok(*tensors) -> bool:
     return True
 
 
-def _allocate(size: int, alignment: int, stream):
-    import torch
+_scratch: dict = {}  # stream -> the scratch buffer of the latest launch on it
 
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+def _allocate(size: int, alignment: int, stream):
+    """Scratch memory for the device-side descriptors, one buffer per stream, grown as needed:
+    launches on one stream run one after another, so each may reuse the last one's buffer, and
+    the launch path allocates nothing once the buffer is large enough."""
+    buffer = _scratch.get(stream)
+    if buffer is None or buffer.numel() < size:
+        import torch
+
+        buffer = _scratch[stream] = torch.empty(size, dtype=torch.int8, device="cuda")
+    return buffer
 
 
 def launch(kernel, a, b, out, *, tma: bool | None = None, tf32: bool = False, **meta):
@@ -241,27 +265,23 @@ def launch(kernel, a, b, out, *, tma: bool | None = None, tf32: bool = False, **
     K_b, N = b.shape
     assert K == K_b and tuple(out.shape) == (M, N) and a.dtype == b.dtype, "shapes or dtypes"
     use_tma = tma_ok(a, b, out) if tma is None else tma
-    if use_tma and DEVICE.is_gpu:
-        # device-side descriptors live in a scratch buffer that Triton asks for at launch
-        triton.set_allocator(_allocate)
+    if matmul_kernel_persistent in (kernel, getattr(kernel, "fn", None)):
+        # host-made descriptors; an autotuned wrapper (`autotuned`) sets their block shapes to
+        # each config's before it launches, so any valid shape will do until then
+        blocks = [meta.get(name, 16) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")]
+        args = (a, b, out, *descriptors(a, b, out, *blocks), M, N, K)
+    else:
+        if use_tma and DEVICE.is_gpu:
+            # device-side descriptors live in a scratch buffer that Triton asks for at launch
+            triton.set_allocator(_allocate)
+        args = (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride())
 
     def grid(meta_):
         tiles = triton.cdiv(M, meta_["BLOCK_M"]) * triton.cdiv(N, meta_["BLOCK_N"])
         return (min(tiles, meta_["NUM_PROGRAMS"]) if "NUM_PROGRAMS" in meta_ else tiles,)
 
     kernel[grid](
-        a,
-        b,
-        out,
-        M,
-        N,
-        K,
-        a.stride(0),
-        a.stride(1),
-        b.stride(0),
-        b.stride(1),
-        out.stride(0),
-        out.stride(1),
+        *args,
         USE_TMA=use_tma,
         INPUT_PRECISION="tf32" if tf32 else "ieee",
         **meta,
@@ -288,7 +308,10 @@ def launch_persistent(kernel, a, b, out, **meta):
 
 def autotuned(candidates: list[triton.Config], prune=None, kernel=None):
     """matmul_kernel (or `kernel`) wrapped in triton.autotune over `candidates`, keyed on the
-    problem size, the path (TMA or pointers) and, implicitly, the dtypes."""
+    problem size, the path (TMA or pointers) and, implicitly, the dtypes. For the persistent
+    kernel each candidate is a copy whose pre-hook sets the descriptors' block shapes."""
+    if kernel is matmul_kernel_persistent:
+        candidates = [_with_block_shapes(c) for c in candidates]
     return triton.autotune(
         configs=candidates,
         key=["M", "N", "K", "USE_TMA"],
@@ -296,28 +319,140 @@ def autotuned(candidates: list[triton.Config], prune=None, kernel=None):
     )(kernel or matmul_kernel)
 
 
+def _with_block_shapes(config: triton.Config) -> triton.Config:
+    """A copy of `config` whose pre-hook runs the config's own, then `_block_shapes`."""
+    own = config.pre_hook
+
+    def pre_hook(nargs):
+        if own is not None:
+            own(nargs)
+        _block_shapes(nargs)
+
+    copied = copy.copy(config)
+    copied.pre_hook = pre_hook
+    return copied
+
+
+def layout(a, b, out) -> tuple:
+    """What a compiled launch of out = a @ b depends on besides the values: shapes, strides,
+    dtypes, devices and whether each base address is 16-byte aligned (Triton specializes on all
+    of them, and the path follows from them). Two calls with the same layout run the same
+    compiled kernel with the same config and grid; only the data pointers differ."""
+    return (
+        a.shape, b.shape, out.shape,
+        a.stride(), b.stride(), out.stride(),
+        a.dtype, b.dtype, out.dtype,
+        a.device, b.device, out.device,
+        a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0,
+    )  # fmt: skip
+
+
+def _addresses(a, b, out) -> tuple:
+    """What a plan's kept descriptors depend on besides its layout: the three base addresses."""
+    return (a.data_ptr(), b.data_ptr(), out.data_ptr())
+
+
+class Plan:
+    """One launch of out = a @ b resolved for a layout (see `layout`): the kernel, its config,
+    the grid and, on a GPU, the compiled kernel, so that a call passes its arguments straight to
+    the launcher. A plan serves only its layout (Tuned and launch_config look plans up by it).
+
+    For the persistent kernel it keeps the descriptors of the latest call: a descriptor follows
+    from the base address, shape, strides, dtype and block shape, and all but the addresses are
+    the plan's, so a call whose three addresses (`_addresses`) match reuses them and any other
+    call makes new ones. Kept descriptors hold that call's tensors until then."""
+
+    def __init__(self, kernel, config: triton.Config, a, b, out):
+        M, K = a.shape
+        K_b, N = b.shape
+        assert K == K_b and tuple(out.shape) == (M, N) and a.dtype == b.dtype, "shapes or dtypes"
+        tma = kernel is matmul_kernel_persistent
+        assert not tma or tma_ok(a, b, out), "tensor descriptors need layouts that suit them"
+        self.kernel, self.config = kernel, config
+        meta = config.all_kwargs() | {"USE_TMA": tma, "INPUT_PRECISION": "ieee"}
+        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        self.blocks = None  # the descriptors' (BLOCK_M, BLOCK_N, BLOCK_K), persistent kernel only
+        if tma:
+            meta["NUM_PROGRAMS"] = num_sms()
+            tiles = min(tiles, num_sms())
+            self.blocks = (meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"])
+        self.kept = (None, ())  # the latest call's addresses and descriptors
+        self.grid, self.meta = (tiles, 1, 1), meta
+        # the compiled kernel (None in the interpreter): a call of it takes every argument of the
+        # kernel, in order, constants included
+        compiled = kernel.warmup(*self.arguments(a, b, out), grid=self.grid, **meta)
+        self.launcher, self.constants = None, ()
+        if compiled is not None:
+            self.launcher = compiled[self.grid]
+            self.constants = tuple(meta[p.name] for p in kernel.params if p.is_constexpr)
+
+    def arguments(self, a, b, out) -> tuple:
+        """The kernel's arguments before its constants: pointers, then descriptors and sizes
+        (persistent kernel) or sizes and strides (matmul_kernel)."""
+        M, K, N = a.shape[0], a.shape[1], b.shape[1]
+        if self.blocks is None:
+            return (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride())
+        addresses = _addresses(a, b, out)
+        if addresses != self.kept[0]:
+            self.kept = (addresses, descriptors(a, b, out, *self.blocks))
+        return (a, b, out, *self.kept[1], M, N, K)
+
+    def __call__(self, a, b, out):
+        if self.launcher is None:  # the interpreter: Triton's ordinary launch
+            self.kernel[self.grid](*self.arguments(a, b, out), **self.meta)
+        else:
+            self.launcher(*self.arguments(a, b, out), *self.constants)
+        return out
+
+
 class Tuned:
     """Notebook 05's autotuned matmul, called as `tuned(a, b, out)`: the persistent kernel where
     every matrix suits tensor descriptors (`tma_ok`), the pointer path of matmul_kernel elsewhere.
-    Each is autotuned over the same candidates and keeps its own winner per key."""
+    Each is autotuned over the same candidates and keeps its own winner per key.
+
+    The first call for a layout (`layout`) tunes through triton.autotune and keeps a `Plan` of
+    the winner; later calls with that layout look the plan up and launch the compiled kernel
+    directly, so that a call costs little host time, which small problems feel."""
 
     def __init__(self, candidates: list[triton.Config], prune=None):
         self.persistent = autotuned(candidates, prune, kernel=matmul_kernel_persistent)
         self.pointers = autotuned(candidates, prune)
-        self.last = None  # the autotuner of the latest call
+        self.plans: dict[tuple, Plan] = {}
+        self.last_plan = None  # the plan of the latest call
 
     def __call__(self, a, b, out):
-        if tma_ok(a, b, out):  # checked once: the call costs host time, which small problems feel
-            self.last = self.persistent
-            return launch(self.persistent, a, b, out, tma=True, NUM_PROGRAMS=num_sms())
-        self.last = self.pointers
-        return launch(self.pointers, a, b, out, tma=False)
+        plan = self.plans.get(layout(a, b, out))
+        if plan is None:
+            return self._tune(a, b, out)
+        self.last_plan = plan
+        return plan(a, b, out)
+
+    def _tune(self, a, b, out):
+        """The first call for this layout: tune (or look the key up) and launch through the
+        autotuner, then keep the winner's plan."""
+        if tma_ok(a, b, out):
+            launch(self.persistent, a, b, out, tma=True, NUM_PROGRAMS=num_sms())
+            config, base = self.persistent.best_config, matmul_kernel_persistent
+        else:
+            launch(self.pointers, a, b, out, tma=False)
+            config, base = self.pointers.best_config, matmul_kernel
+        plan = Plan(base, config, a, b, out)
+        self.plans[layout(a, b, out)] = self.last_plan = plan
+        return out
+
+    @property
+    def last(self):
+        """The autotuner behind the latest call."""
+        assert self.last_plan is not None, "call the tuned matmul once first"
+        return (
+            self.persistent if self.last_plan.kernel is matmul_kernel_persistent else self.pointers
+        )
 
     @property
     def best_config(self) -> triton.Config:
         """The config the latest call ran with."""
-        assert self.last is not None, "call the tuned matmul once first"
-        return self.last.best_config
+        assert self.last_plan is not None, "call the tuned matmul once first"
+        return self.last_plan.config
 
     @property
     def cache(self) -> dict:
@@ -325,8 +460,14 @@ class Tuned:
         return {**self.pointers.cache, **self.persistent.cache}
 
 
+_plans: dict[tuple, Plan] = {}  # launch_config's, by config and layout
+
+
 def launch_config(config: triton.Config, a, b, out):
     """out = a @ b with one config and no tuning, on the path Tuned takes for these matrices."""
-    if tma_ok(a, b, out):
-        return launch_persistent(matmul_kernel_persistent, a, b, out, **config.all_kwargs())
-    return launch(matmul_kernel, a, b, out, tma=False, **config.all_kwargs())
+    key = (tuple(sorted(config.all_kwargs().items())), layout(a, b, out))
+    plan = _plans.get(key)
+    if plan is None:
+        kernel = matmul_kernel_persistent if tma_ok(a, b, out) else matmul_kernel
+        plan = _plans[key] = Plan(kernel, config, a, b, out)
+    return plan(a, b, out)

@@ -328,10 +328,10 @@ def config_space(full: bool = False) -> list[triton.Config]:
 # program per SM, each walking the tiles `pid, pid + num_programs, ...` in grouped order, so no
 # program waits to be scheduled and one tile's store overlaps the next tile's loads. Its descriptors
 # are made on the host (`gemm.descriptors`) and passed in, rather than by `tl.make_tensor_descriptor`
-# at the start of every program: at 2048³ on an H100 that start-up cost about a tenth of the
-# kernel's time (results/2026-11-24-h100-gemm-host-descriptors.md). Elsewhere (a transposed view,
-# rows not a multiple of 16 bytes, a GPU older than sm_90) it runs `gemm.matmul_kernel`'s pointer
-# path. Both take the same configs.
+# at the start of every program: at 2048³ on an H100 (Triton 3.6, the course's benchmark of
+# November 2026) that start-up cost about a tenth of the kernel's time. Elsewhere (a transposed
+# view, rows not a multiple of 16 bytes, a GPU older than sm_90) it runs `gemm.matmul_kernel`'s
+# pointer path. Both take the same configs.
 
 # %% [markdown]
 # In the interpreter nothing can be timed, so `gemm.Tuned` keeps only the first config (with one

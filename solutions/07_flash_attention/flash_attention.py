@@ -1,6 +1,6 @@
 # %% [markdown]
 # # 07 · FlashAttention
-# *Reading time: about 13 minutes.*
+# *Reading time: about 11 minutes.*
 #
 # Attention computes `softmax(Q Kᵀ / √d) V`. Written as three PyTorch operations it builds the
 # N × N matrix of scores, writes it to memory, reads it back for the softmax, writes the
@@ -176,7 +176,7 @@ memory = memory_sweep(MEMORY_LENGTHS)
 # end it divides `acc` by `l_i` and stores. `flash_attention` picks the tile sizes and launches.
 
 # %% [markdown]
-# ### Exercise 1 · The tiled loop (3 points)
+# ### Exercise 1 · The tiled loop (7 points)
 #
 # Write the state update inside the loop, in the two places marked: once the scores `qk` of a
 # block are known, and once its values `v` are loaded. Work it out from 06's update and the
@@ -554,7 +554,7 @@ speed_cases(points=2, causal=False)
 # it](figures/causal_blocks.svg)
 
 # %% [markdown]
-# ### Exercise 2 · The causal mask (2 points)
+# ### Exercise 2 · The causal mask (3 points)
 #
 # `attn_fwd_causal_kernel` below is set up like `attn_fwd_kernel`, with the same state and the
 # same loop, and `flash_attention(..., causal=True)` launches it. Its programs take the query
