@@ -77,11 +77,26 @@ def test_float16_numbers_in_a_float32_output_are_low_precision():
     assert patterns(error) == ["low-precision"] and "float16 number" in str(error)
 
 
+def test_a_float16_output_a_few_units_off_is_low_precision():
+    expected = checks.randn((64, 64), gen=gen(), scale=3.0).double()
+    actual = (expected * (1 + 3e-3)).half()
+    assert patterns(failure(actual, expected)) == ["low-precision"]
+    assert "wrong-scale" in patterns(failure((expected * 1.1).half(), expected))
+
+
 def test_inf_where_the_reference_is_finite_is_an_overflow():
     expected = checks.randn(500, gen=gen())
     actual = expected.clone()
     actual[::7] = float("inf")
-    assert patterns(failure(actual, expected)) == ["overflow"]
+    assert patterns(failure(actual, expected)) == ["non-finite"]
+
+
+def test_numbers_where_the_reference_is_nan():
+    expected = torch.softmax(checks.randn((8, 20), gen=gen()).double(), dim=1)
+    expected[3] = float("nan")  # a row of -inf
+    actual = expected.float()
+    actual[3] = 0.0
+    assert patterns(failure(actual, expected)) == ["expected-nan"]
 
 
 def test_nan_in_the_first_row_of_every_head_is_the_causal_diagonal():
@@ -386,3 +401,23 @@ def test_a_hint_renders_its_pattern_evidence_and_cause():
         "a scale\nmore"
     )
     assert error.detail == "`out` is wrong\nmore"
+
+
+def test_the_known_wrong_corpus_states_a_hint_for_every_entry():
+    """Each module of tests/known_wrong with HINTS names, for every WRONG entry and nothing else,
+    the pattern its failure must carry (or None); each pattern named is one the checker knows."""
+    import importlib
+    import pkgutil
+
+    import tests.known_wrong
+
+    known = set(hints.PATTERNS)
+    for info in pkgutil.iter_modules(tests.known_wrong.__path__):
+        module = importlib.import_module(f"tests.known_wrong.{info.name}")
+        if not hasattr(module, "HINTS"):
+            continue
+        assert module.HINTS.keys() == module.WRONG.keys(), info.name
+        for grade_id, variants in module.WRONG.items():
+            assert module.HINTS[grade_id].keys() == variants.keys(), (info.name, grade_id)
+            named = {p for p in module.HINTS[grade_id].values() if p is not None}
+            assert named <= known, (info.name, grade_id, named - known)

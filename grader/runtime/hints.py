@@ -3,10 +3,11 @@ between a kernel's output and its float64 reference, for the messages of `grader
 
 Each `Hint` names a pattern (a stable id, the one the tests look for), the evidence seen in the
 data, and the likely cause. `diagnose` reads the output alone: where the wrong elements sit (the
-last part of an axis, the first row of each head), how they relate to the reference (a constant
-factor, a factor per row, the right values in other places, float16 rounding, inf or NaN where the
-reference is finite). `checks.check`, which can call the kernel again, adds the patterns that need
-another run: right on contiguous copies of strided inputs, and TF32's rounding in `tl.dot`.
+end of an axis, the first row of each head), how they relate to the reference (a constant factor,
+a factor per row, the right values in other places, float16 rounding, inf or NaN where the
+reference is finite, numbers where it is NaN). `checks.check`, which can call the kernel again,
+adds the patterns that need another run: right on contiguous copies of strided inputs, and
+TF32's rounding in `tl.dot`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,21 @@ import torch
 LOG2E = math.log2(math.e)
 FLOAT16_MAX = 65504.0
 
+# Every pattern a hint may name, with what shows it.
+PATTERNS = {
+    "missing-mask": "stores outside the output, or wrong only in the last part of an axis",
+    "coverage": "never written from some index of an axis to its end",
+    "causal-off-by-one": "NaN in the first row of every head, nowhere else",
+    "non-finite": "inf or NaN where the reference is finite",
+    "expected-nan": "numbers where the reference is NaN, and no other error",
+    "wrong-scale": "the whole output off by one constant factor",
+    "row-normalisation": "each row off by a constant factor of its own",
+    "misplaced": "the right values in the wrong places",
+    "low-precision": "float16 numbers in a float32 output, or errors of a few float16 units",
+    "assumes-contiguous": "wrong on strided inputs, right on contiguous copies of them",
+    "tf32": "tl.dot on float32 blocks in TF32, off by about TF32's rounding",
+}
+
 
 @dataclass(frozen=True)
 class Hint:
@@ -28,6 +44,10 @@ class Hint:
     pattern: str
     evidence: str
     cause: str
+
+    def __post_init__(self):
+        if self.pattern not in PATTERNS:
+            raise ValueError(f"unknown pattern {self.pattern!r}: add it to PATTERNS")
 
     def __str__(self) -> str:
         return f"Likely cause [{self.pattern}]: {self.evidence}; {self.cause}"
@@ -96,8 +116,7 @@ def _tail(bad: torch.Tensor, unwritten: torch.Tensor) -> Hint | None:
         if first is not None and bool(unwritten.narrow(axis, first, size - first).all()):
             return Hint(
                 "coverage",
-                f"{_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} were never "
-                "written",
+                f"{_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} were never written",
                 "the launch does not reach the end: the grid needs cdiv(n, BLOCK) programs (or "
                 "each program must loop to the end), each program's offsets must start at "
                 "pid * BLOCK, and the mask must let the last block's valid elements through",
@@ -133,38 +152,56 @@ def _first_row_nan(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> 
     )
 
 
-def _overflow(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> Hint | None:
+def _non_finite(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> Hint | None:
     """inf or NaN where the reference is finite."""
     wrong = ~got.isfinite() & want.isfinite()
     if not bool(wrong.any()):
         return None
-    largest = float(want[want.isfinite()].abs().max()) if bool(want.isfinite().any()) else 0.0
-    where = f"{int(wrong.sum())} elements are inf or NaN where the reference is finite"
+    largest = float(want[want.isfinite()].abs().max())
+    evidence = f"{int(wrong.sum())} elements are inf or NaN where the reference is finite"
     if dtype == torch.float16 and largest < FLOAT16_MAX:
-        where += f" (and below float16's 65504: largest |expected| is {largest:.6g})"
+        evidence += f" (largest |expected| {largest:.6g}, within float16's 65504)"
     return Hint(
-        "overflow",
-        where,
-        "an intermediate overflowed: exp of a large number (subtract the row's maximum first), "
-        "a ratio of two infinities, or a float16 sum past 65504 (accumulate in float32)",
+        "non-finite",
+        evidence,
+        "an intermediate overflowed or became NaN: exp of a large number (subtract the row's "
+        "maximum first), -inf - (-inf) in a fully masked row or lane (guard the maximum), or a "
+        "float16 sum past 65504 (accumulate in float32)",
     )
 
 
-def _constant_ratio(got: torch.Tensor, want: torch.Tensor, spread: float) -> float | None:
-    """got / want where it is the same everywhere (within `spread`, relative), else None."""
+def _expected_nan(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> Hint | None:
+    """Every wrong element is one where the reference is NaN."""
+    if not bool(want[bad].isnan().all()):
+        return None
+    return Hint(
+        "expected-nan",
+        "the reference is NaN at every wrong element, and the kernel wrote numbers there",
+        "compute the plain formula without special cases: 0/0 is NaN (e.g. the softmax of a "
+        "row whose every entry is -inf), and the reference keeps it",
+    )
+
+
+def _constant_ratio(
+    got: torch.Tensor, want: torch.Tensor, spread: float, atol: float
+) -> float | None:
+    """The factor f with got = f * want everywhere (within atol + spread * |f * want|), if any."""
+    if got.numel() < 2:
+        return None
     big = want.abs() > 1e-3 * float(want.abs().max())
     ratio = got[big] / want[big]
     if ratio.numel() < 2 or not bool(ratio.isfinite().all()):
         return None
-    middle = float(ratio.median())
-    if middle == 0 or float((ratio - middle).abs().max()) > spread * abs(middle):
+    factor = float(ratio.median())
+    scaled = factor * want
+    if factor == 0 or not bool(((got - scaled).abs() <= atol + spread * scaled.abs()).all()):
         return None
-    return middle
+    return factor
 
 
-def _scale(got: torch.Tensor, want: torch.Tensor, rtol: float) -> Hint | None:
+def _scale(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
     spread = max(10 * rtol, 1e-4)
-    factor = _constant_ratio(got, want, spread)
+    factor = _constant_ratio(got, want, spread, atol)
     if factor is None or abs(factor - 1) <= spread:
         return None
     evidence = f"every output is {factor:.6g} times the expected value"
@@ -184,7 +221,7 @@ def _scale(got: torch.Tensor, want: torch.Tensor, rtol: float) -> Hint | None:
     )
 
 
-def _row_factor(got: torch.Tensor, want: torch.Tensor, rtol: float) -> Hint | None:
+def _row_factor(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
     """Each row is the expected row times a factor of its own, not the same for all rows."""
     if got.ndim < 2 or got.shape[-1] < 2:
         return None
@@ -195,7 +232,7 @@ def _row_factor(got: torch.Tensor, want: torch.Tensor, rtol: float) -> Hint | No
     for g, w in zip(rows_got, rows_want, strict=True):
         if not bool(w.isfinite().all()) or float(w.abs().max()) == 0:
             continue
-        f = _constant_ratio(g, w, spread)
+        f = _constant_ratio(g, w, spread, atol)
         if f is None:
             return None
         factors.append(f)
@@ -227,12 +264,23 @@ def _misplaced(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) 
 
 
 def _low_precision(
-    got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, atol: float
+    got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, rtol: float, atol: float
 ) -> Hint | None:
-    """A float32 (or float64) output whose values are float16 numbers, or that is right to about
-    float16's precision."""
-    if dtype not in (torch.float32, torch.float64) or got.numel() == 0:
+    """A float32 (or float64) output whose values are float16 numbers, or whose errors are about
+    float16's rounding; a float16 (or bfloat16) output off by a few units of its last place."""
+    if got.numel() == 0:
         return None
+    relative = float(((got - want).abs() / (want.abs() + atol)).max())
+    if dtype in (torch.float16, torch.bfloat16):
+        if relative > 8 * rtol:
+            return None
+        return Hint(
+            "low-precision",
+            f"the errors are a few units of {str(dtype)[6:]}'s last place (at most "
+            f"{relative:.2g} relative)",
+            "an accumulator or intermediate kept in the output's dtype loses digits over a long "
+            "sum: accumulate in float32 and round once, at the store",
+        )
     for low, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
         exact = got.to(low).to(got.dtype) == got
         if bool(exact.all()) and not bool((want.to(low).to(want.dtype) == want).all()):
@@ -242,7 +290,6 @@ def _low_precision(
                 f"the kernel computes in {name}: keep the arithmetic (and any accumulator) in "
                 "float32, converting only loads and the final store",
             )
-    relative = float(((got - want).abs() / (want.abs() + atol)).max())
     if relative > 2e-3:
         return None
     return Hint(
@@ -274,15 +321,21 @@ def diagnose(
         return [tail]
     if bool(unwritten.any()):
         return []
-    for found in (_first_row_nan(got, want, bad), _overflow(got, want, dtype)):
+    for found in (
+        _first_row_nan(got, want, bad),
+        _non_finite(got, want, dtype),
+        _expected_nan(got, want, bad),
+    ):
         if found is not None:
             return [found]
     finite = want.isfinite()
+    if not bool((bad & finite).any()):
+        return []
     for found in (
-        _scale(got[finite], want[finite], rtol),
-        _row_factor(got, want, rtol),
+        _scale(got[finite], want[finite], rtol, atol),
+        _row_factor(got, want, rtol, atol),
         _misplaced(got, want, rtol, atol),
-        _low_precision(got[finite], want[finite], dtype, atol),
+        _low_precision(got[finite], want[finite], dtype, rtol, atol),
     ):
         if found is not None:
             return [found]
