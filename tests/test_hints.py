@@ -421,3 +421,18 @@ def test_the_known_wrong_corpus_states_a_hint_for_every_entry():
             assert module.HINTS[grade_id].keys() == variants.keys(), (info.name, grade_id)
             named = {p for p in module.HINTS[grade_id].values() if p is not None}
             assert named <= known, (info.name, grade_id, named - known)
+
+
+def test_the_audit_of_08_leaves_the_hints_out():
+    """08's exercise is to name the defects (ids like the hints' patterns) from the audit."""
+    from grader.runtime import verify
+
+    case = verify.Case("doubled", lambda g: (checks.randn(64, gen=g),), {}, (), None, None)
+    report = verify.audit(lambda x: x * 2, lambda x: x, [case], show=False)
+    assert not report.passed
+    assert "is wrong at" in report.explain("doubled") and "Likely cause" not in str(
+        report.explain("doubled")
+    )
+    assert patterns(failure(checks.randn(64, gen=gen()) * 2, checks.randn(64, gen=gen()))) == [
+        "wrong-scale"
+    ]
