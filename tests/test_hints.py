@@ -32,7 +32,9 @@ def test_wrong_only_in_the_last_tile_points_at_the_mask():
     expected = checks.randn(1000, gen=gen())
     actual = expected.clone()
     actual[896:] += 1.0  # the last partial tile of 128
-    assert patterns(failure(actual, expected)) == ["missing-mask"]
+    error = failure(actual, expected)
+    assert patterns(error) == ["missing-mask"]
+    assert "elements 896 to 999 of 1000 are wrong (896 is a multiple of 128" in str(error)
 
 
 def test_never_written_from_an_index_on_points_at_the_grid():

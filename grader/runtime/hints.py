@@ -97,6 +97,13 @@ def _axis_name(axis: int, ndim: int) -> str:
     return f"indices of dimension {axis}"
 
 
+def _tile_start(index: int) -> str:
+    """', a multiple of 64: where a tile would start' for an index that is a multiple of a
+    power of two from 16 on (the largest one up to 1024), else ''."""
+    tile = next((t for t in (1024, 512, 256, 128, 64, 32, 16) if index % t == 0), None)
+    return f" ({index} is a multiple of {tile}: where a tile would start)" if tile else ""
+
+
 def _suffix(mask: torch.Tensor, axis: int) -> int | None:
     """The first index > 0 along `axis` at which `mask` holds somewhere, if any."""
     others = [d for d in range(mask.ndim) if d != axis]
@@ -116,7 +123,8 @@ def _tail(bad: torch.Tensor, unwritten: torch.Tensor) -> Hint | None:
         if first is not None and bool(unwritten.narrow(axis, first, size - first).all()):
             return Hint(
                 "coverage",
-                f"{_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} were never written",
+                f"{_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} were never written"
+                + _tile_start(first),
                 "the launch does not reach the end: the grid needs cdiv(n, BLOCK) programs (or "
                 "each program must loop to the end), each program's offsets must start at "
                 "pid * BLOCK, and the mask must let the last block's valid elements through",
@@ -127,7 +135,8 @@ def _tail(bad: torch.Tensor, unwritten: torch.Tensor) -> Hint | None:
         if first is not None and 2 * first >= size:
             return Hint(
                 "missing-mask",
-                f"only {_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} are wrong",
+                f"only {_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} are wrong"
+                + _tile_start(first),
                 "the last, partial tile goes wrong: a load or store past the end lacks its mask, "
                 "or the padding (`other=`) is not neutral for the operation (0 for a sum, -inf "
                 "for a max or a softmax)",

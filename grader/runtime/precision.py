@@ -8,7 +8,8 @@ mantissa bits) unless the call says `input_precision="ieee"` (or "tf32x3", or th
 finds each `tl.dot` call in a kernel (and in the `@triton.jit` functions it calls) with Python's
 ast and resolves its precision with the values of the launch: a string, a parameter of the kernel
 (a constexpr the launcher passes), or a global of the kernel's module. What it cannot resolve
-(a value chosen by an autotuner's config, an expression) counts as unknown, never as TF32.
+(a value chosen by an autotuner's config, an expression) counts as unknown, never as TF32. A
+call in a branch that the launch's constexprs rule out still counts.
 """
 
 from __future__ import annotations
@@ -190,11 +191,15 @@ def dots(kernel, args: Sequence = (), kwargs: Mapping | None = None) -> list[Dot
 
 def tf32_dots(kernel, args: Sequence = (), kwargs: Mapping | None = None) -> list[Dot]:
     """The `tl.dot` calls that multiply in TF32 on a GPU when this launch has float32 tensors
-    (empty when it has none: then no block is float32, unless the kernel casts one)."""
+    (empty when it has none: then no block is float32, unless the kernel casts one). Never
+    raises: it runs inside every recorded launch."""
     tensors = [a for a in [*args, *(kwargs or {}).values()] if isinstance(a, torch.Tensor)]
     if not any(t.dtype == torch.float32 for t in tensors):
         return []
-    return [d for d in dots(kernel, args, kwargs) if d.precision == "tf32"]
+    try:
+        return [d for d in dots(kernel, args, kwargs) if d.precision == "tf32"]
+    except Exception:  # called on every recorded launch: a source it cannot read is not TF32
+        return []
 
 
 def round_to_tf32(t: torch.Tensor) -> torch.Tensor:

@@ -346,7 +346,9 @@ def matmul(a, b, out, *, tf32=False, **config):
 # - **TF32.** `tl.dot` multiplies float32 blocks in TF32 unless `input_precision="ieee"` (the
 #   launcher passes `"ieee"` by default). TF32 keeps 10 mantissa bits, so its $u$ is about
 #   $2^{-11}$ per input; where a test asks for TF32 on purpose it says so and uses $u = 2^{-10}$
-#   per product. Off the GPU, the interpreter computes `tl.dot` in full float32 either way.
+#   per product. Off the GPU, the interpreter computes `tl.dot` in full float32 either way, so
+#   when a launch's `tl.dot` would use TF32 on a GPU (no `input_precision`, or `"tf32"`) the
+#   check runs it again with its float32 inputs rounded to TF32: it fails here as it would there.
 #
 # The visible test below uses odd sizes (none a multiple of any block), contiguous inputs,
 # float32 and float16, and the launcher's default tiles.
