@@ -276,17 +276,19 @@ def _low_precision(
     got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, rtol: float, atol: float
 ) -> Hint | None:
     """A float32 (or float64) output whose values are float16 numbers, or whose errors are about
-    float16's rounding; a float16 (or bfloat16) output off by a few units of its last place."""
+    float16's rounding; a float16 (or bfloat16) output off by no more than a few units of the
+    last place of its largest value (as a long sum kept in float16 is)."""
     if got.numel() == 0:
         return None
-    relative = float(((got - want).abs() / (want.abs() + atol)).max())
+    error = (got - want).abs()
     if dtype in (torch.float16, torch.bfloat16):
-        if relative > 8 * rtol:
+        largest = float(want.abs().max())
+        if float(error.max()) > 8 * rtol * largest + atol:
             return None
         return Hint(
             "low-precision",
-            f"the errors are a few units of {str(dtype)[6:]}'s last place (at most "
-            f"{relative:.2g} relative)",
+            f"the errors are a few units of {str(dtype)[6:]}'s last place at the output's "
+            f"largest magnitude ({largest:.3g})",
             "an accumulator or intermediate kept in the output's dtype loses digits over a long "
             "sum: accumulate in float32 and round once, at the store",
         )
@@ -299,6 +301,7 @@ def _low_precision(
                 f"the kernel computes in {name}: keep the arithmetic (and any accumulator) in "
                 "float32, converting only loads and the final store",
             )
+    relative = float((error / (want.abs() + atol)).max())
     if relative > 2e-3:
         return None
     return Hint(
