@@ -177,7 +177,7 @@ HINTS = {
         "never rescales the running sum": "row-normalisation",
         "each chunk normalised on its own": None,
         "no maximum subtracted": "non-finite",
-        "float16 statistics": None,
+        "float16 statistics": "low-precision",
         "calls torch.softmax": None,
     },
     "long-softmax-kernel": {
