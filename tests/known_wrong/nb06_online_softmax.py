@@ -184,8 +184,9 @@ HINTS = {
         "stub left in place": None,
         "torch in the launcher": None,
         # unmasked loads past the row read other numbers into its maximum and sum: every element
-        # of the row goes wrong, not just the last block
-        "last block not masked": None,
+        # of the row goes wrong by the row's own factor, not just the last block; past the last
+        # row they read whatever memory holds, which may be NaN
+        "last block not masked": ("row-normalisation", "non-finite"),
         "pads the last block with 0": "row-normalisation",
         "d not rescaled when the maximum grows": "row-normalisation",
         "NaN in lanes that saw only -inf": "non-finite",
