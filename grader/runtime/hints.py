@@ -231,20 +231,25 @@ def _scale(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> H
 
 
 def _row_factor(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
-    """Each row is the expected row times a factor of its own, not the same for all rows."""
+    """Each row is the expected row times a factor of its own, not the same for all rows (rows
+    whose reference is not finite, or zero, left out)."""
     if got.ndim < 2 or got.shape[-1] < 2:
         return None
-    rows_got = got.reshape(-1, got.shape[-1])
-    rows_want = want.reshape(-1, want.shape[-1])
+    g = got.reshape(-1, got.shape[-1])
+    w = want.reshape(-1, want.shape[-1])
+    largest = w.abs().amax(dim=1)
+    usable = w.isfinite().all(dim=1) & (largest > 0)
+    g, w, largest = g[usable], w[usable], largest[usable]
+    big = w.abs() > 1e-3 * largest[:, None]
+    if g.shape[0] < 2 or bool((big.sum(dim=1) < 2).any()):
+        return None
+    ratio = torch.where(big, g / torch.where(big, w, 1.0), float("nan"))
+    factor = ratio.nanmedian(dim=1).values[:, None]
     spread = max(10 * rtol, 1e-4)
-    factors = []
-    for g, w in zip(rows_got, rows_want, strict=True):
-        if not bool(w.isfinite().all()) or float(w.abs().max()) == 0:
-            continue
-        f = _constant_ratio(g, w, spread, atol)
-        if f is None:
-            return None
-        factors.append(f)
+    scaled = factor * w
+    if not bool(((g - scaled).abs() <= atol + spread * scaled.abs()).all()):
+        return None
+    factors = factor.flatten().tolist()
     off = [f for f in factors if abs(f - 1) > spread]
     if not off or len(factors) < 2 or max(factors) - min(factors) <= spread * max(factors):
         return None  # no row off, or one factor for all rows (a scale, or an output of zeros)
