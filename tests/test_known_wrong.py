@@ -3,7 +3,10 @@
 For each notebook with a module in tests/known_wrong/, one kernel runs the solution notebook top
 to bottom; then, for each wrong source of an exercise (WRONG), the exercise cell is replaced by
 it (and the given cells a `WithGiven` rewrites, by theirs) and the cells up to that exercise's
-last test cell are run again: a test cell must fail.
+last test cell are run again: a test cell must fail. Where the module states the hint a failure
+must carry (HINTS: a pattern of grader.runtime.hints, None for a bug that fits none, or a tuple
+of those where the failure depends on memory a read past the end finds), the failure's message
+must name that pattern, and only that one.
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
 Partial submissions (PARTIAL) must pass every test of the exercises they get right and fail one
 of each exercise they do not.
@@ -13,6 +16,7 @@ the reference passes).
 
 import importlib
 import pkgutil
+import re
 
 import pytest
 
@@ -40,6 +44,12 @@ PARTIAL_CASES = [
     for m in MODULES
     for name, partial in getattr(m, "PARTIAL", {}).items()
 ]
+HINTS = {
+    (m.NOTEBOOK, g, n): pattern
+    for m in MODULES
+    for g, v in getattr(m, "HINTS", {}).items()
+    for n, pattern in v.items()
+}
 SLOW_CASES = [
     (m.NOTEBOOK, grade_id, name, source)
     for m in MODULES
@@ -60,6 +70,19 @@ def sessions():
     yield session
     for s in opened.values():
         s.close()
+
+
+def carries_its_hint(case, detail):
+    """The failure names the pattern HINTS expects for `case` (no hint where it expects None);
+    a case without an entry is not held to one."""
+    if case not in HINTS:
+        return
+    named = re.findall(r"Likely cause \[([a-z0-9-]+)\]", detail)
+    expected = HINTS[case] if isinstance(HINTS[case], tuple) else (HINTS[case],)
+    assert len(named) <= 1 and (named[0] if named else None) in expected, (
+        f"'{case[2]}' should carry the hint {' or '.join(map(str, expected))}, got {named}: "
+        + detail
+    )
 
 
 def is_test(cell):
@@ -84,11 +107,14 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
     try:
         status, detail = session.run(source.exercise)
         if status != "ok":  # a wrong source may already fail to define itself; that counts
+            carries_its_hint((notebook, grade_id, name), detail)
             return
         for position, cell in enumerate(cells):
             status, detail = session.run(rewritten.get(position, cell.source))
             if status != "ok" and is_test(cell):
-                return  # rejected, with `detail` as the student would read it
+                # rejected, with `detail` as the student would read it
+                carries_its_hint((notebook, grade_id, name), detail)
+                return
         pytest.fail(f"'{name}' passed every test of {grade_id}")
     finally:
         for cell in [session.cells[index], *(cells[p] for p in rewritten)]:

@@ -4,6 +4,7 @@ that say where the first mismatch is and what to fix."""
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from collections.abc import Callable, Sequence
@@ -11,7 +12,8 @@ from contextlib import nullcontext
 
 import torch
 
-from grader.runtime import device, launches, stubs
+from grader.runtime import device, launches, precision, stubs
+from grader.runtime import hints as hints_
 
 # Tolerances follow torch.testing.assert_close's defaults for each dtype; the reference is float64.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -30,11 +32,19 @@ _POISON_BITS = {
 }
 _INT_POISON = -0x5A5A5A5A
 MAX_LISTED = 5
+TF32_TO_FLOAT32 = 2.0**13  # TF32's unit roundoff (2^-11) over float32's (2^-24)
 GUARD = 16384  # poisoned elements on each side of an output: more than any block oversteps
 
 
 class KernelCheckError(AssertionError):
-    """A kernel's output is wrong; the message says where and by how much."""
+    """A kernel's output is wrong; the message says where and by how much, and, after its first
+    line, the likely cause of each pattern in `hints` (grader.runtime.hints)."""
+
+    def __init__(self, message: str, hints: Sequence[hints_.Hint] = ()):
+        first, _, rest = message.partition("\n")
+        super().__init__(first + hints_.render(hints) + ("\n" + rest if rest else ""))
+        self.detail = message  # without the hints
+        self.hints = tuple(hints)
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -96,9 +106,8 @@ def guarded(shape, dtype: torch.dtype, where: str | None = None, guard: int | No
             where_text = f" ({context})" if context else ""
             raise KernelCheckError(
                 f"your kernel wrote outside `{name}`: {after} elements past its end and "
-                f"{before} before its start were overwritten{where_text}. A store without the "
-                "right mask writes into whatever memory follows the output: mask every store "
-                "with the bounds of the tensor."
+                f"{before} before its start were overwritten{where_text}.",
+                [hints_.out_of_bounds_store()],
             )
 
     return out, check
@@ -161,6 +170,16 @@ def compare(
     if bool(ok.all()):
         return
 
+    shape = tuple(actual.shape)
+    found = hints_.diagnose(
+        got.view(shape),
+        want.view(shape),
+        ok.view(shape),
+        untouched.view(shape),
+        actual.dtype,
+        rtol,
+        atol,
+    )
     bad = (~ok).nonzero().flatten()
     total = got.numel()
     lines = [f"`{name}` is wrong at {len(bad)} of {total} elements{where}."]
@@ -185,7 +204,7 @@ def compare(
         for i in bad[:MAX_LISTED]
     )
     lines.append(f"first mismatches: {listed}")
-    raise KernelCheckError("\n".join(lines))
+    raise KernelCheckError("\n".join(lines), found)
 
 
 def _upcast(value):
@@ -229,6 +248,55 @@ def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
         raise stubs.StubNotFilled(sentence) from None
 
 
+def _run(candidate, args, *, expected, dtype, writes_out, name, context, kernels=()):
+    """The candidate's output for `args` (its guards checked), and the launches it made."""
+    __tracebackhide__ = True
+    with launches.recording() as seen:
+        if not writes_out:
+            return call_graded(candidate, *args), seen.launches
+        out, check_guards = guarded(expected.shape, dtype, where=expected.device.type)
+        who = launches.who(candidate)
+        with launches.kernel_work(kernels, args, out, who) if kernels else nullcontext():
+            call_graded(candidate, *args, out=out)
+    check_guards(name, context)
+    return out, seen.launches
+
+
+def _right_again(again, args, expected, rtol, atol) -> bool:
+    """Whether the call `again` makes is right on `args` (a probe for a hint: any failure,
+    an exception included, is a no)."""
+    try:
+        return _passes(again(args)[0], expected, rtol, atol)
+    except Exception:
+        return False
+
+
+def _passes(actual, expected, rtol, atol, loosen: float = 1.0) -> bool:
+    """Whether `actual` matches `expected` within the tolerance times `loosen`."""
+    default_rtol, default_atol = tolerance(actual.dtype)
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+    try:
+        compare(actual, expected, rtol=rtol * loosen, atol=atol * loosen)
+    except KernelCheckError:
+        return False
+    return True
+
+
+def _padded_contiguous(t):
+    """A contiguous copy of tensor `t`, followed by zeros for reads past its end."""
+    if not isinstance(t, torch.Tensor) or t.is_contiguous():
+        return t
+    buffer = torch.zeros(t.numel() + GUARD, dtype=t.dtype, device=t.device)
+    return buffer[: t.numel()].view(t.shape).copy_(t)
+
+
+def _tf32_copy(t):
+    if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+        return precision.tf32_copy(t)
+    return t
+
+
 def check(
     candidate: Callable,
     reference: Callable,
@@ -253,10 +321,17 @@ def check(
     trial's tensors, so a result cached by input address is caught. With `kernels` (names of
     Triton kernels; needs writes_out), the result must be their work: they were launched, given
     every input tensor, and wrote every element of `out` (`grader.runtime.launches`).
+
+    The verdict is the one a GPU would give: in the interpreter, which multiplies float32 blocks
+    in full precision, a call whose kernels use tl.dot in TF32 (their GPU default) on float32
+    inputs is checked again with its float32 inputs rounded to TF32, as a GPU's tensor cores
+    round them (`grader.runtime.precision`). A failure on strided inputs is tried again on
+    contiguous copies, and the message says when that is right.
     """
     __tracebackhide__ = True
     if kernels and not writes_out:
         raise ValueError("kernels= needs writes_out: the output must be known before the call")
+    on_gpu = device.current().is_gpu
     first_args = None
     for trial in range(trials):
         trial_seed = new_seed() if seed is None else seed + trial
@@ -271,16 +346,19 @@ def check(
             expected.dtype,
         )
         context = f"inputs {_describe(args)}, seed {trial_seed}"
+
         saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-        if writes_out:
-            out, check_guards = guarded(expected.shape, dtype, where=expected.device.type)
-            who = launches.who(candidate)
-            with launches.kernel_work(kernels, args, out, who) if kernels else nullcontext():
-                call_graded(candidate, *args, out=out)
-            check_guards(name, context)
-            actual = out
-        else:
-            actual = call_graded(candidate, *args)
+        again = functools.partial(
+            _run,
+            candidate,
+            expected=expected,
+            dtype=dtype,
+            writes_out=writes_out,
+            name=name,
+            context=context,
+        )
+        actual, launched = again(args, kernels=kernels)
+        if not writes_out:
             if not isinstance(actual, torch.Tensor):
                 raise KernelCheckError(
                     f"`{getattr(candidate, '__name__', 'candidate')}` returned "
@@ -298,4 +376,29 @@ def check(
                     f"input {position} was modified by the call: kernels must not write to their "
                     f"inputs ({context})"
                 )
-        compare(actual, expected, rtol=rtol, atol=atol, name=name, context=context)
+        tf32 = sorted({d.function for launch in launched for d in launch.tf32_dots})
+
+        try:
+            compare(actual, expected, rtol=rtol, atol=atol, name=name, context=context)
+        except KernelCheckError as failure:
+            __tracebackhide__ = True
+            strided = any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args)
+            contiguous = tuple(_padded_contiguous(a) for a in args) if strided else ()
+            if strided and _right_again(again, contiguous, expected, rtol, atol):
+                raise KernelCheckError(failure.detail, [hints_.strided_inputs()]) from None
+            if on_gpu and tf32 and _passes(actual, expected, rtol, atol, TF32_TO_FLOAT32):
+                raise KernelCheckError(failure.detail, [hints_.tf32(tf32)]) from None
+            raise
+        if tf32 and not on_gpu:
+            rounded = again(tuple(_tf32_copy(a) for a in args))[0]
+            try:
+                compare(rounded, expected, rtol=rtol, atol=atol, name=name, context=context)
+            except KernelCheckError as failure:
+                raise KernelCheckError(
+                    "on a GPU, "
+                    + failure.detail
+                    + "\n(The interpreter multiplies float32 in full precision, so the check ran "
+                    "your call again with its float32 inputs rounded to TF32, as tl.dot rounds "
+                    "them on a GPU by default.)",
+                    [hints_.tf32(tf32)],
+                ) from None

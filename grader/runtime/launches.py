@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grader.runtime import precision
+
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -61,10 +63,12 @@ class Span:
 
 @dataclass
 class Launch:
-    """One `kernel[grid](...)`: the kernel's name and the spans of its tensor arguments."""
+    """One `kernel[grid](...)`: the kernel's name, the spans of its tensor arguments, and its
+    `tl.dot` calls that multiply float32 blocks in TF32 on a GPU (`grader.runtime.precision`)."""
 
     kernel: str
     spans: list[Span]
+    tf32_dots: tuple[precision.Dot, ...] = ()
 
 
 def kernel_name(kernel) -> str:
@@ -120,7 +124,7 @@ class Recording:
     def _launched(self, kernel, args, kwargs) -> torch.Tensor | None:
         name = kernel_name(kernel)
         spans = [s for t in _tensors([*args, *kwargs.values()]) if (s := Span.of(t))]
-        self.launches.append(Launch(name, spans))
+        self.launches.append(Launch(name, spans, tuple(precision.tf32_dots(kernel, args, kwargs))))
         if self.out is not None and name in self.kernels:
             return _bits(self.out)
         return None

@@ -320,7 +320,9 @@ def matmul(a, b, out, *, tf32=False, **config):
 #   41(5), 2019). So `atol = 4 * sqrt(K) * u * max(|A| @ |B|)`, $u = 2^{-24}$.
 # - **TF32.** The launcher passes `input_precision="ieee"` by default; a test that asks for TF32
 #   (10 mantissa bits) says so and uses $u = 2^{-10}$ per product. The interpreter computes
-#   `tl.dot` in full float32 either way.
+#   `tl.dot` in full float32, so where a launch's `tl.dot` would use TF32 on a GPU (no
+#   `input_precision`, or `"tf32"`) the check runs it again with its float32 inputs rounded to
+#   TF32: it fails here as it would there.
 #
 # The visible test: odd sizes, contiguous inputs, float32 and float16, default tiles.
 

@@ -66,6 +66,23 @@ WRONG = {
     },
 }
 
+# The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
+# None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
+HINTS = {
+    "relu-kernel": {
+        "stub left in place": None,
+        "torch in the launcher": None,
+        "dummy launch, result from torch": None,
+        "overwritten by torch after the kernel": None,
+        "never stores": None,
+        "identity": None,
+        "abs instead of relu": None,
+        "first block only": None,
+        "fp16 arithmetic": "low-precision",
+        "writes the input": None,
+    },
+}
+
 # Correct but slow: every program handles one element, so the launch has n programs of one lane
 # each and the memory system sees scattered 4-byte requests instead of wide coalesced ones.
 SLOW = {

@@ -280,6 +280,41 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
     },
 }
 
+# The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
+# None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
+HINTS = {
+    "add-kernel": {
+        "stub left in place": None,
+        "torch in the launcher": None,
+        "never stores": None,
+        "missing mask": "missing-mask",
+        "off-by-one mask": "missing-mask",
+        "mask on the loads only": "missing-mask",
+        "adds x to itself": None,
+        "offsets forget the block": "coverage",
+        "float16 arithmetic": "low-precision",
+        "writes the input": None,
+    },
+    "fused-kernel": {
+        "stub left in place": None,
+        "never stores": None,
+        "missing mask": "missing-mask",
+        "off-by-one mask": "missing-mask",
+        "column mask only": "missing-mask",
+        "forgets the bias": None,
+        "forgets the scale": "wrong-scale",
+        "erf's 1/sqrt(2) in the tanh form": None,
+        "sigmoid(u) instead of sigmoid(2u)": None,
+        "float16 arithmetic on float32 inputs": "low-precision",
+        "bias broadcast along the wrong axis": None,
+        "N used as the row stride": "assumes-contiguous",
+        "tanh as an exp ratio overflows": "non-finite",
+        "dummy launch, result from torch": None,
+        "overwritten by torch after the kernel": None,
+        "PyTorch called from the launcher": None,
+    },
+}
+
 # Correct but slow: each moves far more than the ideal bytes, or keeps far too few in flight.
 SLOW = {
     "fused-kernel": {

@@ -152,6 +152,31 @@ def softmax(x, out, **kwargs):
     },
 }
 
+# The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
+# None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
+HINTS = {
+    "softmax-kernel": {
+        "stub left in place": None,
+        "never stores": None,
+        "dummy launch, softmin from torch": None,
+        "no max subtraction (overflows on large scores)": "non-finite",
+        "masked lanes filled with 0 instead of -inf": "row-normalisation",
+        # the rows past n_rows in the last tile are all -inf: their -inf - (-inf) is NaN, and the
+        # column sums carry it into every row
+        "sum over the wrong axis": "non-finite",
+        "max over the whole tile, across rows": "non-finite",
+        "divides by the max instead of the sum": "row-normalisation",
+        "all--inf row gives 0 instead of NaN (a 'safe' softmax)": "expected-nan",
+        "computes in float16 (precision dropped)": "low-precision",
+        "fp16 output written through an fp32 buffer, then rebound": None,
+        "only handles rows up to BLOCK = 1024": "coverage",
+        "assumes contiguous rows (stride = n_cols)": "assumes-contiguous",
+        "a grid of one program": "coverage",
+        "calls torch.softmax": None,
+        "eager softmax in the launcher": None,
+    },
+}
+
 # Correct but slow. Both read the matrix more than once from device memory or keep too few loads
 # in flight; on the graded shape neither can reach 2.5x the eager version or 0.9x torch.softmax.
 SLOW = {

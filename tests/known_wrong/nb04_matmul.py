@@ -247,6 +247,29 @@ def grouped_pid(pid, num_pid_m, num_pid_n, group_m):
     },
 }
 
+# The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
+# None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
+# A wrong K loop spoils every element alike, which no pattern of the output shows; the stores
+# outside `out` are reported by the notebook's own guard, whose message names the mask.
+HINTS = {
+    "matmul-kernel": {
+        "stub left in place": None,
+        "never stores": None,
+        "broadcast product in the launcher": None,
+        "missing K mask": None,
+        "missing M and N masks": None,
+        "store masked on rows only": None,
+        "strides ignored (assumes contiguous)": None,
+        "accumulates in the output dtype (float16)": "low-precision",
+        "pointers never advance": None,
+        "drops the last partial K block": None,
+        # tiles placed by (pid_n, pid_m): the rows past the last column tile are never written
+        "rows and columns of the tile swapped": "coverage",
+        "calls torch.matmul instead of the kernel": None,
+    },
+    "grouped-pid": {name: None for name in WRONG["grouped-pid"]},  # plain Python, own messages
+}
+
 # Correct but slow, for the speed cell at 4096^3 float16.
 SLOW = {
     "matmul-kernel": {

@@ -161,6 +161,40 @@ def merge(m1, d1, m2, d2):
     },
 }
 
+# The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
+# None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
+HINTS = {
+    "merge": {
+        "stub left in place": None,
+        "forgets to rescale the second side": None,
+        "no rescaling at all": None,
+        "NaN when both maxima are -inf": "non-finite",
+        "absolute exponentials overflow": "non-finite",
+        "minimum instead of maximum": None,
+    },
+    "chunked-softmax": {
+        "stub left in place": None,
+        "never rescales the running sum": "row-normalisation",
+        "each chunk normalised on its own": None,
+        "no maximum subtracted": "non-finite",
+        "float16 statistics": "low-precision",
+        "calls torch.softmax": None,
+    },
+    "long-softmax-kernel": {
+        "stub left in place": None,
+        "torch in the launcher": None,
+        # unmasked loads past the row read other numbers into its maximum and sum: every element
+        # of the row goes wrong by the row's own factor, not just the last block; past the last
+        # row they read whatever memory holds, which may be NaN
+        "last block not masked": ("row-normalisation", "non-finite"),
+        "pads the last block with 0": "row-normalisation",
+        "d not rescaled when the maximum grows": "row-normalisation",
+        "NaN in lanes that saw only -inf": "non-finite",
+        "lanes summed without rescaling": "row-normalisation",
+        "normalises with each lane's own state": None,
+    },
+}
+
 # Correct but slow: the loops ignore BLOCK and read 64 columns at a time, so each program has
 # 256 bytes in flight per iteration instead of BLOCK * 4, far too little to cover memory latency.
 SLOW = {

@@ -1,0 +1,359 @@
+"""Where a wrong output is wrong, and what that usually means: a small diagnosis of a mismatch
+between a kernel's output and its float64 reference, for the messages of `grader.runtime.checks`.
+
+Each `Hint` names a pattern (a stable id, the one the tests look for), the evidence seen in the
+data, and the likely cause. `diagnose` reads the output alone: where the wrong elements sit (the
+end of an axis, the first row of each head), how they relate to the reference (a constant factor,
+a factor per row, the right values in other places, float16 rounding, inf or NaN where the
+reference is finite, numbers where it is NaN). `checks.check`, which can call the kernel again,
+adds the patterns that need another run: right on contiguous copies of strided inputs, and
+TF32's rounding in `tl.dot`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+LOG2E = math.log2(math.e)
+FLOAT16_MAX = 65504.0
+
+# Every pattern a hint may name, with what shows it.
+PATTERNS = {
+    "missing-mask": "stores outside the output, or wrong only in the last part of an axis",
+    "coverage": "never written from some index of an axis to its end",
+    "causal-off-by-one": "NaN in the first row of every head, nowhere else",
+    "non-finite": "inf or NaN where the reference is finite",
+    "expected-nan": "numbers where the reference is NaN, and no other error",
+    "wrong-scale": "the whole output off by one constant factor",
+    "row-normalisation": "each row off by a constant factor of its own",
+    "misplaced": "the right values in the wrong places",
+    "low-precision": "float16 numbers in a float32 output, or errors of a few float16 units",
+    "assumes-contiguous": "wrong on strided inputs, right on contiguous copies of them",
+    "tf32": "tl.dot on float32 blocks in TF32, off by about TF32's rounding",
+}
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A pattern in a failure: its id, what in the data shows it, and the likely cause."""
+
+    pattern: str
+    evidence: str
+    cause: str
+
+    def __post_init__(self):
+        if self.pattern not in PATTERNS:
+            raise ValueError(f"unknown pattern {self.pattern!r}: add it to PATTERNS")
+
+    def __str__(self) -> str:
+        return f"Likely cause [{self.pattern}]: {self.evidence}; {self.cause}"
+
+
+def render(hints: Sequence[Hint]) -> str:
+    return "".join(f"\n{h}" for h in hints)
+
+
+def out_of_bounds_store() -> Hint:
+    """Writes into the poisoned guards around an output."""
+    return Hint(
+        "missing-mask",
+        "the kernel stored outside the output",
+        "a store without the right mask writes into whatever memory follows the output: mask "
+        "every store (and load) with the tensor's bounds, `offsets < n`",
+    )
+
+
+def strided_inputs() -> Hint:
+    return Hint(
+        "assumes-contiguous",
+        "the same call is right on contiguous copies of the inputs",
+        "the kernel assumes contiguous rows: address every tensor with its own strides "
+        "(`x.stride(0)` passed to the kernel), not with its width",
+    )
+
+
+def tf32(kernels: Sequence[str]) -> Hint:
+    names = ", ".join(f"`{k}`" for k in kernels)
+    return Hint(
+        "tf32",
+        f"{names} calls tl.dot on float32 blocks without input_precision='ieee', and the result "
+        "is off by about TF32's rounding",
+        "on a GPU, tl.dot rounds float32 inputs to TF32 (10 mantissa bits) unless told "
+        'otherwise: pass input_precision="ieee" (or the precision the launcher hands the kernel)',
+    )
+
+
+def _axis_name(axis: int, ndim: int) -> str:
+    if ndim == 1:
+        return "elements"
+    if axis == ndim - 1:
+        return "columns"
+    if axis == ndim - 2:
+        return "rows"
+    return f"indices of dimension {axis}"
+
+
+def _tile_start(index: int) -> str:
+    """', a multiple of 64: where a tile would start' for an index that is a multiple of a
+    power of two from 16 on (the largest one up to 1024), else ''."""
+    tile = next((t for t in (1024, 512, 256, 128, 64, 32, 16) if index % t == 0), None)
+    return f" ({index} is a multiple of {tile}: where a tile would start)" if tile else ""
+
+
+def _suffix(mask: torch.Tensor, axis: int) -> int | None:
+    """The first index > 0 along `axis` at which `mask` holds somewhere, if any."""
+    others = [d for d in range(mask.ndim) if d != axis]
+    hit = mask.any(dim=others) if others else mask
+    if not bool(hit.any()):
+        return None
+    first = int(hit.nonzero()[0])
+    return first or None
+
+
+def _tail(bad: torch.Tensor, unwritten: torch.Tensor) -> Hint | None:
+    """Along one axis, the elements never written are all those from an index > 0 on; or
+    every wrong element lies in the last part (at most half) of the axis."""
+    for axis in reversed(range(bad.ndim)):
+        size = bad.shape[axis]
+        first = _suffix(unwritten, axis)
+        if first is not None and bool(unwritten.narrow(axis, first, size - first).all()):
+            return Hint(
+                "coverage",
+                f"{_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} were never written"
+                + _tile_start(first),
+                "the launch does not reach the end: the grid needs cdiv(n, BLOCK) programs (or "
+                "each program must loop to the end), each program's offsets must start at "
+                "pid * BLOCK, and the mask must let the last block's valid elements through",
+            )
+    for axis in reversed(range(bad.ndim)):
+        size = bad.shape[axis]
+        first = _suffix(bad, axis)
+        if first is not None and 2 * first >= size:
+            return Hint(
+                "missing-mask",
+                f"only {_axis_name(axis, bad.ndim)} {first} to {size - 1} of {size} are wrong"
+                + _tile_start(first),
+                "the last, partial tile goes wrong: a load or store past the end lacks its mask, "
+                "or the padding (`other=`) is not neutral for the operation (0 for a sum, -inf "
+                "for a max or a softmax)",
+            )
+    return None
+
+
+def _first_row_nan(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> Hint | None:
+    """NaN in the first row of each matrix (each head), where the reference is finite."""
+    if got.ndim < 2 or got.shape[-2] < 2:
+        return None
+    nan_first = (got[..., 0, :].isnan() & want[..., 0, :].isfinite()).all()
+    if not bool(nan_first) or bool(got[..., 1:, :].isnan().any()):
+        return None
+    rest = bad[..., 1:, :]
+    return Hint(
+        "causal-off-by-one",
+        "row 0 of every head is NaN and no other row is"
+        + (", and the other rows are wrong too" if bool(rest.any()) else ""),
+        "query 0 sees no key at all: a causal mask must let query i see keys j <= i "
+        "(`rows >= cols`, the diagonal included)",
+    )
+
+
+def _non_finite(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> Hint | None:
+    """inf or NaN where the reference is finite."""
+    wrong = ~got.isfinite() & want.isfinite()
+    if not bool(wrong.any()):
+        return None
+    largest = float(want[want.isfinite()].abs().max())
+    evidence = f"{int(wrong.sum())} elements are inf or NaN where the reference is finite"
+    if dtype == torch.float16 and largest < FLOAT16_MAX:
+        evidence += f" (largest |expected| {largest:.6g}, within float16's 65504)"
+    return Hint(
+        "non-finite",
+        evidence,
+        "an intermediate overflowed or became NaN: exp of a large number (subtract the row's "
+        "maximum first), -inf - (-inf) in a fully masked row or lane (guard the maximum), or a "
+        "float16 sum past 65504 (accumulate in float32)",
+    )
+
+
+def _expected_nan(want: torch.Tensor, bad: torch.Tensor) -> Hint | None:
+    """Every wrong element is one where the reference is NaN."""
+    if not bool(want[bad].isnan().all()):
+        return None
+    return Hint(
+        "expected-nan",
+        "the reference is NaN at every wrong element, and the kernel wrote numbers there",
+        "compute the plain formula without special cases: 0/0 is NaN (e.g. the softmax of a "
+        "row whose every entry is -inf), and the reference keeps it",
+    )
+
+
+def _constant_ratio(
+    got: torch.Tensor, want: torch.Tensor, spread: float, atol: float
+) -> float | None:
+    """The factor f with got = f * want everywhere (within atol + spread * |f * want|), if any."""
+    if got.numel() < 2:
+        return None
+    big = want.abs() > 1e-3 * float(want.abs().max())
+    ratio = got[big] / want[big]
+    if ratio.numel() < 2 or not bool(ratio.isfinite().all()):
+        return None
+    factor = float(ratio.median())
+    scaled = factor * want
+    if not bool(((got - scaled).abs() <= atol + spread * scaled.abs()).all()):
+        return None
+    return factor
+
+
+def _scale(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
+    spread = max(10 * rtol, 1e-4)
+    factor = _constant_ratio(got, want, spread, atol)
+    if factor is None or factor == 0 or abs(factor - 1) <= spread:  # 0: an output of zeros
+        return None
+    evidence = f"every output is {factor:.6g} times the expected value"
+    for known, name in ((LOG2E, "log2(e)"), (1 / LOG2E, "1/log2(e) = ln(2)")):
+        if abs(factor - known) <= spread * known:
+            return Hint(
+                "wrong-scale",
+                f"{evidence}, which is {name}",
+                "exp and exp2 are mixed up: exp(x) = exp2(x * log2(e)), so a kernel using exp2 "
+                "must multiply its argument (or its scale) by log2(e) = 1.4427",
+            )
+    return Hint(
+        "wrong-scale",
+        evidence,
+        "a scale factor is missing, applied twice, or inverted (e.g. `* scale` forgotten, or "
+        "`/ scale` for `* scale`)",
+    )
+
+
+def _row_factor(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
+    """Each row is the expected row times a factor of its own, not the same for all rows (rows
+    whose reference is not finite, or zero, left out)."""
+    if got.ndim < 2 or got.shape[-1] < 2:
+        return None
+    g = got.reshape(-1, got.shape[-1])
+    w = want.reshape(-1, want.shape[-1])
+    largest = w.abs().amax(dim=1)
+    usable = w.isfinite().all(dim=1) & (largest > 0)
+    g, w, largest = g[usable], w[usable], largest[usable]
+    big = w.abs() > 1e-3 * largest[:, None]
+    if g.shape[0] < 2 or bool((big.sum(dim=1) < 2).any()):
+        return None
+    ratio = torch.where(big, g / torch.where(big, w, 1.0), float("nan"))
+    factor = ratio.nanmedian(dim=1).values[:, None]
+    spread = max(10 * rtol, 1e-4)
+    scaled = factor * w
+    if not bool(((g - scaled).abs() <= atol + spread * scaled.abs()).all()):
+        return None
+    factors = factor.flatten().tolist()
+    off = [f for f in factors if abs(f - 1) > spread]
+    if not off or len(factors) < 2 or max(factors) - min(factors) <= spread * max(factors):
+        return None  # no row off, or one factor for all rows (a scale, or an output of zeros)
+    return Hint(
+        "row-normalisation",
+        f"each wrong row is its expected row times a factor of its own ({min(factors):.4g} to "
+        f"{max(factors):.4g})",
+        "the row's normaliser (its sum or maximum) is wrong: reduce along the row (axis=1), and "
+        "keep masked lanes out of it (load them as -inf, so that exp gives 0)",
+    )
+
+
+def _misplaced(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
+    """The right values, in other places."""
+    if got.numel() < 2 or not bool(got.isfinite().all() and want.isfinite().all()):
+        return None
+    g, w = got.flatten().sort().values, want.flatten().sort().values
+    if not bool(((g - w).abs() <= atol + rtol * w.abs()).all()):
+        return None
+    return Hint(
+        "misplaced",
+        "the output holds the right values, but in the wrong places",
+        "the offsets that place a tile are wrong: rows and columns swapped, the program id "
+        "mapped to the wrong tile, or the output addressed with another tensor's strides",
+    )
+
+
+def _low_precision(
+    got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, rtol: float, atol: float
+) -> Hint | None:
+    """A float32 (or float64) output whose values are float16 numbers, or whose errors are about
+    float16's rounding; a float16 (or bfloat16) output off by no more than a few units of the
+    last place of its largest value (as a long sum kept in float16 is)."""
+    if got.numel() == 0:
+        return None
+    error = (got - want).abs()
+    if dtype in (torch.float16, torch.bfloat16):
+        largest = float(want.abs().max())
+        if float(error.max()) > 8 * rtol * largest + atol:
+            return None
+        return Hint(
+            "low-precision",
+            f"the errors are a few units of {str(dtype)[6:]}'s last place at the output's "
+            f"largest magnitude ({largest:.3g})",
+            "an accumulator or intermediate kept in the output's dtype loses digits over a long "
+            "sum: accumulate in float32 and round once, at the store",
+        )
+    for low, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
+        exact = got.to(low).to(got.dtype) == got
+        if bool(exact.all()) and not bool((want.to(low).to(want.dtype) == want).all()):
+            return Hint(
+                "low-precision",
+                f"every value the kernel wrote is a {name} number",
+                f"the kernel computes in {name}: keep the arithmetic (and any accumulator) in "
+                "float32, converting only loads and the final store",
+            )
+    relative = float((error / (want.abs() + atol)).max())
+    if relative > 2e-3:
+        return None
+    return Hint(
+        "low-precision",
+        f"the errors are small (at most {relative:.2g} relative), like float16 or TF32 rounding",
+        "part of the computation runs in a lower precision than the output: float16 "
+        "arithmetic, a float16 accumulator, or tl.dot on float32 blocks in TF32",
+    )
+
+
+def diagnose(
+    got: torch.Tensor,
+    want: torch.Tensor,
+    ok: torch.Tensor,
+    unwritten: torch.Tensor,
+    dtype: torch.dtype,
+    rtol: float,
+    atol: float,
+) -> list[Hint]:
+    """The patterns that fit a failed comparison, most telling first (an empty list when none
+    does). `got` and `want` are the output and the reference in float64, `ok` the per-element
+    verdict, `unwritten` where the output still holds the poison, `dtype` the output's dtype;
+    all of the output's shape."""
+    if got.numel() == 0:
+        return []
+    bad = ~ok
+    if not bool(unwritten.any()):  # where they lie says nothing then
+        found = _expected_nan(want, bad)
+        if found is not None:
+            return [found]
+    tail = _tail(bad, unwritten)
+    if tail is not None:
+        return [tail]
+    if bool(unwritten.any()):
+        return []
+    for found in (_first_row_nan(got, want, bad), _non_finite(got, want, dtype)):
+        if found is not None:
+            return [found]
+    finite = want.isfinite()
+    if not bool((bad & finite).any()):
+        return []
+    for found in (
+        _scale(got[finite], want[finite], rtol, atol),
+        _row_factor(got, want, rtol, atol),
+        _misplaced(got, want, rtol, atol),
+        _low_precision(got[finite], want[finite], dtype, rtol, atol),
+    ):
+        if found is not None:
+            return [found]
+    return []
