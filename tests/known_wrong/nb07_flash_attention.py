@@ -128,6 +128,31 @@ WRONG = {
     },
 }
 
+# The likely cause each failure must name (grader.runtime.hints); None: the bug fits no pattern.
+HINTS = {
+    LOOP: {
+        "stub left in place": None,
+        "accumulator not rescaled": None,
+        "running sum not rescaled": "row-normalisation",
+        "running max not carried to the next block": None,
+        "exp2 without log2(e) in the scale": None,
+        "masked scores set to 0": "row-normalisation",
+        "keys past N left in the softmax": "row-normalisation",
+        "float16 accumulator": "non-finite",
+        "allocates the N x N scores": None,
+        "attention by broadcasting in the launcher": None,
+        "calls SDPA": None,
+    },
+    CAUSAL: {
+        "stub left in place": None,
+        "non-causal attention": None,
+        "causal mask off by one": "causal-off-by-one",
+        "the diagonal masks only keys past N": None,
+        "the diagonal's last block left out": None,
+        "the diagonal left out": "non-finite",
+    },
+}
+
 # Right for Exercise 1, blank or wrong for Exercise 2: Exercise 1's tests must pass (its points
 # do not depend on the causal kernel), and Exercise 2's must not.
 PARTIAL = {
