@@ -150,7 +150,7 @@ def _autograde(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        written = autograde.autograde(
+        graded, written = autograde.autograde(
             batch,
             submissions=args.submissions,
             regexp=args.regexp,
@@ -170,6 +170,16 @@ def _autograde(args: argparse.Namespace) -> int:
     for what, path in written.items():
         print(f"{what:9s} {path}")
     print(f"feedback  {batch.out / 'feedback'}/<student>/")
+    trouble = graded.grader_trouble()
+    if trouble:
+        print(
+            f"autograde: the grader had trouble with {len(trouble)} students ("
+            + ", ".join(autograde.printable(s.student) for s in trouble[:10])
+            + "): the report's 'Needs a human look' says what; fix it and run the same command "
+            "again (exit status 1)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -55,26 +55,36 @@ def markers(root):
     }
 
 
-def requirements(name, markers):
-    """The requirements of the installed `name` that apply on the wheelhouse's platform."""
+def requirements(name, markers, extras=()):
+    """The requirements of the installed `name` (with `extras`) that apply on the wheelhouse's
+    platform."""
     try:
         declared = metadata.requires(name) or []
     except metadata.PackageNotFoundError:
         return None
     found = [Requirement(r) for r in declared]
-    return [r for r in found if r.marker is None or r.marker.evaluate(markers)]
+    return [
+        r
+        for r in found
+        if r.marker is None
+        or any(r.marker.evaluate({**markers, "extra": e}) for e in ("", *extras))
+    ]
 
 
-def closure(roots, markers):
-    """Every package `roots` need, themselves included (as installed here)."""
-    seen, todo = set(), [canonical(r) for r in roots]
+def closure(roots, markers, skip=()):
+    """Every package `roots` need, themselves included (as installed here), the extras they ask
+    of each other followed; nothing of `skip` nor what only it needs."""
+    seen, todo = set(), [(canonical(r), ()) for r in roots]
     while todo:
-        name = todo.pop()
-        if name in seen:
+        name, extras = todo.pop()
+        if (name, extras) in seen or name in skip:
             continue
-        seen.add(name)
-        todo += [canonical(r.name) for r in requirements(name, markers) or []]
-    return seen
+        seen.add((name, extras))
+        todo += [
+            (canonical(r.name), tuple(sorted(r.extras)))
+            for r in requirements(name, markers, extras) or []
+        ]
+    return {name for name, _ in seen}
 
 
 def difference(listed, needed):

@@ -34,7 +34,9 @@ KINDS = {
     "zero-score": "zero score",
     "late": "late",
     "grader-error": "grader error",
+    "no-feedback": "no feedback page",
 }
+GRADER_TROUBLE = ("grader-error", "no-feedback")  # the grader's own failures, not the student's
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file larger than this is not read, nor graded
 OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
 OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
