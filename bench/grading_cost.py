@@ -73,9 +73,9 @@ class Cost:
 
     @property
     def per_student(self) -> float:
-        """What one more student adds: its grading and its share of feedback (the report's and
-        the registration's share shrink with the class)."""
-        return self.grading + self.feedback
+        """What one more student adds: its grading. Registration, feedback (one nbgrader process
+        for the batch, then a page per student) and report are the batch's."""
+        return self.grading
 
     @property
     def overhead(self) -> float:
@@ -188,8 +188,10 @@ COLUMNS = (
     ("kernel start+stop", lambda c: f"{c.kernel_start + c.kernel_stop:.1f}"),
     ("nbgrader's own", lambda c: f"{c.nbgrader_own:.1f}"),
     ("sandbox", lambda c: f"{c.sandbox:.1f}"),
-    ("feedback", lambda c: f"{c.feedback:.1f}"),
-    ("once: registration, report", lambda c: f"{c.registration:.1f}, {c.report:.1f}"),
+    (
+        "per batch: registration, feedback, report",
+        lambda c: f"{c.registration:.1f}, {c.feedback:.1f}, {c.report:.1f}",
+    ),
 )
 
 
@@ -201,10 +203,12 @@ def markdown(costs: list[Cost], machine: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
         + ".",
         "",
-        "Seconds. *per student* = grading (sandbox, nbgrader autograde) + feedback; *notebook's "
-        "cells* = every code cell but the first; *overhead* = the rest: the *setup cell* (torch, "
-        "Triton and the runtime imported in a fresh kernel), the kernel's start and stop, "
-        "nbgrader's own work (its process, conversions, gradebook), the sandbox, the feedback.",
+        "Seconds. *per student* = one student's grading (the sandbox, `nbgrader autograde`); "
+        "*notebook's cells* = every code cell but the first; *overhead* = the rest: the *setup "
+        "cell* (torch, Triton and the runtime imported in a fresh kernel), the kernel's start "
+        "and stop, nbgrader's own work (its process: Python, imports, conversions, gradebook), "
+        "the sandbox around it. *Per batch*: once for the whole class (the feedback's nbgrader "
+        "process, then one page per student; here a class of one).",
         "",
         "| " + " | ".join(name for name, _ in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

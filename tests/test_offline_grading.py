@@ -173,3 +173,19 @@ def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path)
     assert "None: every submission was graded without trouble." in report
     assert review[student] == ""
     assert (out / "feedback" / student / "setup.html").is_file()
+
+
+def test_nbgrader_processes_start_without_torch(root):
+    """What nbgrader imports of the grader in each student's process (its config, the guards,
+    the feedback's filter) leaves torch and Triton out: seconds a student."""
+    code = (
+        "import sys, runpy\n"
+        "runpy.run_path('grader/grading/nbgrader_config.py', {'get_config': lambda: __import__("
+        "'traitlets.config', fromlist=['Config']).Config()})\n"
+        "import grader.grading.notebook_guards, grader.grading.hidden_tests, grader.grading.cost\n"
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
+    )
+    assert done.stdout.strip() == "[]"

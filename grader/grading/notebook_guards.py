@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
-from grader.grading import cost, findings, nbgrader_policy
+from grader.grading import cost, nbgrader_policy
 
 KEPT_CHARS = 2000  # of an error's or a result's text, once the output limit is passed
 
@@ -43,7 +43,7 @@ class StrayGradeIds(NbGraderPreprocessor):
             meta = cell.get("metadata", {})
             if "nbgrader" not in meta:
                 continue
-            grade_id = findings.grade_id_of(cell)
+            grade_id = nbgrader_policy.grade_id_of(cell)
             if grade_id in known and grade_id not in seen:
                 seen.add(grade_id)
                 continue
