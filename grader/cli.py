@@ -192,7 +192,7 @@ outputs, in --out (default: <root>/grading/<assignment>/, so build/grading/00_se
   *.png             its figures
   feedback/<student>/<notebook>.html   nbgrader's feedback (hidden tests stay hidden)
   logs/<student>.log, runs/<student>.json   each student's nbgrader run and its outcome
-  logs/feedback.log nbgrader generate_feedback's output
+  feedback.log      nbgrader generate_feedback's output
 Exit status: 0 all written; 1 graded, but the grader failed at a step for some students (no
 feedback page, a grader error: the report says which); 2 not graded; 130 interrupted.
 Scores go to nbgrader's gradebook (<root>/gradebook.db, or --db). Grading is resumable: an

@@ -165,7 +165,7 @@ def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path)
     assert "The grader had trouble with 1 of these submissions" in report
     assert "no feedback page" in review[student] and "no-such-template" in review[student]
     assert not (out / "feedback" / student).exists()
-    assert "no-such-template" in (out / "logs" / "feedback.log").read_text()
+    assert "no-such-template" in (out / "feedback.log").read_text()
 
     monkeypatch.setattr(autograde, "run_nbgrader", real)  # the cause fixed: the same command
     code, printed, report, review, out = _grade(root, inbox)

@@ -621,14 +621,14 @@ def feedback(batch: Batch) -> dict[str, str]:
     folder, where a submission may have written anything (the hidden tests it saw, a page of its
     own): only the pages made from the notebooks are kept, and what release_feedback reads.
     Returns {student: why} for each student with an autograded notebook but no page for it;
-    nbgrader's output goes to out/logs/feedback.log."""
+    nbgrader's output goes to out/feedback.log (logs/ holds one file per student)."""
     names = gradebook.notebook_names(batch.url, batch.assignment)
     pages = {f"{n}.html" for n in names}
     for student in students(batch):  # a page written there must not stand in for a failed one
         for page in pages:
             _remove(batch.folder("autograded", student) / page)
     done = run_nbgrader(batch, "generate_feedback", batch.assignment, "--force", check=False)
-    log = batch.out / "logs" / "feedback.log"
+    log = batch.out / "feedback.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(done.stdout + done.stderr, encoding="utf-8")
     target = batch.out / "feedback"
