@@ -15,6 +15,7 @@ BENCH_ARGS ?=
 WHEELHOUSE ?= build/wheelhouse
 WHEEL_PYTHON ?= 3.12
 WHEELHOUSE_EXTRAS ?=
+WHEELHOUSE_GRADING ?=
 # test-gpu: which notebooks (default: all), a time limit per cell and for the whole notebook run
 # (under the 10 minutes a GPU job may take), and which tests the pytest step runs.
 NOTEBOOKS ?=
@@ -27,7 +28,7 @@ SUBMISSIONS ?=
 AUTOGRADE_ARGS ?=
 
 .PHONY: help setup lab test test-gpu test-gpu-notebooks test-gpu-tests bench release check lint \
-	wheelhouse clean autograde student-kit
+	wheelhouse clean autograde student-kit grading-cost
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -37,7 +38,8 @@ help:
 	@echo "make test-gpu   solution notebooks at full size, then GPU tests (needs a CUDA GPU)"
 	@echo "make bench      the benchmark suite (needs a CUDA GPU): report and plots in build/report/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
-	@echo "                (WHEELHOUSE_EXTRAS=1 adds matplotlib and tqdm)"
+	@echo "                (WHEELHOUSE_EXTRAS=1 adds matplotlib and tqdm, WHEELHOUSE_GRADING=1 nbgrader"
+	@echo "                for make autograde there)"
 	@echo "make autograde  grade a batch: ASSIGNMENT=00_setup SUBMISSIONS=path (docs/instructors.md)"
 	@echo "make student-kit what students receive, in build/student-kit/ (a folder and a zip);"
 	@echo "                NOTEBOOKS=\"00_setup 01_roofline\" picks some (default: all)"
@@ -105,6 +107,13 @@ bench:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/report.py --out build/report \
 	  $(BENCH_ARGS)
 
+# What grading one student costs per notebook on this machine's device, and where the time goes
+# (bench/grading_cost.py): build/report/grading_cost.{json,md}. Notebooks in BENCH_ARGS, e.g.
+# BENCH_ARGS="00_setup 07_flash_attention" (default: all). Like bench, it uses $(PY) as it is.
+grading-cost:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/grading_cost.py --out build/report \
+	  $(BENCH_ARGS)
+
 # Grade every submission of one assignment with nbgrader on this machine's device, e.g.
 #   make autograde ASSIGNMENT=00_setup SUBMISSIONS=~/downloads/setup.zip AUTOGRADE_ARGS="--jobs 4"
 # Outputs go to build/grading/$(ASSIGNMENT)/ (`python -m grader autograde --help`). With PY set to
@@ -122,7 +131,8 @@ wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \
 	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 --platform any --no-deps -d $(WHEELHOUSE) \
-	  -r grader/wheelhouse.txt $(if $(WHEELHOUSE_EXTRAS),-r grader/wheelhouse-extras.txt)
+	  -r grader/wheelhouse.txt $(if $(WHEELHOUSE_EXTRAS),-r grader/wheelhouse-extras.txt) \
+	  $(if $(WHEELHOUSE_GRADING),-r grader/wheelhouse-grading.txt)
 	@echo "wheels in $(WHEELHOUSE): pip install --no-index --no-deps --target DIR $(WHEELHOUSE)/*.whl"
 
 clean:

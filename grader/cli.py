@@ -169,7 +169,7 @@ def _autograde(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        written = autograde.autograde(
+        graded, written = autograde.autograde(
             batch,
             submissions=args.submissions,
             regexp=args.regexp,
@@ -189,6 +189,16 @@ def _autograde(args: argparse.Namespace) -> int:
     for what, path in written.items():
         print(f"{what:9s} {path}")
     print(f"feedback  {batch.out / 'feedback'}/<student>/")
+    trouble = graded.grader_trouble()
+    if trouble:
+        print(
+            f"autograde: the grader had trouble with {len(trouble)} students ("
+            + ", ".join(autograde.printable(s.student) for s in trouble[:10])
+            + "): the report's 'Needs a human look' says what; fix it and run the same command "
+            "again (exit status 1)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -201,6 +211,9 @@ outputs, in --out (default: <root>/grading/<assignment>/, so build/grading/00_se
   *.png             its figures
   feedback/<student>/<notebook>.html   nbgrader's feedback (hidden tests stay hidden)
   logs/<student>.log, runs/<student>.json   each student's nbgrader run and its outcome
+  feedback.log      nbgrader generate_feedback's output
+Exit status: 0 all written; 1 graded, but the grader failed at a step for some students (no
+feedback page, a grader error: the report says which); 2 not graded; 130 interrupted.
 Scores go to nbgrader's gradebook (<root>/gradebook.db, or --db). Grading is resumable: an
 unchanged submission that was graded before is not graded again (--force regrades all).
 See docs/instructors.md.

@@ -22,6 +22,11 @@ IMAGE = ("torch", "triton", "numpy")  # on every GPU image the course runs on
 IMAGE_USUALLY = ("matplotlib", "tqdm")  # on most: wheelhouse-extras.txt for the others
 # Declared but never imported by anything the runner uses.
 UNUSED = {"aiohttp": "papermill declares it on Python 3.12 only, and never imports it"}
+# What `make autograde` needs beyond the runner (wheelhouse-grading.txt), and what nbgrader
+# declares for its JupyterLab extensions only (tests/test_offline_grading.py runs its steps
+# without them).
+GRADING = ("nbgrader",)
+GRADING_UNUSED = ("jupyterlab", "jupyterlab-server", "notebook")
 
 
 def canonical(name):
@@ -55,26 +60,36 @@ def markers(root):
     }
 
 
-def requirements(name, markers):
-    """The requirements of the installed `name` that apply on the wheelhouse's platform."""
+def requirements(name, markers, extras=()):
+    """The requirements of the installed `name` (with `extras`) that apply on the wheelhouse's
+    platform."""
     try:
         declared = metadata.requires(name) or []
     except metadata.PackageNotFoundError:
         return None
     found = [Requirement(r) for r in declared]
-    return [r for r in found if r.marker is None or r.marker.evaluate(markers)]
+    return [
+        r
+        for r in found
+        if r.marker is None
+        or any(r.marker.evaluate({**markers, "extra": e}) for e in ("", *extras))
+    ]
 
 
-def closure(roots, markers):
-    """Every package `roots` need, themselves included (as installed here)."""
-    seen, todo = set(), [canonical(r) for r in roots]
+def closure(roots, markers, skip=()):
+    """Every package `roots` need, themselves included (as installed here), the extras they ask
+    of each other followed; nothing of `skip` nor what only it needs."""
+    seen, todo = set(), [(canonical(r), ()) for r in roots]
     while todo:
-        name = todo.pop()
-        if name in seen:
+        name, extras = todo.pop()
+        if (name, extras) in seen or name in skip:
             continue
-        seen.add(name)
-        todo += [canonical(r.name) for r in requirements(name, markers) or []]
-    return seen
+        seen.add((name, extras))
+        todo += [
+            (canonical(r.name), tuple(sorted(r.extras)))
+            for r in requirements(name, markers, extras) or []
+        ]
+    return {name for name, _ in seen}
 
 
 def difference(listed, needed):
@@ -105,6 +120,11 @@ def lists(root):
     return read_pins(root / "grader" / "wheelhouse.txt"), read_pins(
         root / "grader" / "wheelhouse-extras.txt"
     )
+
+
+@pytest.fixture
+def grading(root):
+    return read_pins(root / "grader" / "wheelhouse-grading.txt")
 
 
 def test_wheelhouse_holds_what_the_runner_needs_beyond_the_image(lists, markers):
@@ -155,3 +175,22 @@ def test_the_checks_reject_a_missing_package_and_a_clashing_pin(lists, markers):
     assert metadata.version("ipykernel") == default["ipykernel"]
     clash = unmet({**default, "tornado": "6.0"}, markers)
     assert any(p.startswith("ipykernel==") and "tornado" in p for p in clash), clash
+
+
+def test_grading_list_holds_what_nbgrader_needs_beyond_the_runner(lists, grading, markers):
+    default, extras = lists
+    needed = closure(GRADING, markers, skip=GRADING_UNUSED) - closure(
+        RUNNER + IMAGE + IMAGE_USUALLY, markers
+    )
+    missing, extra = difference(grading, needed)
+    assert not missing, f"add to grader/wheelhouse-grading.txt: {missing}"
+    assert not extra, f"grader/wheelhouse-grading.txt lists what nothing needs: {extra}"
+    assert not set(grading) & (set(default) | set(extras)), "a package is in two lists"
+    assert not unmet(default | extras | grading, markers), unmet(default | grading, markers)
+
+
+def test_grading_list_follows_extras_and_leaves_out_only_the_lab(grading, markers):
+    assert "tinycss2" in grading  # nbconvert asks for bleach[css]
+    assert not set(map(canonical, GRADING_UNUSED)) & set(grading)
+    without = closure(GRADING, markers) - closure(GRADING, markers, skip=GRADING_UNUSED)
+    assert {"jupyterlab", "notebook", "babel"} <= without, without

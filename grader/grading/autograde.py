@@ -43,6 +43,7 @@ from grader.grading import (
     gradebook,
     hidden_tests,
     jail,
+    jupyter_data,
     nbgrader_policy,
     sandbox,
 )
@@ -58,7 +59,8 @@ class AutogradeError(RuntimeError):
 
 
 def require_nbgrader() -> None:
-    """Fail with the command that installs nbgrader when this Python lacks it."""
+    """Fail with the command that installs nbgrader when this Python lacks it, and with what to
+    do when nbconvert's templates for the feedback pages cannot be found."""
     try:
         import nbgrader
     except ImportError:
@@ -67,6 +69,10 @@ def require_nbgrader() -> None:
             "(the course's environment, with nbgrader), or `pip install nbgrader==0.9.6` into "
             "this Python (it brings nbconvert, the gradebook's SQLAlchemy and psutil)."
         ) from None
+    try:
+        jupyter_data.require_templates(build.nbgrader_env())
+    except jupyter_data.MissingTemplates as problem:
+        raise AutogradeError(str(problem)) from None
     if not nbgrader.__version__.startswith(NBGRADER_VERSION):
         print(
             f"warning: nbgrader {nbgrader.__version__}; the course is set up for "
@@ -111,7 +117,7 @@ class Batch:
 def environment(batch: Batch) -> dict[str, str]:
     """nbgrader's environment (build.nbgrader_env) plus the grading device and timeouts; the
     kernel inherits it."""
-    env = build.nbgrader_env()
+    env = jupyter_data.environment(build.nbgrader_env())
     env["COURSE_MODE"] = batch.mode
     env[nbgrader_policy.CELL_TIMEOUT_VARIABLE] = str(batch.cell_timeout)
     env[nbgrader_policy.SPEED_CELL_TIMEOUT_VARIABLE] = str(batch.speed_cell_timeout)
@@ -609,22 +615,26 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def feedback(batch: Batch) -> None:
+def feedback(batch: Batch) -> dict[str, str]:
     """`nbgrader generate_feedback` for every autograded submission; each student's pages copied
     to out/feedback/. nbgrader also copies into feedback/ every other file of the autograded
     folder, where a submission may have written anything (the hidden tests it saw, a page of its
-    own): only the pages made from the notebooks are kept, and what release_feedback reads."""
-    pages = {f"{n}.html" for n in gradebook.notebook_names(batch.url, batch.assignment)}
+    own): only the pages made from the notebooks are kept, and what release_feedback reads.
+    Returns {student: why} for each student with an autograded notebook but no page for it;
+    nbgrader's output goes to out/feedback.log (logs/ holds one file per student)."""
+    names = gradebook.notebook_names(batch.url, batch.assignment)
+    pages = {f"{n}.html" for n in names}
     for student in students(batch):  # a page written there must not stand in for a failed one
         for page in pages:
             _remove(batch.folder("autograded", student) / page)
     done = run_nbgrader(batch, "generate_feedback", batch.assignment, "--force", check=False)
-    if done.returncode != 0:
-        print("warning: nbgrader generate_feedback failed for some students:", file=sys.stderr)
-        print(done.stderr[-2000:], file=sys.stderr)
+    log = batch.out / "feedback.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(done.stdout + done.stderr, encoding="utf-8")
     target = batch.out / "feedback"
     if target.exists():
         shutil.rmtree(target)
+    missing = {}
     for student in students(batch):
         made = batch.folder("feedback", student)
         for path in made.iterdir() if made.is_dir() else []:
@@ -633,6 +643,23 @@ def feedback(batch: Batch) -> None:
         for page in sorted(p for p in pages if (made / p).is_file()):
             (target / student).mkdir(parents=True, exist_ok=True)
             shutil.copy(made / page, target / student / page)
+        lacking = [
+            n
+            for n in names
+            if (batch.folder("autograded", student) / f"{n}.ipynb").is_file()
+            and not (made / f"{n}.html").is_file()
+        ]
+        if lacking:
+            why = findings.crash_detail(done.stdout + done.stderr)
+            missing[student] = (
+                f"nbgrader generate_feedback wrote no page for {', '.join(lacking)} ({why}); "
+                f"see {log}, fix the cause and run the same command again"
+            )
+    if done.returncode != 0:
+        print(
+            f"warning: nbgrader generate_feedback failed; its output is in {log}", file=sys.stderr
+        )
+    return missing
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -655,8 +682,15 @@ def released(batch: Batch) -> dict[str, object]:
     return _notebooks(batch.folder("release") / batch.assignment, names)
 
 
-def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_speed: bool):
-    """The class's results: scores from the gradebook, findings from the files."""
+def results(
+    batch: Batch,
+    runs: dict[str, findings.Run],
+    device: str,
+    grades_speed: bool,
+    no_feedback: dict[str, str] | None = None,
+):
+    """The class's results: scores from the gradebook, findings from the files; `no_feedback`
+    ({student: why}, from `feedback`) adds a finding for each student left without a page."""
     given = released(batch)
     points = gradebook.max_scores(batch.url, batch.assignment)
     order = [
@@ -692,6 +726,8 @@ def results(batch: Batch, runs: dict[str, findings.Run], device: str, grades_spe
                 )
             except Exception as exc:  # one submission's trouble, whatever it is, is its own
                 row.findings.append(findings.Finding("grader-error", _error(exc)))
+        if student in (no_feedback or {}):
+            row.findings.append(findings.Finding("no-feedback", no_feedback[student]))
         rows.append(row)
     return classreport.ClassResults(
         batch.assignment, device, grades_speed, points, rows, sandboxed=batch.jailed
@@ -737,8 +773,9 @@ def autograde(
     duedate: str | None = None,
     device: str,
     grades_speed: bool,
-) -> dict[str, Path]:
-    """The whole batch: prepare, import, grade, feedback, report. Returns the files written."""
+) -> tuple[classreport.ClassResults, dict[str, Path]]:
+    """The whole batch: prepare, import, grade, feedback, report. Returns the class's results
+    and the files written."""
     require_nbgrader()
     prepare(batch)
     if duedate:
@@ -763,5 +800,6 @@ def autograde(
         unread = [*submitted.missing, *submitted.unreadable]
         if unread or student not in recorded:
             gradebook.record_ungraded(batch.url, batch.assignment, student, unread)
-    feedback(batch)
-    return classreport.write(results(batch, runs, device, grades_speed), batch.out)
+    no_feedback = feedback(batch)
+    graded = results(batch, runs, device, grades_speed, no_feedback)
+    return graded, classreport.write(graded, batch.out)

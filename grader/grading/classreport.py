@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading.findings import KINDS, Finding, Speed
+from grader.grading.findings import GRADER_TROUBLE, KINDS, Finding, Speed
 
 FIGURES = {
     "scores": "scores.png",
@@ -57,6 +57,11 @@ class ClassResults:
 
     def needs_look(self) -> list[StudentRow]:
         return [s for s in self.students if s.findings]
+
+    def grader_trouble(self) -> list[StudentRow]:
+        """The students for whom a step of the grader itself failed (a feedback page not
+        written, an inspection that raised): the batch is not done until they are."""
+        return [s for s in self.students if any(f.kind in GRADER_TROUBLE for f in s.findings)]
 
 
 def _number(x: float) -> str:
@@ -291,6 +296,19 @@ UNSANDBOXED = (
 )
 
 
+def _trouble(results: ClassResults) -> list[str]:
+    trouble = results.grader_trouble()
+    if not trouble:
+        return []
+    kinds = sorted({KINDS[f.kind] for s in trouble for f in s.findings if f.kind in GRADER_TROUBLE})
+    return [
+        f"> **The grader had trouble with {len(trouble)} of these submissions** "
+        f"({', '.join(kinds)}): see 'Needs a human look' below. Fix the cause and run the same "
+        "command again before releasing grades or feedback.",
+        "",
+    ]
+
+
 def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> str:
     """The report as Markdown; `figures` maps "scores", "cells" and "speed" to image paths
     relative to the report (None where there is no figure)."""
@@ -304,6 +322,7 @@ def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> st
         f"{len(results.needs_look())} of them need a human look.",
         "",
         *(() if results.sandboxed else (UNSANDBOXED, "")),
+        *_trouble(results),
         "| | |",
         "|---|---:|",
         f"| submissions | {len(totals)} |",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.grading import hidden_tests, nbgrader_policy, scan, tells, verdicts
+from grader.grading.nbgrader_policy import grade_id_of
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
@@ -34,7 +35,9 @@ KINDS = {
     "zero-score": "zero score",
     "late": "late",
     "grader-error": "grader error",
+    "no-feedback": "no feedback page",
 }
+GRADER_TROUBLE = ("grader-error", "no-feedback")  # the grader's own failures, not the student's
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file larger than this is not read, nor graded
 OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
 OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
@@ -158,13 +161,6 @@ def read_notebook(path: Path):
     except Exception as exc:  # nbformat's own reasons, whichever they are
         return None, f"not a readable Jupyter notebook ({_short(str(exc))})"
     return nb, None
-
-
-def grade_id_of(cell) -> str | None:
-    """The cell's grade_id, None where it has none (or its nbgrader metadata is malformed)."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
-    return grade_id if isinstance(grade_id, str) else None
 
 
 def cell_label(cell, index: int) -> str:

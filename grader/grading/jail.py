@@ -64,6 +64,7 @@ ETC = (  # what the kernel's Python, torch, Triton (its C compiler) and CUDA rea
     "alternatives",
     "fonts",
 )
+KERNEL_MODULES = ("ipykernel", "ipywidgets", "matplotlib", "tqdm", "numpy", "torch", "triton")
 KEEP_ENV = {"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "NBGRADER_EXECUTION"}
 KEEP_PREFIXES = ("COURSE_", "TRITON_", "OMP_", "MKL_", "CUDA_VISIBLE", "NVIDIA_")
 
@@ -297,14 +298,48 @@ def _system(args: _Args) -> None:
     args.mount("--ro-bind", "/sys", "/sys")
 
 
-def _python(args: _Args, executable: str) -> None:
-    """The prefixes of the kernel's Python (a venv's and its base), read-only."""
+def _prefixes(executable: str) -> list[str]:
+    """The prefixes of the kernel's Python (a venv's and its base) outside /usr."""
     prefixes = {
         str(Path(executable).absolute().parent.parent),
         str(Path(executable).resolve().parent.parent),
     }
-    for prefix in sorted(p for p in prefixes if not p.startswith("/usr")):
+    return sorted(p for p in prefixes if not p.startswith("/usr"))
+
+
+def _python(args: _Args, executable: str) -> None:
+    """The prefixes of the kernel's Python, and the package folders it needs besides, read-only."""
+    for prefix in [*_prefixes(executable), *package_folders(executable)]:
         args.mount("--ro-bind", prefix, prefix)
+
+
+def package_folders(executable: str) -> list[str]:
+    """The folders outside the kernel's Python and /usr that hold what the kernel imports
+    (KERNEL_MODULES), found on this process's path: a `pip install --target` folder on
+    PYTHONPATH, as the offline wheelhouse is installed on a GPU image (.ci/gpu). Bound
+    read-only and put on the kernel's PYTHONPATH; a folder that holds the repository, or lies
+    in it, is refused (the solutions and the gradebook stay out of reach)."""
+    import importlib.util
+
+    repository = Path(__file__).resolve().parents[2]
+    found = []
+    for name in KERNEL_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        folder = Path(next(iter(spec.submodule_search_locations))).resolve().parent
+        if str(folder).startswith("/usr") or any(
+            folder.is_relative_to(p) for p in _prefixes(executable)
+        ):
+            continue
+        if folder.is_relative_to(repository) or repository.is_relative_to(folder):
+            raise JailError(
+                f"{name} is installed in {folder}, which holds the course's repository or lies in "
+                "it: the sandbox would show it to students. Install the packages elsewhere "
+                "(pip install --target DIR, DIR outside the repository)."
+            )
+        found.append(str(folder))
+    return list(dict.fromkeys(found))
 
 
 def environment(spec: Spec, given: dict[str, str]) -> dict[str, str]:
@@ -316,7 +351,7 @@ def environment(spec: Spec, given: dict[str, str]) -> dict[str, str]:
         USER="student",
         LOGNAME="student",
         TMPDIR="/tmp",
-        PYTHONPATH=RUNTIME,
+        PYTHONPATH=os.pathsep.join([RUNTIME, *package_folders(spec.kernel_argv[0])]),
         PYTHONNOUSERSITE="1",
         COURSE_RESULTS=f"{HOME}/results.json",
         TRITON_CACHE_DIR=f"{HOME}/.triton/cache",

@@ -30,6 +30,10 @@ c.Execute.timeout = nbgrader_policy.CELL_TIMEOUT
 c.Execute.timeout_func = nbgrader_policy.cell_timeout
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "python3"
+# After the last cell every output is in the notebook and the kernel (its sandbox with it) is
+# thrown away: killed at once rather than given seconds for a graceful exit (torch and CUDA
+# teardown took 2-3 s a student on an H100; results/2026-11-24-h100-grading-cost.md).
+c.Execute.shutdown_kernel = "immediate"
 
 # One student's notebook cannot fail its whole grading through its nbgrader metadata (a graded
 # cell duplicated, a grade_id the assignment does not have: those cells run as plain code), nor

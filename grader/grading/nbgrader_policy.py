@@ -16,6 +16,10 @@ still costs the cell, and errors are never stderr: they are error outputs.
 Sizes: a notebook's outputs are kept up to `OUTPUT_LIMIT` bytes while it runs
 (grader.grading.notebook_guards.CappedExecute); past it, what a cell prints or displays is
 dropped, and `OUTPUT_CUT` says so in the cell.
+
+Metadata: `grade_id_of` reads a cell's grade_id. nbgrader's own processes import this module and
+notebook_guards, and neither imports torch (grader.grading.findings does): each student's
+nbgrader process starts without it.
 """
 
 from __future__ import annotations
@@ -65,3 +69,10 @@ def cell_timeout(cell) -> int:
     if is_speed_cell(cell):
         return max(base, _seconds(SPEED_CELL_TIMEOUT_VARIABLE, SPEED_CELL_TIMEOUT))
     return base
+
+
+def grade_id_of(cell) -> str | None:
+    """The cell's grade_id, None where it has none (or its nbgrader metadata is malformed)."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+    return grade_id if isinstance(grade_id, str) else None

@@ -15,11 +15,13 @@ grader/grading/nbgrader_config.py installs them in `nbgrader autograde`.
 from __future__ import annotations
 
 import json
+import time
+from contextlib import contextmanager
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
-from grader.grading import findings, nbgrader_policy
+from grader.grading import cost, nbgrader_policy
 
 KEPT_CHARS = 2000  # of an error's or a result's text, once the output limit is passed
 
@@ -41,7 +43,7 @@ class StrayGradeIds(NbGraderPreprocessor):
             meta = cell.get("metadata", {})
             if "nbgrader" not in meta:
                 continue
-            grade_id = findings.grade_id_of(cell)
+            grade_id = nbgrader_policy.grade_id_of(cell)
             if grade_id in known and grade_id not in seen:
                 seen.add(grade_id)
                 continue
@@ -60,7 +62,28 @@ class CappedExecute(Execute):
     def preprocess(self, nb, resources, km=None):
         self._kept = 0
         self._noted: set[tuple[int, str]] = set()
-        return super().preprocess(nb, resources, km)
+        self._timer = cost.Recorder(str(resources.get("unique_key", "")))
+        done = super().preprocess(nb, resources, km)
+        self._timer.save()
+        return done
+
+    @contextmanager
+    def setup_kernel(self, **kwargs):
+        started = time.perf_counter()
+        with super().setup_kernel(**kwargs):
+            self._timer.times.kernel_start = time.perf_counter() - started
+            try:
+                yield
+            finally:
+                started = time.perf_counter()
+        self._timer.times.kernel_stop = time.perf_counter() - started
+
+    def preprocess_cell(self, cell, resources, index):
+        started = time.perf_counter()
+        done = super().preprocess_cell(cell, resources, index)
+        if cell.cell_type == "code":
+            self._timer.times.cells.append(time.perf_counter() - started)
+        return done
 
     def output(self, outs, msg, display_id, cell_index):
         size = len(json.dumps(msg["content"]))
