@@ -318,11 +318,9 @@ def matmul(a, b, out, *, tf32=False, **config):
 #   with $\gamma_K \approx K u$ (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed.,
 #   2002, §3.1); in practice $\sqrt{K}$ replaces $K$ (Higham and Mary, *SIAM J. Sci. Comput.*
 #   41(5), 2019). So `atol = 4 * sqrt(K) * u * max(|A| @ |B|)`, $u = 2^{-24}$.
-# - **TF32.** The launcher passes `input_precision="ieee"` by default; a test that asks for TF32
-#   (10 mantissa bits) says so and uses $u = 2^{-10}$ per product. The interpreter computes
-#   `tl.dot` in full float32, so where a launch's `tl.dot` would use TF32 on a GPU (no
-#   `input_precision`, or `"tf32"`) the check runs it again with its float32 inputs rounded to
-#   TF32: it fails here as it would there.
+# - **TF32.** The launcher passes `input_precision="ieee"`; a test that asks for TF32 (10 mantissa
+#   bits) says so and uses $u = 2^{-10}$ per product. Where `tl.dot` would run in TF32 on a GPU,
+#   the interpreter checks again with the float32 inputs rounded to TF32, as the GPU would fail.
 #
 # The visible test: odd sizes, contiguous inputs, float32 and float16, default tiles.
 
