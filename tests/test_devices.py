@@ -248,3 +248,11 @@ def test_inside_the_sandbox_the_kernel_sees_its_gpu_alone(tmp_path):
         )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"visible": gpu.uuid}
+
+
+def test_the_command_refuses_gpus_without_gpu_mode(capsys):
+    from grader import cli
+
+    argv = ["autograde", "00_setup", "--mode", "interpreter", "--gpus", "0", "--sandbox", "none"]
+    assert cli.main(argv) == 2
+    assert "--gpus needs GPU mode" in capsys.readouterr().err

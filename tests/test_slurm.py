@@ -280,3 +280,11 @@ def test_sbatch_options_pass_through_with_defaults_only_where_unset(tmp_path):
     assert "--gres=gpu:1" not in argv and "--gres=gpu:h100:1" in argv
     cpu = autograde.Batch(ASSIGNMENT, "interpreter", root=tmp_path)
     assert not any("gres" in a for a in slurm.sbatch_command(cpu, tmp_path, 3, slurm.Options()))
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="needs Slurm's client commands")
+def test_slurm_needs_a_mode_the_nodes_grade_in(capsys):
+    from grader import cli
+
+    assert cli.main(["autograde", ASSIGNMENT, "--slurm", "--sandbox", "none"]) == 2
+    assert "pass --mode gpu or --mode interpreter" in capsys.readouterr().err

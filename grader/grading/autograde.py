@@ -8,7 +8,8 @@ how it fits with the rest of nbgrader.
    copied into submitted/; an LMS download (a zip, or a folder of its files) goes through
    `nbgrader zip_collect`.
 3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
-   side on the CPU and one at a time on a GPU (speed cells time kernels), each in
+   side on the CPU and one per GPU on GPUs (speed cells time kernels; grader.grading.devices),
+   or one Slurm task per student (a `Grader`: grader.grading.slurm), each in
    grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
    alone, and every score already in the gradebook stays there. The Jupyter kernel that runs
    the student's code is in grader.grading.jail (bubblewrap), out of reach of the course
