@@ -124,7 +124,7 @@ def _grading_device(args: argparse.Namespace):
             f"{where} (Triton {'compiled' if args.mode == 'gpu' else 'interpreter'})",
             args.mode == "gpu",
             [],
-            args.jobs or 0,
+            1,  # one student per task; --jobs throttles the array instead
         )
     dev = device.setup(args.mode)
     if not dev.is_gpu:
@@ -171,7 +171,7 @@ def _autograde(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         memory_limit=int(args.memory_limit * sandbox.GIB)
         if args.memory_limit
-        else sandbox.default_memory_limit(max(1, jobs)),
+        else sandbox.default_memory_limit(jobs),
         force=args.force,
         jailed=args.sandbox == "bwrap",
         gpus=gpus,
@@ -363,7 +363,8 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--sbatch",
         metavar="OPTIONS",
-        help="sbatch options for the array, passed through, e.g. "
+        help="sbatch options for the array, passed through, quoted (or --sbatch=--qos=x for "
+        "one), e.g. "
         '"--partition=gpu --account=cs101 --gres=gpu:h100:1 --time=60" (default time: '
         "--timeout plus 10 minutes; in GPU mode --gres=gpu:1)",
     )

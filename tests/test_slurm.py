@@ -20,6 +20,7 @@ import time
 import nbformat
 import pytest
 
+from grader import cli
 from grader.authoring import build
 from grader.grading import autograde, devices, findings, gradebook, hostlock, jail, slurm
 
@@ -167,45 +168,69 @@ def course(tmp_path_factory):
     return roots, inbox
 
 
-def _grade(root, inbox, grade=None, gpus=()):
-    batch = autograde.Batch(
-        ASSIGNMENT, "interpreter", root=root, jobs=2, cell_timeout=60, speed_cell_timeout=60,
-        timeout=300, memory_limit=3 << 30, gpus=list(gpus),
-    )  # fmt: skip
-    autograde.autograde(batch, submissions=inbox, device="CPU", grades_speed=False, grade=grade)
+LIMITS = ["--cell-timeout", "60", "--speed-cell-timeout", "60", "--timeout", "300"]
+
+
+def _rows(batch):
     with open(batch.out / "grades.csv", newline="") as f:
-        rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    return batch, rows
+        return {r["student_id"]: r for r in csv.DictReader(f)}
 
 
 @needs_slurm
 def test_a_class_graded_through_slurm_gets_the_local_grades(cluster, course, tmp_path, monkeypatch):
+    """The local batch on two GPUs (fake ones: the interpreter ignores them, the scheduler hands
+    them out), then `python -m grader autograde --slurm` on the same class."""
     roots, inbox = course
     monkeypatch.setenv(hostlock.FOLDER_VARIABLE, str(tmp_path / "locks"))
-    fake = [devices.Gpu(i, 70 + i, f"GPU-fake{i}") for i in range(2)]  # two "GPUs", none bound
-    local, local_rows = _grade(roots["local"], inbox, gpus=fake)
-    options = slurm.Options(folder=tmp_path / "jobs", poll=0.5)
-    remote, rows = _grade(roots["slurm"], inbox, grade=slurm.Array(options))
+    fake = [devices.Gpu(i, 70 + i, f"GPU-fake{i}") for i in range(2)]
+    local = autograde.Batch(
+        ASSIGNMENT, "interpreter", root=roots["local"], jobs=2, cell_timeout=60,
+        speed_cell_timeout=60, timeout=300, memory_limit=3 << 30, gpus=fake,
+    )  # fmt: skip
+    autograde.autograde(local, submissions=inbox, device="CPU", grades_speed=False)
+    argv = [
+        "autograde", ASSIGNMENT, "--submissions", str(inbox), "--root", str(roots["slurm"]),
+        "--mode", "interpreter", "--memory-limit", "3", *LIMITS,
+        "--slurm", "--jobs", "2", "--slurm-folder", str(tmp_path / "jobs"), "--sbatch", "-t 20",
+    ]  # fmt: skip
+    assert cli.main(argv) == 0
+    remote = autograde.Batch(ASSIGNMENT, "interpreter", root=roots["slurm"])
     mine = gradebook.grades(remote.url, ASSIGNMENT)
     theirs = gradebook.grades(local.url, ASSIGNMENT)
     assert {s: (g.scores, g.penalty) for s, g in mine.items()} == {
         s: (g.scores, g.penalty) for s, g in theirs.items()
     }
     assert mine["right"].total > mine["wrong"].total > 0
-    assert rows == local_rows
+    assert _rows(remote) == _rows(local)
     for student in ("right", "wrong"):
         run = json.loads((remote.out / "runs" / f"{student}.json").read_text())
         assert run["status"] == "ok", run
         assert (remote.out / "feedback" / student / f"{NOTEBOOK}.html").is_file()
-        assert (
-            "[merged from Slurm task output" in (remote.out / "logs" / f"{student}.log").read_text()
-        )
-    # every task ran as a task of the array, in its own output folder
+        log = (remote.out / "logs" / f"{student}.log").read_text()
+        assert "[merged from Slurm task output" in log
+    # each student was a task of one array, with its own output folder; nothing ran in the merge
     (job,) = (tmp_path / "jobs").iterdir()
-    merged = (job / "merge" / "merge.log").read_text()
-    assert "Autograding" in merged and "Kernel" not in merged and "Unrecognized" not in merged
     assert sorted(p.name for p in (job / "out").iterdir()) == ["right", "wrong"]
     assert len(list(job.glob("slurm-*_*.out"))) == 2
+    merged = (job / "merge" / "merge.log").read_text()
+    assert "Autograding" in merged and "Kernel" not in merged and "Unrecognized" not in merged
+
+    # the same outputs, altered: a test cell swapped, a result naming the other student
+    graded = job / "out" / "wrong" / "autograded" / f"{NOTEBOOK}.ipynb"
+    nb = nbformat.read(graded, 4)
+    (test,) = [c for c in nb.cells if findings.grade_id_of(c) == "test-relu-hidden"]
+    test.source = "pass"
+    graded.chmod(0o644)
+    nbformat.write(nb, graded)
+    result = job / "out" / "right" / slurm.RESULT
+    result.write_text(result.read_text().replace('"right"', '"wrong"'))
+    shutil.rmtree(job / "merge")
+    runs = slurm.merge(remote, ["right", "wrong"], autograde.released(remote), job)
+    assert runs["right"].status == "failed" and "another student" in runs["right"].detail
+    assert runs["wrong"].status == "failed" and "test-relu-hidden" in runs["wrong"].detail
+    assert not (job / "merge" / "merge.log").exists()  # nothing left to record
+    after = gradebook.grades(remote.url, ASSIGNMENT)
+    assert {s: g.scores for s, g in after.items()} == {s: g.scores for s, g in mine.items()}
 
 
 # -- what a task leaves is checked, without Slurm ----------------------------------------

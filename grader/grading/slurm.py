@@ -268,44 +268,17 @@ def merge(
 ) -> dict[str, findings.Run]:
     """Read what each task left, check it, record the scores in the gradebook with nbgrader,
     and save each student's outcome as grade_one does."""
-    import nbformat
-
     locked = locked_sources(batch.url, batch.assignment)
     inbox = folder / "merge" / "submitted"
-    runs, scored = {}, []
+    runs: dict[str, findings.Run] = {}
     for student in todo:
-        out = folder / "out" / student
-        run, why = read_result(out, student)
-        log = out / "log.txt"
-        target = batch.out / "logs" / f"{student}.log"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "wb") as f:
-            if _regular_file(log):
-                with open(log, "rb") as read:
-                    read.seek(max(0, log.stat().st_size - MAX_LOG_BYTES))
-                    f.write(read.read(MAX_LOG_BYTES))
-            f.write(f"\n[merged from Slurm task output {out}]\n".encode())
-        stamp = autograde._timestamp(batch.folder("submitted", student))
-        gradebook.record_ungraded(batch.url, batch.assignment, student, [], stamp)
-        if run is None:
-            runs[student] = findings.Run("failed", detail=why)
-            continue
-        if run.status == "ok":
-            checked = {
-                n: checked_notebook(out / "autograded" / f"{n}.ipynb", locked[n]) for n in given
-            }
-            refused = [why for nb, why in checked.values() if nb is None]
-            if refused:
-                run = findings.Run("failed", run.seconds, "; ".join(refused)[:MAX_TEXT])
-            else:
-                place = inbox / student / batch.assignment
-                place.mkdir(parents=True)
-                for name, (nb, _) in checked.items():
-                    nbformat.write(nb, place / f"{name}.ipynb")
-                if stamp:
-                    (place / "timestamp.txt").write_text(stamp)
-                scored.append(student)
-        runs[student] = run
+        try:
+            runs[student] = _take(batch, student, given, locked, folder / "out" / student, inbox)
+        except Exception as exc:  # the grader's own trouble with this output: go on
+            runs[student] = findings.Run("failed", detail=f"not merged: {exc}"[:MAX_TEXT])
+    scored = [s for s in todo if (inbox / s).is_dir()]
+    for student in scored:  # nothing from an earlier grading may stand in for this one
+        shutil.rmtree(batch.folder("autograded", student), ignore_errors=True)
     if scored:
         rescore(batch, folder / "merge", inbox)
     for student in scored:
@@ -315,6 +288,41 @@ def merge(
                 "failed", runs[student].seconds, "its graded notebook could not be recorded"
             )
     return {s: autograde._save(batch, s, r) for s, r in runs.items()}
+
+
+def _take(batch, student, given, locked, out: Path, inbox: Path) -> findings.Run:
+    """One task's output: its log copied, its outcome read, its graded notebooks checked and
+    put in `inbox` for `rescore` when the outcome is ok. Makes sure the student's submission is
+    in the gradebook, with its time handed in, as nbgrader does before it runs a notebook."""
+    import nbformat
+
+    log = out / "log.txt"
+    target = batch.out / "logs" / f"{student}.log"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as f:
+        if _regular_file(log):
+            with open(log, "rb") as read:
+                read.seek(max(0, log.stat().st_size - MAX_LOG_BYTES))
+                f.write(read.read(MAX_LOG_BYTES))
+        f.write(f"\n[merged from Slurm task output {out}]\n".encode())
+    stamp = autograde._timestamp(batch.folder("submitted", student))
+    gradebook.record_ungraded(batch.url, batch.assignment, student, [], stamp)
+    run, why = read_result(out, student)
+    if run is None:
+        return findings.Run("failed", detail=why)
+    if run.status != "ok":
+        return run
+    checked = {n: checked_notebook(out / "autograded" / f"{n}.ipynb", locked[n]) for n in given}
+    refused = [why for nb, why in checked.values() if nb is None]
+    if refused:
+        return findings.Run("failed", run.seconds, "; ".join(refused)[:MAX_TEXT])
+    place = inbox / student / batch.assignment
+    place.mkdir(parents=True)
+    for name, (nb, _) in checked.items():
+        nbformat.write(nb, place / f"{name}.ipynb")
+    if stamp:
+        (place / "timestamp.txt").write_text(stamp)
+    return run
 
 
 NO_KERNEL = "course-merge-runs-nothing"  # a kernel that does not exist: nothing can execute
