@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from grader.grading import devices, jail
+from grader.grading import devices, hostlock, jail
 
 pytestmark = [
     pytest.mark.tooling,  # jupyter_client comes with the grading toolchain
@@ -271,7 +271,8 @@ print(json.dumps({{"forked": True}}))
             p.kill()
 
 
-def test_slots_are_distinct_while_held():
+def test_slots_are_distinct_while_held(tmp_path, monkeypatch):
+    monkeypatch.setenv(hostlock.FOLDER_VARIABLE, str(tmp_path))  # apart from batches running
     with jail.slot() as a, jail.slot() as b:
         assert a != b
     with jail.slot() as c:
