@@ -256,3 +256,13 @@ def test_the_command_refuses_gpus_without_gpu_mode(capsys):
     argv = ["autograde", "00_setup", "--mode", "interpreter", "--gpus", "0", "--sandbox", "none"]
     assert cli.main(argv) == 2
     assert "--gpus needs GPU mode" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder of another user needs root")
+def test_a_lock_folder_of_another_user_is_refused(tmp_path, monkeypatch):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 12345, 12345)
+    monkeypatch.setenv(hostlock.FOLDER_VARIABLE, str(theirs))
+    with pytest.raises(PermissionError, match="belongs to another user"):
+        jail.slot().__enter__()

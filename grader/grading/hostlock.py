@@ -33,6 +33,11 @@ def folder() -> Path:
     )
     path = Path(os.environ.get(FOLDER_VARIABLE) or default)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.is_symlink() or path.stat().st_uid != os.geteuid():
+        raise PermissionError(
+            f"{path}: the grading locks' folder is a link, or belongs to another user (who "
+            f"could hold every lock); remove it, or set {FOLDER_VARIABLE} to a folder of yours"
+        )
     return path
 
 
