@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -124,28 +125,62 @@ def _lab(args: argparse.Namespace) -> int:
     return subprocess.call(command, env=build.nbgrader_env())
 
 
+def _grading_device(args: argparse.Namespace):
+    """(mode, description, grades speed, GPUs, students at once) of the batch. Through Slurm the
+    tasks' nodes grade: the mode is the one asked for, not this host's."""
+    from grader.grading import devices, slurm
+    from grader.runtime import device
+
+    if args.slurm:
+        slurm.require()
+        if args.mode not in ("gpu", "interpreter"):
+            raise device.ModeError(
+                "--slurm grades on the cluster's nodes: pass --mode gpu or --mode interpreter"
+            )
+        where = "GPUs of Slurm tasks" if args.mode == "gpu" else "CPUs of Slurm tasks"
+        return (
+            args.mode,
+            f"{where} (Triton {'compiled' if args.mode == 'gpu' else 'interpreter'})",
+            args.mode == "gpu",
+            [],
+            1,  # one student per task; --jobs throttles the array instead
+        )
+    dev = device.setup(args.mode)
+    if not dev.is_gpu:
+        if args.gpus:
+            raise devices.DeviceError("--gpus needs GPU mode; this batch grades in the interpreter")
+        return dev.mode, dev.describe(), dev.grades_speed, [], args.jobs or os.cpu_count() or 1
+    gpus = devices.select(args.gpus or "all", devices.detect())
+    jobs = min(args.jobs or len(gpus), len(gpus))
+    if args.jobs and args.jobs > len(gpus):
+        print(
+            f"note: one student per GPU: {jobs} at a time on {len(gpus)} GPUs, not {args.jobs}",
+            file=sys.stderr,
+        )
+    return dev.mode, dev.describe(), dev.grades_speed, gpus, jobs
+
+
 def _autograde(args: argparse.Namespace) -> int:
-    from grader.grading import autograde, jail, sandbox
+    from grader.grading import autograde, devices, jail, sandbox, slurm
     from grader.runtime import device
 
     try:
         autograde.require_nbgrader()
-        if args.sandbox == "bwrap":
+        if args.sandbox == "bwrap" and not args.slurm:  # the tasks check their own nodes
             jail.require()
-        dev = device.setup(args.mode)
-    except (autograde.AutogradeError, jail.JailError, device.ModeError) as problem:
+        mode, described, grades_speed, gpus, jobs = _grading_device(args)
+    except (
+        autograde.AutogradeError,
+        jail.JailError,
+        device.ModeError,
+        devices.DeviceError,
+        slurm.SlurmError,
+    ) as problem:
         print(f"autograde: {problem}", file=sys.stderr)
         return 2
-    jobs = args.jobs or (1 if dev.is_gpu else os.cpu_count() or 1)
-    if dev.is_gpu and jobs > 1:
-        print(
-            f"warning: {jobs} submissions at once on one GPU: their speed cells time kernels "
-            "side by side, and the ratios they measure suffer",
-            file=sys.stderr,
-        )
     batch = autograde.Batch(
         args.assignment,
-        dev.mode,
+        mode,
         root=args.root,
         db_url=args.db,
         out=args.out,
@@ -158,10 +193,16 @@ def _autograde(args: argparse.Namespace) -> int:
         else sandbox.default_memory_limit(jobs),
         force=args.force,
         jailed=args.sandbox == "bwrap",
+        gpus=gpus,
     )
-    print(
-        f"grading {args.assignment} on {dev.describe()}, {jobs} at a time; outputs in {batch.out}"
-    )
+    grade = None
+    if args.slurm:
+        options = slurm.Options(shlex.split(args.sbatch or ""), args.slurm_folder, args.jobs)
+        grade = slurm.Array(options)
+        print(f"grading {args.assignment} through a Slurm job array; outputs in {batch.out}")
+    else:
+        on = ", ".join(f"GPU {g.index}" for g in gpus) or described
+        print(f"grading {args.assignment} on {on}, {jobs} at a time; outputs in {batch.out}")
     if not batch.jailed:
         print(
             "warning: --sandbox none: each student's code runs with the grader's rights (the "
@@ -174,10 +215,11 @@ def _autograde(args: argparse.Namespace) -> int:
             submissions=args.submissions,
             regexp=args.regexp,
             duedate=args.duedate,
-            device=dev.describe(),
-            grades_speed=dev.grades_speed,
+            device=described,
+            grades_speed=grades_speed,
+            grade=grade,
         )
-    except autograde.AutogradeError as problem:
+    except (autograde.AutogradeError, slurm.SlurmError) as problem:
         print(f"autograde: {problem}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # grade_all recorded the students in flight as not graded
@@ -343,7 +385,33 @@ def parser() -> argparse.ArgumentParser:
         "-j",
         "--jobs",
         type=int,
-        help="students at once (default: 1 on a GPU, one per core on the CPU)",
+        help="students at once (default: one per GPU on a GPU, one per core on the CPU; "
+        "with --slurm, at most this many tasks at once, default no limit)",
+    )
+    a.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="the GPUs to grade on, each student holding one alone: 'all' (the default: every "
+        "GPU nvidia-smi lists, or those CUDA_VISIBLE_DEVICES names) or indexes or UUIDs, e.g. 0,1",
+    )
+    a.add_argument(
+        "--slurm",
+        action="store_true",
+        help="grade each student in a task of a Slurm job array (needs --mode), then merge the "
+        "results here; the job folder must be on a filesystem the nodes share",
+    )
+    a.add_argument(
+        "--sbatch",
+        metavar="OPTIONS",
+        help="sbatch options for the array, passed through, quoted (or --sbatch=--qos=x for "
+        "one), e.g. "
+        '"--partition=gpu --account=cs101 --gres=gpu:h100:1 --time=60" (default time: '
+        "--timeout plus 10 minutes; in GPU mode --gres=gpu:1)",
+    )
+    a.add_argument(
+        "--slurm-folder",
+        type=Path,
+        help="where the job folders go, shared with the nodes (default: <out>/slurm)",
     )
     a.add_argument(
         "--cell-timeout",

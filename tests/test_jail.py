@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from grader.grading import jail
+from grader.grading import devices, hostlock, jail
 
 pytestmark = [
     pytest.mark.tooling,  # jupyter_client comes with the grading toolchain
@@ -271,7 +271,8 @@ print(json.dumps({{"forked": True}}))
             p.kill()
 
 
-def test_slots_are_distinct_while_held():
+def test_slots_are_distinct_while_held(tmp_path, monkeypatch):
+    monkeypatch.setenv(hostlock.FOLDER_VARIABLE, str(tmp_path))  # apart from batches running
     with jail.slot() as a, jail.slot() as b:
         assert a != b
     with jail.slot() as c:
@@ -293,8 +294,9 @@ def test_gpu_nodes_are_bound_when_a_gpu_is_assigned(tmp_path):
 @pytest.mark.gpu
 def test_the_assigned_gpu_works_inside_and_no_other(course):
     """On a GPU machine, a kernel in the sandbox computes on the GPU it was given."""
-    if not jail.gpus():
-        pytest.skip("needs an NVIDIA GPU's device nodes (/dev/nvidiaN)")
+    gpus = devices.detect()
+    if not gpus:
+        pytest.skip("needs an NVIDIA GPU (nvidia-smi lists none)")
     seen = probe(
         course,
         """
@@ -307,7 +309,7 @@ def test_the_assigned_gpu_works_inside_and_no_other(course):
         }))
         """,
         scratch=1 << 30,
-        gpu=jail.gpus()[0],
+        gpu=gpus[0].minor,
         timeout=300,
     )
     assert seen["devices"] == 1, seen

@@ -8,7 +8,8 @@ how it fits with the rest of nbgrader.
    copied into submitted/; an LMS download (a zip, or a folder of its files) goes through
    `nbgrader zip_collect`.
 3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
-   side on the CPU and one at a time on a GPU (speed cells time kernels), each in
+   side on the CPU and one per GPU on GPUs (speed cells time kernels; grader.grading.devices),
+   or one Slurm task per student (a `Grader`: grader.grading.slurm), each in
    grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
    alone, and every score already in the gradebook stays there. The Jupyter kernel that runs
    the student's code is in grader.grading.jail (bubblewrap), out of reach of the course
@@ -30,7 +31,7 @@ import stat
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -39,6 +40,7 @@ from pathlib import Path
 from grader.authoring import build
 from grader.grading import (
     classreport,
+    devices,
     findings,
     gradebook,
     hidden_tests,
@@ -97,6 +99,7 @@ class Batch:
     memory_limit: int = field(default_factory=lambda: sandbox.default_memory_limit(1))
     force: bool = False
     jailed: bool = True  # each student's kernel in grader.grading.jail (bubblewrap)
+    gpus: list[devices.Gpu] = field(default_factory=list)  # in GPU mode; none: all visible
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -130,25 +133,29 @@ def environment(batch: Batch) -> dict[str, str]:
 
 
 @contextmanager
-def kernel_sandbox(batch: Batch) -> Iterator[tuple[list[str], dict[str, str]]]:
-    """nbgrader's extra options and environment for one student's run: with `batch.jailed`, a
-    kernel in grader.grading.jail of its own (a uid, and on a GPU a device, of its own while it
-    runs), its private folders removed afterwards."""
-    env = environment(batch)
+def kernel_sandbox(
+    batch: Batch, gpu: devices.Gpu | None = None
+) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """nbgrader's extra options and environment for one student's run, on `gpu` alone where one
+    is given: with `batch.jailed`, a kernel in grader.grading.jail of its own (a uid of its own
+    while it runs, and only that GPU's device node), its private folders removed afterwards."""
+    env = {**environment(batch), **(gpu.env if gpu else {})}
     if not batch.jailed:
         yield [], env
         return
     kernel = jail.kernel_argv(KERNEL)
-    with jail.slot() as n:
-        devices = jail.gpus() if batch.mode == "gpu" else []
-        with jail.prepared(
+    with (
+        jail.slot() as n,
+        jail.prepared(
             kernel,
             uid=jail.UID_BASE + n,
             scratch_bytes=batch.memory_limit // 4,
             nproc=max(1024, 8 * (os.cpu_count() or 1)),
-            gpu=devices[n % len(devices)] if devices else None,
-        ) as (spec, variables):
-            yield jail.nbgrader_options(spec), {**env, **variables}
+            gpu=gpu.minor if gpu else None,
+            env=gpu.env if gpu else None,
+        ) as (spec, variables),
+    ):
+        yield jail.nbgrader_options(spec), {**env, **variables}
 
 
 def nbgrader_command(batch: Batch, *args: str) -> list[str]:
@@ -481,9 +488,12 @@ def _timestamp(folder: Path) -> str | None:
     return (stamp.read_text().strip() or None) if stamp.is_file() else None
 
 
-def grade_one(batch: Batch, student: str, given: dict[str, object]) -> findings.Run:
-    """`nbgrader autograde` for one student in the sandbox; the outcome, also saved as JSON.
-    A submission without one readable notebook is recorded with zeros without running it."""
+def grade_one(
+    batch: Batch, student: str, given: dict[str, object], gpu: devices.Gpu | None = None
+) -> findings.Run:
+    """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given; the
+    outcome, also saved as JSON. A submission without one readable notebook is recorded with
+    zeros without running it."""
     folder = batch.folder("submitted", student)
     submitted = findings.inspect_submitted(folder, given)
     unread = [*submitted.missing, *submitted.unreadable]
@@ -496,7 +506,7 @@ def grade_one(batch: Batch, student: str, given: dict[str, object]) -> findings.
         data_limit = batch.memory_limit - min(sandbox.GIB, batch.memory_limit // 4)
     command = nbgrader_command(batch, "autograde", batch.assignment, f"--student={student}")
     for _ in range(1 + LOCK_RETRIES):
-        with kernel_sandbox(batch) as (options, env):
+        with kernel_sandbox(batch, gpu) as (options, env):
             finished = sandbox.run(
                 [*command, *options, "--force"],
                 log=log,
@@ -559,18 +569,39 @@ def _stop_grading() -> None:
     sandbox.kill(psutil.Process().children(recursive=True))
 
 
-def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
-    """Grade `names` side by side (batch.jobs at a time) with a progress bar. Each student is
-    recorded as interrupted while it is graded; on KeyboardInterrupt (Ctrl-C) the grading
-    processes are killed, the students in flight stay recorded so, and the interrupt goes on."""
-    from tqdm.auto import tqdm
+Grader = Callable[[Batch, list[str], dict[str, object]], dict[str, findings.Run]]
+"""Grades the students it is given (all, with the released notebooks): `grade_here`, or
+grader.grading.slurm's array. It must leave every student it was given in the gradebook as
+grade_one does, and return each one's outcome."""
 
+
+def grade_all(
+    batch: Batch, names: list[str], grade: Grader | None = None
+) -> dict[str, findings.Run]:
+    """Grade those of `names` not graded before, with `grade` (default: `grade_here`), and
+    return every student's outcome."""
     graded = set(gradebook.grades(batch.url, batch.assignment))
     given = released(batch)
     runs = {s: r for s in names if (r := previous_run(batch, s, graded)) is not None}
     todo = [s for s in names if s not in runs]
     if runs:
         print(f"{len(runs)} submissions unchanged since they were graded (--force regrades)")
+    runs.update((grade or grade_here)(batch, todo, given))
+    return runs
+
+
+def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[str, findings.Run]:
+    """Grade `todo` on this host, side by side (batch.jobs at a time) with a progress bar; in GPU
+    mode each student holds a GPU of `batch.gpus` alone while it is graded. Each student is
+    recorded as interrupted while it is graded; on KeyboardInterrupt (Ctrl-C) the grading
+    processes are killed, the students in flight stay recorded so, and the interrupt goes on."""
+    from tqdm.auto import tqdm
+
+    gpus = batch.gpus
+    if batch.mode == "gpu" and not gpus:
+        gpus = devices.visible(devices.detect(), os.environ)
+    held = devices.Pool(gpus)
+    runs: dict[str, findings.Run] = {}
     with (
         ThreadPoolExecutor(max(1, batch.jobs)) as pool,
         tqdm(total=len(todo), desc=f"grading {batch.assignment}", unit="student") as bar,
@@ -578,7 +609,8 @@ def grade_all(batch: Batch, names: list[str]) -> dict[str, findings.Run]:
 
         def one(student: str) -> findings.Run:
             _interrupted(batch, student)
-            return grade_one(batch, student, given)
+            with held.lease() as gpu:
+                return grade_one(batch, student, given, gpu)
 
         futures = {pool.submit(one, s): s for s in todo}
         try:
@@ -773,9 +805,10 @@ def autograde(
     duedate: str | None = None,
     device: str,
     grades_speed: bool,
+    grade: Grader | None = None,
 ) -> tuple[classreport.ClassResults, dict[str, Path]]:
-    """The whole batch: prepare, import, grade, feedback, report. Returns the class's results
-    and the files written."""
+    """The whole batch: prepare, import, grade (with `grade`, default `grade_here`), feedback,
+    report. Returns the class's results and the files written."""
     require_nbgrader()
     prepare(batch)
     if duedate:
@@ -789,7 +822,7 @@ def autograde(
             f"no submissions of {batch.assignment} in {batch.folder('submitted')}: pass "
             "--submissions (a folder <student>/<assignment>/<notebook>.ipynb, or an LMS zip)"
         )
-    runs = grade_all(batch, names)
+    runs = grade_all(batch, names, grade)
     given = released(batch)
     recorded = gradebook.grades(batch.url, batch.assignment)
     for student in names:  # every student in the gradebook; a notebook never read scores 0

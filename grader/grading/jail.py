@@ -34,16 +34,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from grader.grading import hostlock
 
 BWRAP = "bwrap"
 INSTALL = "apt-get install bubblewrap"
@@ -151,29 +151,15 @@ class Spec:
         return Path(self.folder) / "seed"
 
 
-# -- slots: a uid (and a GPU) per student graded at the same time ------------------------------
-
-_taken: set[int] = set()
-_lock = threading.Lock()
+# -- slots: a uid per student graded at the same time on this host ---------------------------
 
 
 @contextmanager
 def slot() -> Iterator[int]:
-    """The lowest slot number no running grading holds, for as long as the block runs."""
-    with _lock:
-        n = next(i for i in range(len(_taken) + 1) if i not in _taken)
-        _taken.add(n)
-    try:
+    """The lowest slot number that no grading on this host holds (of this batch or of another
+    running beside it), for as long as the block runs."""
+    with hostlock.numbered("uid-") as n:
         yield n
-    finally:
-        with _lock:
-            _taken.discard(n)
-
-
-def gpus() -> list[int]:
-    """Indexes of the NVIDIA GPUs whose device nodes this machine has (/dev/nvidiaN)."""
-    found = (re.fullmatch(r"nvidia(\d+)", p.name) for p in Path("/dev").glob("nvidia*"))
-    return sorted(int(m.group(1)) for m in found if m)
 
 
 # -- the trusted side: prepare a student's folder --------------------------------------------

@@ -1,0 +1,417 @@
+"""Grading beyond one host: each student of a batch graded by one task of a Slurm job array.
+
+The trusted side (`python -m grader autograde ... --slurm`, on a host that can submit jobs)
+writes a job folder on a filesystem the compute nodes share: `job.json` (the assignment, the
+limits, the students by task index), `course/` (the assignment's source and release and a
+gradebook holding only the assignment) and `inbox/<student>/` (a copy of each submission). It
+submits one array (`sbatch --array`), waits for it, and merges.
+
+Each task (`python -m grader.grading.slurm JOB_FOLDER`, its student from SLURM_ARRAY_TASK_ID)
+grades its one student exactly as a batch on one host does (grader.grading.autograde.grade_one:
+nbgrader, the student's kernel in the sandbox, on the task's GPU alone), in a course directory
+of its own on the node's local disk, and leaves in `out/<student>/` the outcome
+(`result.json`), nbgrader's log and the graded notebooks.
+
+What a task leaves is data the trusted side checks before it uses any of it: `result.json` must
+name the task's student and an outcome it knows; a graded notebook must read as a notebook within
+the size limit, and hold each read-only and test cell as the gradebook has it. The trusted side
+alone writes the gradebook: it runs `nbgrader autograde` over the checked notebooks with the
+course's own configuration, minus the execution (the same preprocessors that scored the notebook
+in the task score it again), so scores, late penalties and feedback come out as a local batch's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grader.authoring import build
+from grader.grading import autograde, devices, findings, gradebook, jail
+
+SBATCH, SQUEUE, SCANCEL = "sbatch", "squeue", "scancel"
+INSTALL = "apt-get install slurm-client (Debian's slurm-wlm for a whole cluster)"
+RESULT = "result.json"
+MAX_RESULT_BYTES = 64 << 10
+MAX_LOG_BYTES = 4 << 20  # of a task's nbgrader log, its end is kept
+MAX_TEXT = 2000  # characters of a task's outcome's detail
+SLACK_SECONDS = 600  # the array's default time limit: a student's --timeout and this
+KNOWN_STATUSES = {"ok", "failed", "timeout", "memory", "not-graded"}
+POLL_SECONDS = 5.0
+
+
+class SlurmError(RuntimeError):
+    """The array cannot be submitted or followed; the message says what to fix."""
+
+
+@dataclass
+class Job:
+    """What every task of the array reads (job.json)."""
+
+    assignment: str
+    mode: str
+    students: list[str]
+    cell_timeout: int
+    speed_cell_timeout: int
+    timeout: int
+    memory_limit: int
+    jailed: bool
+
+
+@dataclass
+class Options:
+    """How the array is submitted: `sbatch` options passed through as given (partition, account,
+    --gres, --time, ...), `folder` for the job folders (shared with the nodes; default: the
+    batch's out/slurm/), at most `throttle` tasks at once (sbatch's %N) when set."""
+
+    sbatch: list[str] = field(default_factory=list)
+    folder: Path | None = None
+    throttle: int | None = None
+    poll: float = POLL_SECONDS
+
+
+def require() -> None:
+    """Fail with the install command where Slurm's client commands are missing."""
+    missing = [c for c in (SBATCH, SQUEUE, SCANCEL) if shutil.which(c) is None]
+    if missing:
+        raise SlurmError(
+            f"{', '.join(missing)} not found: grading through Slurm submits from a host of the "
+            f"cluster (a login node) with Slurm's commands ({INSTALL})"
+        )
+
+
+def _given(options: list[str], *names: str) -> bool:
+    """Whether sbatch's `options` already set one of `names` (long options, or short ones)."""
+    return any(
+        o == n or o.startswith(n + "=") or (len(n) == 2 and o.startswith(n))
+        for o in options
+        for n in names
+    )
+
+
+def sbatch_command(batch: autograde.Batch, folder: Path, count: int, options: Options) -> list[str]:
+    """The sbatch command of the array: one task per student, the options passed through; a
+    time limit of the whole-submission timeout plus slack, and in GPU mode one GPU a task,
+    unless the options set them."""
+    defaults = []
+    if not _given(options.sbatch, "--time", "-t"):
+        defaults.append(f"--time={math.ceil((batch.timeout + SLACK_SECONDS) / 60)}")
+    if batch.mode == "gpu" and not _given(
+        options.sbatch, "--gres", "--gpus", "-G", "--gpus-per-task", "--gpus-per-node"
+    ):
+        defaults.append("--gres=gpu:1")
+    array = f"0-{count - 1}" + (f"%{options.throttle}" if options.throttle else "")
+    task = [sys.executable, "-m", "grader.grading.slurm", str(folder)]
+    wrap = f"PYTHONPATH={shlex.quote(str(build.ROOT))} exec {shlex.join(task)}"
+    return [
+        SBATCH,
+        "--parsable",
+        f"--array={array}",
+        f"--job-name=grade-{batch.assignment}",
+        f"--output={folder / 'slurm-%A_%a.out'}",
+        f"--chdir={folder}",
+        *defaults,
+        *options.sbatch,
+        f"--wrap={wrap}",
+    ]
+
+
+# -- the trusted side: submit, wait, merge -------------------------------------------------
+
+
+class Array:
+    """An autograde.Grader: the students graded by a Slurm job array, merged here."""
+
+    def __init__(self, options: Options):
+        self.options = options
+
+    def __call__(
+        self, batch: autograde.Batch, todo: list[str], given: dict[str, object]
+    ) -> dict[str, findings.Run]:
+        if not todo:
+            return {}
+        base = Path(self.options.folder or batch.out / "slurm").resolve()
+        base.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="job-", dir=base))
+        write_job(batch, todo, folder)
+        for student in todo:
+            autograde._interrupted(batch, student)
+        job_id = submit(batch, folder, len(todo), self.options)
+        print(f"Slurm job {job_id}: {len(todo)} tasks; job folder {folder}")
+        try:
+            wait(job_id, self.options.poll)
+        except KeyboardInterrupt:
+            subprocess.run([SCANCEL, job_id], capture_output=True)
+            print(f"interrupted: Slurm job {job_id} cancelled; run again to grade the rest")
+            raise
+        return merge(batch, todo, given, folder)
+
+
+def write_job(batch: autograde.Batch, todo: list[str], folder: Path) -> None:
+    """The job folder: job.json, the template course directory, every submission's copy."""
+    folder.chmod(0o700)  # the hidden tests and the class's work: the instructor's alone
+    course = folder / "course"
+    shutil.copytree(batch.folder("source") / batch.assignment, course / "source" / batch.assignment)
+    template = autograde.Batch(batch.assignment, batch.mode, root=course, out=folder / "grading")
+    autograde.prepare(template)  # generate_assignment: the release and a gradebook of its own
+    for student in todo:
+        shutil.copytree(batch.folder("submitted", student), folder / "inbox" / student)
+    job = Job(
+        batch.assignment,
+        batch.mode,
+        todo,
+        batch.cell_timeout,
+        batch.speed_cell_timeout,
+        batch.timeout,
+        batch.memory_limit,
+        batch.jailed,
+    )
+    (folder / "job.json").write_text(json.dumps(asdict(job), indent=1))
+
+
+def submit(batch: autograde.Batch, folder: Path, count: int, options: Options) -> str:
+    """Submit the array; its job id."""
+    command = sbatch_command(batch, folder, count, options)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=folder)
+    if done.returncode != 0:
+        raise SlurmError(
+            f"sbatch refused the array: {done.stderr.strip() or done.stdout.strip()}\n"
+            f"  the command: {shlex.join(command)}\n  pass the cluster's options with "
+            "--sbatch (partition, account, --gres), see docs/instructors.md"
+        )
+    return done.stdout.strip().split(";")[0]
+
+
+def wait(job_id: str, poll: float) -> None:
+    """Return once no task of the job is left in Slurm's queue."""
+    while True:
+        done = subprocess.run(
+            [SQUEUE, "--noheader", f"--jobs={job_id}", "--format=%i %T"],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 and "Invalid job id" not in done.stderr:
+            raise SlurmError(f"squeue failed: {done.stderr.strip()}")
+        if done.returncode != 0 or not done.stdout.strip():
+            return
+        time.sleep(poll)
+
+
+def _regular_file(path: Path) -> bool:
+    return not path.is_symlink() and path.is_file()
+
+
+def read_result(folder: Path, student: str) -> tuple[findings.Run | None, str]:
+    """The outcome a task left in `folder` for `student`, or (None, why it cannot be used)."""
+    path = folder / RESULT
+    if not _regular_file(path):
+        return None, "the Slurm task left no result (stopped by Slurm, or its node failed)"
+    if path.stat().st_size > MAX_RESULT_BYTES:
+        return None, "the Slurm task's result is over its size limit"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        run = data["run"]
+        assert data["student"] == student, "it names another student"
+        assert run["status"] in KNOWN_STATUSES, "an unknown status"
+        seconds = float(run.get("seconds", 0.0))
+        assert math.isfinite(seconds) and seconds >= 0, "a time that is not one"
+        detail, limit = str(run.get("detail", "")), str(run.get("limit", ""))
+    except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
+        return None, f"the Slurm task's result is not one the grader wrote ({exc})"
+    text = (autograde.printable(detail)[:MAX_TEXT], autograde.printable(limit)[:MAX_TEXT])
+    return findings.Run(run["status"], seconds, *text), ""
+
+
+def locked_sources(url: str, assignment: str) -> dict[str, dict[str, str]]:
+    """{notebook: {grade_id: source}} of the read-only and test cells, as the gradebook has
+    them (with the hidden tests)."""
+    with gradebook.opened(url) as gb:
+        return {
+            nb.name: {c.name: c.source for c in nb.source_cells if c.locked}
+            for nb in gb.find_assignment(assignment).notebooks
+        }
+
+
+def checked_notebook(path: Path, locked: dict[str, str]):
+    """(the graded notebook at `path`, None), or (None, why it is refused): it must be a
+    notebook holding each read-only and test cell with the source the gradebook has."""
+    if not _regular_file(path):
+        return None, f"no graded {path.name} (or not a plain file)"
+    nb, why = findings.read_notebook(path)
+    if nb is None:
+        return None, f"its graded {path.name} is not one: {why}"
+    cells = {}
+    for c in nb.cells:
+        grade_id = findings.grade_id_of(c)
+        if grade_id is not None:
+            cells.setdefault(grade_id, []).append(c.source)
+    changed = sorted(g for g, source in locked.items() if cells.get(g) != [source])
+    if changed:
+        return None, (
+            f"its graded {path.name} does not hold the assignment's cells as released "
+            f"({', '.join(changed[:5])}): the task graded another version of the assignment "
+            "(run `make release` and submit again), or its output was altered"
+        )
+    return nb, None
+
+
+def merge(
+    batch: autograde.Batch, todo: list[str], given: dict[str, object], folder: Path
+) -> dict[str, findings.Run]:
+    """Read what each task left, check it, record the scores in the gradebook with nbgrader,
+    and save each student's outcome as grade_one does."""
+    locked = locked_sources(batch.url, batch.assignment)
+    inbox = folder / "merge" / "submitted"
+    runs: dict[str, findings.Run] = {}
+    for student in todo:
+        try:
+            runs[student] = _take(batch, student, given, locked, folder / "out" / student, inbox)
+        except Exception as exc:  # the grader's own trouble with this output: go on
+            runs[student] = findings.Run("failed", detail=f"not merged: {exc}"[:MAX_TEXT])
+    scored = [s for s in todo if (inbox / s).is_dir()]
+    for student in scored:  # nothing from an earlier grading may stand in for this one
+        shutil.rmtree(batch.folder("autograded", student), ignore_errors=True)
+    if scored:
+        rescore(batch, folder / "merge", inbox)
+    for student in scored:
+        graded = batch.folder("autograded", student)
+        if not all((graded / f"{n}.ipynb").is_file() for n in given):
+            runs[student] = findings.Run(
+                "failed", runs[student].seconds, "its graded notebook could not be recorded"
+            )
+    return {s: autograde._save(batch, s, r) for s, r in runs.items()}
+
+
+def _take(batch, student, given, locked, out: Path, inbox: Path) -> findings.Run:
+    """One task's output: its log copied, its outcome read, its graded notebooks checked and
+    put in `inbox` for `rescore` when the outcome is ok. Makes sure the student's submission is
+    in the gradebook, with its time handed in, as nbgrader does before it runs a notebook."""
+    import nbformat
+
+    log = out / "log.txt"
+    target = batch.out / "logs" / f"{student}.log"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as f:
+        if _regular_file(log):
+            with open(log, "rb") as read:
+                read.seek(max(0, log.stat().st_size - MAX_LOG_BYTES))
+                f.write(read.read(MAX_LOG_BYTES))
+        f.write(f"\n[merged from Slurm task output {out}]\n".encode())
+    stamp = autograde._timestamp(batch.folder("submitted", student))
+    gradebook.record_ungraded(batch.url, batch.assignment, student, [], stamp)
+    run, why = read_result(out, student)
+    if run is None:
+        return findings.Run("failed", detail=why)
+    if run.status != "ok":
+        return run
+    checked = {n: checked_notebook(out / "autograded" / f"{n}.ipynb", locked[n]) for n in given}
+    refused = [why for nb, why in checked.values() if nb is None]
+    if refused:
+        return findings.Run("failed", run.seconds, "; ".join(refused)[:MAX_TEXT])
+    place = inbox / student / batch.assignment
+    place.mkdir(parents=True)
+    for name, (nb, _) in checked.items():
+        nbformat.write(nb, place / f"{name}.ipynb")
+    if stamp:
+        (place / "timestamp.txt").write_text(stamp)
+    return run
+
+
+NO_KERNEL = "course-merge-runs-nothing"  # a kernel that does not exist: nothing can execute
+
+
+def merge_config(folder: Path) -> Path:
+    """nbgrader_config.py for recording graded notebooks, in `folder`: nbgrader reads it from its
+    working directory after the course's, so it overrides the course's preprocessors with the
+    same ones minus the execution, and sanitizes nothing (CheckCellMetadata alone)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    course = PyFileConfigLoader("nbgrader_config.py", path=str(build.CONFIG_DIR)).load_config()
+    after = [p for p in course.Autograde.autograde_preprocessors if not p.endswith("Execute")]
+    path = folder / "nbgrader_config.py"
+    path.write_text(
+        "c = get_config()  # noqa: F821\n"
+        'c.Autograde.sanitize_preprocessors = ["nbgrader.preprocessors.CheckCellMetadata"]\n'
+        f"c.Autograde.autograde_preprocessors = {json.dumps(after)}\n"
+    )
+    return path
+
+
+def rescore(batch: autograde.Batch, folder: Path, inbox: Path) -> None:
+    """`nbgrader autograde` over the checked notebooks in `inbox`, never running them: its
+    preprocessors leave out the execution, and the kernel it would start does not exist."""
+    where = merge_config(folder).parent
+    command = autograde.nbgrader_command(
+        batch,
+        "autograde",
+        batch.assignment,
+        "--force",
+        f"--CourseDirectory.submitted_directory={inbox}",
+        f"--Execute.kernel_name={NO_KERNEL}",
+    )
+    env = autograde.environment(batch)
+    done = subprocess.run(command, cwd=where, env=env, capture_output=True, text=True)
+    (folder / "merge.log").write_text(done.stdout + done.stderr)
+
+
+# -- a task of the array -------------------------------------------------------------------
+
+
+def task(folder: Path, index: int) -> None:
+    """Grade the student of task `index` in a course directory of its own on this node; leave
+    its outcome, log and graded notebooks in out/<student>/."""
+    job = Job(**json.loads((folder / "job.json").read_text()))
+    student = job.students[index]
+    out = folder / "out" / student
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="course-task-") as tmp:
+        root = Path(tmp) / "course"
+        shutil.copytree(folder / "course", root)
+        shutil.copytree(folder / "inbox" / student, root / "submitted" / student / job.assignment)
+        batch = autograde.Batch(
+            job.assignment,
+            job.mode,
+            root=root,
+            out=Path(tmp) / "grading",
+            cell_timeout=job.cell_timeout,
+            speed_cell_timeout=job.speed_cell_timeout,
+            timeout=job.timeout,
+            memory_limit=job.memory_limit,
+            jailed=job.jailed,
+        )
+        try:
+            run = _grade(batch, student)
+        except Exception as exc:  # the task's own trouble: said in the result
+            run = findings.Run("failed", detail=f"not graded in the Slurm task: {exc}")
+        graded = batch.folder("autograded", student)
+        for path in graded.glob("*.ipynb") if graded.is_dir() else []:
+            (out / "autograded").mkdir(exist_ok=True)
+            shutil.copy(path, out / "autograded" / path.name)
+        log = batch.out / "logs" / f"{student}.log"
+        if log.is_file():
+            shutil.copy(log, out / "log.txt")
+    (out / RESULT).write_text(json.dumps({"student": student, "run": asdict(run)}))
+
+
+def _grade(batch: autograde.Batch, student: str) -> findings.Run:
+    if batch.jailed:
+        jail.require()
+    gpus = devices.visible(devices.detect(), os.environ) if batch.mode == "gpu" else []
+    if batch.mode == "gpu" and not gpus:
+        return findings.Run(
+            "failed", detail="no GPU in this Slurm task: ask for one (--gres=gpu:1)"
+        )
+    with devices.Pool(gpus[:1]).lease() as gpu:
+        return autograde.grade_one(batch, student, autograde.released(batch), gpu)
+
+
+if __name__ == "__main__":
+    task(Path(sys.argv[1]), int(os.environ["SLURM_ARRAY_TASK_ID"]))
