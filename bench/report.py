@@ -144,7 +144,10 @@ def main(argv=None) -> int:
     failures = []
     if trust_notebooks:
         failures = trust.run_notebooks(
-            trust_notebooks, args.trust_runs, args.all_variants, args.out / "trust.json"
+            trust_notebooks,
+            args.trust_runs,
+            None if args.all_variants else 1,
+            args.out / "trust.json",
         )
     report["trust"] = trust.latest(args.out / "trust.json")
     report["elapsed_s"] = time.perf_counter() - start

@@ -14,6 +14,7 @@
 
     python bench/trust.py                                   # 1 only
     python bench/trust.py --notebooks 02_first_kernels 03_softmax [--runs 10] [--all-variants]
+    python bench/trust.py --notebooks 07_flash_attention --variants 0   # the reference alone
     python bench/trust.py --notebooks all
     python bench/trust.py --estimate                        # GPU time per notebook; no GPU needed
 
@@ -345,15 +346,15 @@ def span(cells, grade_id: str) -> list:
     return [c for c in cells[index + 1 : last + 1] if c.kind == "code"]
 
 
-def estimate(notebook: str, runs: int = RUNS, all_variants: bool = False) -> dict:
+def estimate(notebook: str, runs: int = RUNS, variants: int | None = 1) -> dict:
     """GPU seconds that `run_notebook` is expected to take, from the notebook's code: the speed
     cells after each exercise with slow variants, the timed comparisons a round of them makes,
-    and the cost model above."""
+    and the cost model above. `variants`: slow variants per exercise (None: every one)."""
     cells = _notebook.cells(notebook)
     functions = _notebook.functions(notebook)
     speed_cells, comparisons, isolated, total = 0, 0, 0, SECONDS_PER_NOTEBOOK_PASS
     chosen = 0
-    for grade_id, variants in slow_variants(notebook).items():
+    for grade_id, slow in slow_variants(notebook).items():
         cells_after = span(cells, grade_id)
         speed = [c for c in cells_after if (c.grade_id or "").startswith("speed-")]
         ungraded = [c for c in cells_after if not c.nbgrader]
@@ -361,7 +362,7 @@ def estimate(notebook: str, runs: int = RUNS, all_variants: bool = False) -> dic
         for c in [*producers([s.source for s in speed], ungraded), *speed]:
             counted = timed_calls(ast.parse(c.source), functions)
             counts = {k: counts[k] + counted[k] for k in counts}
-        n_variants = len(variants) if all_variants else min(1, len(variants))
+        n_variants = len(slow) if variants is None else min(variants, len(slow))
         round_s = (
             counts["compare"] * SECONDS_PER_COMPARISON + counts["isolated"] * SECONDS_PER_ISOLATED
         )
@@ -394,8 +395,9 @@ def save(path: Path, entry: dict) -> None:
     _report.atomic_write(path, json.dumps(data, indent=1))
 
 
-def run_notebook(notebook: str, runs: int, all_variants: bool, path: Path) -> dict:
-    """Part 2 for one notebook; the entry is saved to `path` after every round."""
+def run_notebook(notebook: str, runs: int, variants: int | None, path: Path) -> dict:
+    """Part 2 for one notebook, with `variants` slow variants per exercise (None: every one; 0:
+    the reference alone); the entry is saved to `path` after every round."""
     try:
         from tests.notebook_session import Session
     except ImportError as exc:
@@ -410,7 +412,7 @@ def run_notebook(notebook: str, runs: int, all_variants: bool, path: Path) -> di
         "commit": _report.git_commit(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "runs": runs,
-        "estimate": estimate(notebook, runs, all_variants),
+        "estimate": estimate(notebook, runs, variants),
         "complete": False,
         "seconds": 0.0,
         "records": [],
@@ -428,8 +430,8 @@ def run_notebook(notebook: str, runs: int, all_variants: bool, path: Path) -> di
     try:
         session = Session(notebook)
         print(f"   solution run once ({time.perf_counter() - start:.0f} s)", flush=True)
-        for grade_id, variants in slow_variants(notebook).items():
-            chosen = list(variants.items()) if all_variants else list(variants.items())[:1]
+        for grade_id, slow in slow_variants(notebook).items():
+            chosen = list(slow.items())[:variants]
             _exercise(session, notebook, grade_id, chosen, runs, entry, checkpoint)
         entry["complete"] = True
     except Exception as exc:  # noqa: BLE001 - kept in the file with what was measured
@@ -524,8 +526,12 @@ def parse(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--runs", type=int, default=RUNS, help="rounds per solution (10)")
     parser.add_argument(
-        "--all-variants", action="store_true", help="every slow variant, not only the first"
+        "--variants", type=int, default=1, help="slow variants per exercise (1; 0: none)"
     )
+    parser.add_argument(
+        "--all-variants", action="store_const", const=None, dest="variants",
+        help="every slow variant, not only the first",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON file to append to")
     parser.add_argument("--estimate", action="store_true", help="print the GPU time and stop")
     parser.add_argument("--no-repeat", action="store_true", help="skip part 1")
@@ -548,12 +554,12 @@ def chosen_notebooks(names: list[str]) -> list[str]:
     return names
 
 
-def run_notebooks(names: list[str], runs: int, all_variants: bool, path: Path) -> list[str]:
+def run_notebooks(names: list[str], runs: int, variants: int | None, path: Path) -> list[str]:
     """Part 2 for each notebook in turn; returns the failures (the others still run)."""
     failures = []
     for notebook in names:
         try:
-            run_notebook(notebook, runs, all_variants, path)
+            run_notebook(notebook, runs, variants, path)
         except Exception as exc:  # noqa: BLE001 - one notebook's failure does not stop the rest
             failures.append(f"{notebook}: {_report.first_line(exc)}")
             print(f"   {notebook} stopped: {_report.first_line(exc)}", flush=True)
@@ -565,7 +571,7 @@ def main(argv=None) -> int:
     names = chosen_notebooks(args.notebooks) if args.notebooks else []
     if args.estimate:
         for name in names or notebooks_with_variants():
-            e = estimate(name, args.runs, args.all_variants)
+            e = estimate(name, args.runs, args.variants)
             print(
                 f"{name}: {e['speed cells']} speed cells, {e['comparisons per round']} timed "
                 f"comparisons and {e['isolated measurements per round']} isolated measurements "
@@ -590,7 +596,7 @@ def main(argv=None) -> int:
                 _report.section_markdown(section) + [""] + _report.goals_markdown(section["goals"])
             )
         )
-    failures = run_notebooks(names, args.runs, args.all_variants, args.out)
+    failures = run_notebooks(names, args.runs, args.variants, args.out)
     summary = latest(args.out)
     if names and summary:
         print("\n".join(_report.trust_markdown(summary)))
