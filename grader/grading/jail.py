@@ -314,9 +314,8 @@ def package_folders(executable: str) -> list[str]:
         if spec is None or not spec.submodule_search_locations:
             continue
         folder = Path(next(iter(spec.submodule_search_locations))).resolve().parent
-        if str(folder).startswith("/usr") or any(
-            folder.is_relative_to(p) for p in _prefixes(executable)
-        ):
+        own = [*_prefixes(executable), *_prefixes(sys.executable)]  # site-packages, not a --target
+        if str(folder).startswith("/usr") or any(folder.is_relative_to(p) for p in own):
             continue
         if folder.is_relative_to(repository) or repository.is_relative_to(folder):
             raise JailError(
