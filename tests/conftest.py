@@ -10,6 +10,8 @@ import pytest
 
 from grader.runtime import device
 
+pytest_plugins = ["tests.cputime"]
+
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = device.setup()
 
