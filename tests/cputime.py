@@ -2,6 +2,9 @@
 process and of the children it waited for (notebook kernels, nbgrader, the sandbox), measured
 around each phase of each test, so a module's fixtures count in the file that uses them. Under
 pytest-xdist each worker measures its own tests and the totals are summed where reports meet.
+What is not reaped up the chain of waiting parents is not counted: an orphan, and the kernel in
+grader.grading.jail (bubblewrap's PID namespace), about 4 s per student graded in the sandbox as
+measured against a cgroup's cpuacct.usage, which counts everything.
 
 Wall time on a shared machine says little; CPU time is what a second job beside this one takes
 away, and what the suite's budget on two cores is kept in."""
