@@ -1,10 +1,10 @@
-"""CPU seconds per test and per test file (`pytest --cpu-times`): user + system time of the test's
-process and of the children it waited for (notebook kernels, nbgrader, the sandbox), measured
-around each phase of each test, so a module's fixtures count in the file that uses them. Under
-pytest-xdist each worker measures its own tests and the totals are summed where reports meet.
-What is not reaped up the chain of waiting parents is not counted: an orphan, and the kernel in
-grader.grading.jail (bubblewrap's PID namespace), about 4 s per student graded in the sandbox as
-measured against a cgroup's cpuacct.usage, which counts everything.
+"""CPU seconds per test file (`pytest --cpu-times`; per test, `--cpu-times-json PATH`): user +
+system time of the test's process and of the children it waited for (notebook kernels, nbgrader,
+the sandbox), measured around each phase of each test, so a module's fixtures count in the file
+that uses them. Under pytest-xdist each worker measures its own tests and the totals are summed
+where reports meet. What is not reaped up a chain of waiting parents is not counted: an orphan,
+and the kernel in grader.grading.jail (bubblewrap's PID namespace), about 4 s per student graded
+in the sandbox as measured against a cgroup's cpuacct.usage, which counts everything.
 
 Wall time on a shared machine says little; CPU time is what a second job beside this one takes
 away, and what the suite's budget on two cores is kept in."""
@@ -30,13 +30,9 @@ def cpu_seconds() -> float:
 
 
 def pytest_addoption(parser):
+    parser.addoption("--cpu-times", action="store_true", help="print CPU seconds per test file")
     parser.addoption(
-        "--cpu-times",
-        metavar="PATH",
-        nargs="?",
-        const="-",
-        default=None,
-        help="print CPU seconds per test file (and, given a PATH, write them per test as JSON)",
+        "--cpu-times-json", metavar="PATH", help="write CPU seconds per test to PATH, as JSON"
     )
 
 
@@ -77,8 +73,8 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    where = config.getoption("--cpu-times")
-    if where is None or hasattr(config, "workerinput"):
+    where = config.getoption("--cpu-times-json")
+    if not (config.getoption("--cpu-times") or where) or hasattr(config, "workerinput"):
         return
     files: dict[str, float] = collections.defaultdict(float)
     for nodeid, seconds in _tests.items():
@@ -87,6 +83,6 @@ def pytest_terminal_summary(terminalreporter, config):
     for name, seconds in sorted(files.items(), key=lambda f: -f[1]):
         terminalreporter.write_line(f"{seconds:9.1f}  {name}")
     terminalreporter.write_line(f"{sum(files.values()):9.1f}  in all")
-    if where != "-":
+    if where:
         with open(where, "w") as f:
             json.dump(dict(sorted(_tests.items())), f, indent=1)
