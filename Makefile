@@ -27,12 +27,13 @@ ASSIGNMENT ?=
 SUBMISSIONS ?=
 AUTOGRADE_ARGS ?=
 
-.PHONY: help setup lab test test-gpu test-gpu-notebooks test-gpu-tests bench release check lint \
-	wheelhouse clean autograde student-kit grading-cost
+.PHONY: help setup lab test test-fast test-gpu test-gpu-notebooks test-gpu-tests bench release \
+	check lint wheelhouse clean autograde student-kit grading-cost
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
 	@echo "make test       set up if needed, run the CPU test suite (interpreter mode)"
+	@echo "make test-fast  the unit tests alone: no notebook runs, graded classes or browser"
 	@echo "make release    build course/ from solutions/"
 	@echo "make check      fail when course/ or a committed diagram is stale"
 	@echo "make test-gpu   solution notebooks at full size, then GPU tests (needs a CUDA GPU)"
@@ -77,6 +78,11 @@ lab: release
 # time kernels.
 test: setup
 	$(PY) -m pytest -m "not gpu" -n auto --dist loadfile $(PYTEST_ARGS)
+
+# The tests not marked slow (tests that execute notebooks, grade a class or drive a browser are):
+# a couple of minutes on two cores. New tests are in unless they carry the mark.
+test-fast: setup
+	$(PY) -m pytest -m "not gpu and not slow" -n auto --dist loadfile $(PYTEST_ARGS)
 
 # On a GPU, two steps, each short enough for one 10-minute job, both run even when one fails.
 # test-gpu-notebooks: every solution notebook (or NOTEBOOKS="04_matmul 05_autotuning") once, at

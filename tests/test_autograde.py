@@ -11,7 +11,6 @@ import contextlib
 import copy
 import csv
 import io
-import os
 import shutil
 import zipfile
 
@@ -19,8 +18,8 @@ import nbformat
 import pytest
 
 from grader import cli
-from grader.authoring import build
 from grader.grading import autograde, findings, gradebook
+from tests import shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
@@ -169,16 +168,11 @@ def write_submissions(folder, students):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, registered_course):
     """The class graded by `python -m grader autograde` (its main, in this process) in a course
     directory of its own: (course directory, submissions, (exit code, what it printed))."""
     tmp = tmp_path_factory.mktemp("autograde")
-    root = tmp / "course"
-    build.build_sources(tmp / "all")
-    (root / "source").mkdir(parents=True)
-    os.rename(tmp / "all" / "source" / ASSIGNMENT, root / "source" / ASSIGNMENT)
-    batch = autograde.Batch(ASSIGNMENT, "interpreter", root=root)
-    autograde.prepare(batch)  # generate_assignment: the release and the gradebook's points
+    root = shared.copy_course(registered_course, tmp / "course")  # generated and registered
     release = nbformat.read(root / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", as_version=4)
     source = nbformat.read(root / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", as_version=4)
     students = make_class(release, source)

@@ -25,7 +25,7 @@ import pytest
 from grader import cli
 from grader.authoring import build
 from grader.grading import autograde, classreport, findings, gradebook
-from tests import hostile
+from tests import hostile, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
@@ -35,14 +35,9 @@ LIMITS += ["--memory-limit", "3", "--mode", "interpreter"]
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
+def course(tmp_path_factory, registered_course):
     """A course directory with 00_setup registered, and the answered notebook as bytes."""
-    tmp = tmp_path_factory.mktemp("course")
-    root = tmp / "course"
-    build.build_sources(tmp / "all")
-    (root / "source").mkdir(parents=True)
-    os.rename(tmp / "all" / "source" / ASSIGNMENT, root / "source" / ASSIGNMENT)
-    autograde.prepare(autograde.Batch(ASSIGNMENT, "interpreter", root=root))
+    root = shared.copy_course(registered_course, tmp_path_factory.mktemp("course") / "course")
     path = root / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
     release = nbformat.read(path, as_version=4)
     source = nbformat.read(root / "source" / ASSIGNMENT / path.name, as_version=4)

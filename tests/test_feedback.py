@@ -13,7 +13,6 @@ import csv
 import functools
 import io
 import re
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -21,8 +20,8 @@ import pytest
 
 from grader import cli
 from grader.authoring import build
-from grader.grading import autograde, findings, gradebook, hidden_tests
-from tests import hostile
+from grader.grading import findings, gradebook, hidden_tests
+from tests import hostile, shared
 from tests.hostile.hidden_tests import hidden_lines, leaked, page_text
 
 pytestmark = pytest.mark.tooling  # nbgrader grades; the unit tests below need nbformat
@@ -56,19 +55,10 @@ CASES = [(a, s) for a, students in CLASSES.items() for s in students]
 
 
 @functools.cache
-def sources(base: Path) -> Path:
-    """Every assignment's nbgrader source, built once for the module."""
-    build.build_sources(base / "all")
-    return base / "all" / "source"
-
-
-@functools.cache
-def graded(assignment: str, base: Path) -> tuple[hostile.Graded, int, str]:
+def graded(assignment: str, base: Path, registered: Path) -> tuple[hostile.Graded, int, str]:
     """One notebook's class, graded: (what it left, exit code, what it printed)."""
     tmp = base / assignment
-    root = tmp / "course"
-    shutil.copytree(sources(base) / assignment, root / "source" / assignment)
-    autograde.prepare(autograde.Batch(assignment, "interpreter", root=root))
+    root = shared.copy_course(registered, tmp / "course")
     (path,) = (root / "release" / assignment).glob("*.ipynb")
     release = nbformat.read(path, as_version=4)
     source = nbformat.read(root / "source" / assignment / path.name, as_version=4)
@@ -93,9 +83,9 @@ def graded(assignment: str, base: Path) -> tuple[hostile.Graded, int, str]:
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory):
+def batches(tmp_path_factory, registered_course):
     base = tmp_path_factory.mktemp("feedback")
-    return lambda assignment: graded(assignment, base)
+    return lambda assignment: graded(assignment, base, registered_course)
 
 
 def hidden_cells(nb) -> list:

@@ -10,15 +10,14 @@ import contextlib
 import csv
 import functools
 import io
-import os
+from pathlib import Path
 
 import nbformat
 import pytest
 
 from grader import cli
-from grader.authoring import build
-from grader.grading import autograde, findings, gradebook
-from tests import hostile
+from grader.grading import findings, gradebook
+from tests import hostile, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
@@ -45,16 +44,9 @@ def _write(folder, student, assignment, files):
 
 
 @functools.cache
-def graded(assignment: str, tmp: str) -> tuple[hostile.Graded, int, str]:
+def graded(assignment: str, tmp: Path, registered: Path) -> tuple[hostile.Graded, int, str]:
     """The batch of one notebook: (what it left, exit code, what it printed)."""
-    from pathlib import Path
-
-    tmp = Path(tmp)
-    root = tmp / "course"
-    build.build_sources(tmp / "all")
-    (root / "source").mkdir(parents=True)
-    os.rename(tmp / "all" / "source" / assignment, root / "source" / assignment)
-    autograde.prepare(autograde.Batch(assignment, "interpreter", root=root))
+    root = shared.copy_course(registered, tmp / "course")
     m = _materials(root, assignment)
     inbox = tmp / "inbox"
     for student in HONEST:
@@ -81,8 +73,9 @@ def graded(assignment: str, tmp: str) -> tuple[hostile.Graded, int, str]:
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory):
-    return lambda assignment: graded(assignment, str(tmp_path_factory.getbasetemp() / assignment))
+def batches(tmp_path_factory, registered_course):
+    base = tmp_path_factory.getbasetemp()
+    return lambda assignment: graded(assignment, base / assignment, registered_course)
 
 
 def _total(scores: dict[str, float]) -> float:

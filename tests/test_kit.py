@@ -324,6 +324,9 @@ def test_the_kit_works_from_a_fresh_folder(built, tmp_path):
     folder = tmp_path / kit.KIT_NAME
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env |= {"PYTHON": sys.executable, "TORCH_INDEX": torch_index()}
+    # pip would compile every module it installs (torch, JupyterLab: thousands, most of a minute
+    # of CPU); Python compiles what the checks below import as they import it
+    env |= {"PIP_COMPILE": "0"}
     started = time.monotonic()
     setup = subprocess.run(
         ["bash", "setup.sh"], cwd=folder, env=env, capture_output=True, text=True

@@ -14,30 +14,30 @@ import pytest
 
 from grader.authoring import build
 from grader.runtime import device
+from tests import shared
 
 ASSIGNMENTS = build.assignments()
 WORKERS = max(2, os.cpu_count() or 1)
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
 
-def autograde(sources, root, assignment):
-    """Generate `assignment` in its own course directory, submit the solution and the blank
-    release as two students, and autograde both."""
-    shutil.copytree(sources / assignment, root / "source" / assignment)
-    build.nbgrader("generate_assignment", assignment, "--force", root=root)
+def autograde(registered, root, assignment):
+    """Submit the solution and the blank release of `assignment`, as generated (with every other
+    assignment, by `generate_assignment "*"` as `make release` runs it), as two students in a
+    course directory of its own, and autograde both."""
+    shared.copy_course(registered, root)
     for student, folder in (("solution", "source"), ("blank", "release")):
         shutil.copytree(root / folder / assignment, root / "submitted" / student / assignment)
     return build.nbgrader("autograde", assignment, "--force", root=root, check=False)
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, registered_course):
     """{assignment: (course directory, autograde's completed process)}."""
     tmp = tmp_path_factory.mktemp("graded")
-    build.build_sources(tmp / "all")
     roots = {a.name: tmp / a.name for a in ASSIGNMENTS}
     with ThreadPoolExecutor(WORKERS) as pool:
-        runs = pool.map(lambda name: autograde(tmp / "all" / "source", roots[name], name), roots)
+        runs = pool.map(lambda name: autograde(registered_course, roots[name], name), roots)
         return {name: (roots[name], run) for name, run in zip(roots, runs, strict=True)}
 
 
