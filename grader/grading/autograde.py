@@ -32,7 +32,7 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -590,6 +590,16 @@ def grade_all(
     return runs
 
 
+def _as_completed(futures, poll: float = 0.5):
+    """Each of `futures` as it completes, the main thread waking every `poll` seconds: a Ctrl-C
+    that the kernel delivered to another of the process's threads is then acted on at once, not
+    when the next student finishes."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=poll, return_when=FIRST_COMPLETED)
+        yield from done
+
+
 def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[str, findings.Run]:
     """Grade `todo` on this host, side by side (batch.jobs at a time) with a progress bar; in GPU
     mode each student holds a GPU of `batch.gpus` alone while it is graded. Each student is
@@ -614,7 +624,7 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
 
         futures = {pool.submit(one, s): s for s in todo}
         try:
-            for future in as_completed(futures):
+            for future in _as_completed(futures):
                 student = futures[future]
                 try:
                     run = future.result()
