@@ -245,6 +245,14 @@ def test_folders_that_are_not_student_ids_or_are_links_are_listed_not_graded(cou
         assert log.count("Autograding ") == 1, log[-2000:]
 
 
+def as_from_a_terminal() -> None:
+    """In the child before it runs the command: SIGINT with its default action and not blocked,
+    as a shell starts a command in the foreground; a test worker's own disposition (which
+    earlier tests in the same process may have changed) is not inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def test_ctrl_c_leaves_the_students_in_flight_to_the_next_run(course, tmp_path):
     """SIGINT to the process group of `python -m grader autograde`, as Ctrl-C in a terminal sends
     it, while "slow" is being graded and after "quick" was: the run stops (exit 130), "slow" is
@@ -265,7 +273,8 @@ def test_ctrl_c_leaves_the_students_in_flight_to_the_next_run(course, tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(build.ROOT)}
     run = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                           stderr=subprocess.STDOUT, text=True,
+                           preexec_fn=as_from_a_terminal)  # fmt: skip
     started = time.monotonic()
     while "Autograding " not in _read(batch.out / "logs" / "slow.log"):
         assert run.poll() is None and time.monotonic() - started < 240, run.stdout.read()
