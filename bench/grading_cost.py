@@ -116,7 +116,7 @@ def reference_submission(batch, inbox: Path) -> Path:
 
 def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
     """Grade the reference solution of `assignment` in the course directory `root`, timed."""
-    from grader.grading import autograde, classreport, cost
+    from grader.grading import autograde, classreport, cost, devices
 
     batch = autograde.Batch(assignment, dev.mode, root=root, jailed=jailed)
     t: dict[str, float] = {}
@@ -130,8 +130,9 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
     os.environ[cost.VARIABLE] = str(log)
     try:
         given = autograde.released(batch)
-        with timed(t, "grading"):
-            run = autograde.grade_one(batch, STUDENT, given)
+        gpus = devices.visible(devices.detect(), os.environ) if dev.mode == "gpu" else []
+        with devices.Pool(gpus[:1]).lease() as gpu, timed(t, "grading"):
+            run = autograde.grade_one(batch, STUDENT, given, gpu)
     finally:
         del os.environ[cost.VARIABLE]
     if run.status != "ok":

@@ -211,7 +211,11 @@ def test_the_kernel_sees_only_its_gpu(tmp_path):
     nodes = {argv[i + 1] for i, a in enumerate(argv) if a == "--dev-bind-try"}
     assert nodes == {*jail.GPU_NODES, gpu.node}
     assert not any(g.node in argv for g in FAKE if g != gpu)
-    with autograde.kernel_sandbox(batch) as (options, env):  # no GPU: nothing bound
+    with pytest.raises(devices.DeviceError, match="none was"):  # GPU mode needs one handed in
+        with autograde.kernel_sandbox(batch):
+            pass
+    cpu = autograde.Batch("00_setup", "interpreter", root=tmp_path / "course")
+    with autograde.kernel_sandbox(cpu) as (options, env):  # the interpreter: nothing bound
         spec = jail.read(_spec(options))
     assert spec.gpu is None and "--dev-bind-try" not in jail.command(spec, "/w", "unused")
 

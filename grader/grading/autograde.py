@@ -143,6 +143,12 @@ def kernel_sandbox(
     if not batch.jailed:
         yield [], env
         return
+    if batch.mode == "gpu" and gpu is None:
+        raise devices.DeviceError(
+            "a sandboxed kernel sees only the GPU it is handed, and none was: lease one for each "
+            "student (devices.Pool(...).lease(), as grade_here does), or every cell that needs "
+            "the GPU fails"
+        )
     kernel = jail.kernel_argv(KERNEL)
     with (
         jail.slot() as n,
