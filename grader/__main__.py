@@ -1,5 +1,9 @@
 import sys
 
-from grader.cli import main
+from grader.authoring import nbgrader_main
+
+nbgrader_main.lean()  # before the command imports nbformat
+
+from grader.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -1,6 +1,7 @@
 """The hostile class, graded end to end: every synthetic attacker in tests/hostile/, graded in one
 batch per notebook by `python -m grader autograde` on the CPU, beside two honest students and
-each attacker's honest base (its own kernel without the attack). Each attacker must score its
+each attacker's honest base (its own kernel without the attack; each distinct base graded once,
+and one that is the honest answer as the first honest student). Each attacker must score its
 base or be flagged for a human look with the right reason; the honest students keep full marks;
 no student is lost."""
 
@@ -51,10 +52,17 @@ def graded(assignment: str, tmp: Path, registered: Path) -> tuple[hostile.Graded
     inbox = tmp / "inbox"
     for student in HONEST:
         _write(inbox, student, assignment, m.files(m.answered()))
+    # each distinct base graded once: most attackers' base is the honest answer itself
+    graded_as = {nbformat.writes(m.answered()): HONEST[0]}
+    bases = {}
     for a in (a for a in ATTACKERS if a.assignment == assignment):
         _write(inbox, a.student, assignment, a.files(m))
         if a.base is not None:
-            _write(inbox, f"{a.student}-base", assignment, m.files(a.base(m)))
+            base = a.base(m)
+            student = graded_as.setdefault(nbformat.writes(base), f"{a.student}-base")
+            if student == f"{a.student}-base":
+                _write(inbox, student, assignment, m.files(base))
+            bases[a.student] = student
     argv = [
         "autograde", assignment, "--submissions", str(inbox), "--root", str(root),
         "--mode", "interpreter", "--jobs", str(JOBS), "--cell-timeout", str(CELL_TIMEOUT),
@@ -69,7 +77,7 @@ def graded(assignment: str, tmp: Path, registered: Path) -> tuple[hostile.Graded
     with open(out / "grades.csv", newline="") as f:
         review = {row["student_id"]: row["needs_review"] for row in csv.DictReader(f)}
     scores = {s: g.scores for s, g in gradebook.grades(url, assignment).items()}
-    return hostile.Graded(root, out, scores, review, m), code, printed.getvalue()
+    return hostile.Graded(root, out, scores, review, m, bases), code, printed.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +97,7 @@ def test_batch_finishes_and_loses_no_one(batches, assignment):
     result, code, printed = batches(assignment)
     assert code == 0, printed[-3000:]
     students = {*HONEST, *(a.student for a in ATTACKERS if a.assignment == assignment)}
-    students |= {f"{a.student}-base" for a in ATTACKERS if a.assignment == assignment and a.base}
+    students |= set(result.bases.values())
     assert students <= set(result.scores), students - set(result.scores)
     assert students <= set(result.review), students - set(result.review)
 
@@ -114,10 +122,12 @@ def test_attacker(batches, attacker):
         assert attacker.detail in review, (attacker.student, review)
     total = _total(result.scores[attacker.student])
     if attacker.total == "base":
-        assert total == _total(result.scores[f"{attacker.student}-base"]), (
+        base = result.bases[attacker.student]
+        assert total == _total(result.scores[base]), (
             attacker.student,
             result.scores[attacker.student],
-            result.scores[f"{attacker.student}-base"],
+            base,
+            result.scores[base],
         )
     elif attacker.total is not None:
         assert total == attacker.total, (attacker.student, result.scores[attacker.student])

@@ -20,6 +20,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from grader.authoring import nbgrader_main
+
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
@@ -178,7 +180,7 @@ def nbgrader_env() -> dict[str, str]:
 
 def nbgrader(*args: str, root: Path, check: bool = True) -> subprocess.CompletedProcess:
     """Run an nbgrader command on the course directory `root`."""
-    cmd = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"]
+    cmd = nbgrader_main.command(*args, f"--CourseDirectory.root={root}")
     result = subprocess.run(cmd, cwd=root, env=nbgrader_env(), capture_output=True, text=True)
     if check and result.returncode != 0:
         raise BuildError(f"`nbgrader {' '.join(args)}` failed:\n{result.stdout}\n{result.stderr}")

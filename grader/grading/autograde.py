@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grader.authoring import build
+from grader.authoring import build, nbgrader_main
 from grader.grading import (
     classreport,
     devices,
@@ -165,14 +165,9 @@ def kernel_sandbox(
 
 
 def nbgrader_command(batch: Batch, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "nbgrader",
-        *args,
-        f"--CourseDirectory.root={batch.root}",
-        f"--CourseDirectory.db_url={batch.url}",
-    ]
+    return nbgrader_main.command(
+        *args, f"--CourseDirectory.root={batch.root}", f"--CourseDirectory.db_url={batch.url}"
+    )
 
 
 def run_nbgrader(batch: Batch, *args: str, check: bool = True) -> subprocess.CompletedProcess:
