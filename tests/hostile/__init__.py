@@ -82,7 +82,7 @@ class Graded:
     scores: dict[str, dict[str, float]]  # {student: {grade_id: score}} from the gradebook
     review: dict[str, str]  # {student: the CSV's needs_review}
     materials: Materials
-    bases: dict[str, str]  # {attacker: the student graded as its honest base}
+    bases: dict[str, str] = field(default_factory=dict)  # {attacker: student graded as its base}
 
 
 @dataclass(frozen=True)
