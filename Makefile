@@ -28,7 +28,7 @@ SUBMISSIONS ?=
 AUTOGRADE_ARGS ?=
 
 .PHONY: help setup lab test test-fast test-gpu test-gpu-notebooks test-gpu-tests bench release \
-	check lint wheelhouse clean autograde student-kit grading-cost
+	check lint wheelhouse clean autograde student-kit grading-cost throughput
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -118,6 +118,13 @@ bench:
 # BENCH_ARGS="00_setup 07_flash_attention" (default: all). Like bench, it uses $(PY) as it is.
 grading-cost:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/grading_cost.py --out build/report \
+	  $(BENCH_ARGS)
+
+# A synthetic class of one notebook graded on one GPU, then on two, by the batch itself; the same
+# scores required of both, the gain and a projection (bench/throughput.py):
+# build/report/throughput.{json,md}. Options in BENCH_ARGS, e.g. BENCH_ARGS="--students 16".
+throughput:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/throughput.py --out build/report \
 	  $(BENCH_ARGS)
 
 # Grade every submission of one assignment with nbgrader on this machine's device, e.g.

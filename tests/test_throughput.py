@@ -1,0 +1,86 @@
+"""bench/throughput.py's bookkeeping, without a GPU: the synthetic class it grades, and the
+summary that compares the runs (scores that must agree, speed within the reference's noise)."""
+
+import importlib
+
+import nbformat
+
+from bench import throughput
+
+
+def test_the_class_mixes_every_kind_in_fixed_proportions():
+    members = throughput.synthetic_class("07_flash_attention", 16)
+    kinds = [s.kind for s, _ in members]
+    assert {k: kinds.count(k) for k in set(kinds)} == {
+        "reference": 6, "slow": 4, "wrong": 4, "crash": 2,
+    }  # fmt: skip
+    assert len({s.name for s, _ in members}) == 16
+    module = importlib.import_module("tests.known_wrong.nb07_flash_attention")
+    for kind, pool in (("slow", module.SLOW), ("wrong", module.WRONG)):
+        used = [s.variant for s, _ in members if s.kind == kind]
+        size = sum(len(v) for v in pool.values())
+        assert len(set(used)) == min(len(used), size), (kind, used)  # each kind cycles its pool
+
+
+def test_each_member_differs_from_the_reference_where_its_kind_says(tmp_path, registered_course):
+    members = throughput.synthetic_class("07_flash_attention", 8)
+    throughput.write_inbox(tmp_path, "07_flash_attention", registered_course, members)
+    notebooks = {
+        s.name: nbformat.read(next((tmp_path / s.name).rglob("*.ipynb")), as_version=4)
+        for s, _ in members
+    }
+    reference = [s.name for s, _ in members if s.kind == "reference"]
+    assert len({nbformat.writes(notebooks[r]) for r in reference}) == 1
+    for student, sources in members:
+        text = nbformat.writes(notebooks[student.name])
+        if student.kind == "crash":
+            assert "os._exit(1)" in text
+        elif student.kind != "reference":
+            assert text != nbformat.writes(notebooks[reference[0]]), student
+            for source in sources.values():
+                assert source in [c.source for c in notebooks[student.name].cells]
+
+
+def _run(gpus, seconds, totals, speed):
+    return throughput.Run(gpus, seconds + 10, seconds, totals, speed)
+
+
+def test_summary_finds_a_changed_score_and_speed_beyond_the_noise():
+    members = [
+        (throughput.Student("a", "reference", ""), {}),
+        (throughput.Student("b", "reference", ""), {}),
+        (throughput.Student("c", "slow", "x"), {}),
+    ]
+    one = _run(
+        "0",
+        300.0,
+        {"a": 10, "b": 10, "c": 7},
+        {"a": {"speed-x": 1.60}, "b": {"speed-x": 1.70}, "c": {"speed-x": 0.30}},
+    )
+    two = _run(
+        "0,1",
+        160.0,
+        {"a": 10, "b": 10, "c": 6},
+        {"a": {"speed-x": 1.65}, "b": {"speed-x": 1.95}, "c": {"speed-x": 0.31}},
+    )
+    s = throughput.summary(
+        "07_flash_attention", members, [one, two], {"device": "d", "versions": {}}
+    )
+    assert s["disagreements"] == [{"student": "c", "totals": [7, 6]}]
+    within = {row["student"]: row["within_noise"] for row in s["speed"]}
+    assert within == {"a": True, "b": False, "c": True}  # noise: 1.70 / 1.60
+    assert "| b | speed-x | 1.700 / 1.950 | **no** |" in throughput.markdown(s)
+    assert s["gain"] == [1.0, 300 / 160]
+    p = s["projection"]
+    assert p["seconds_per_student_one_gpu"] == 100.0
+    assert p["hours"] == 100.0 * 300 / (8 * (300 / 160) / 2) / 3600
+    assert "scores differ for 1 of 3 students" in throughput.markdown(s)
+
+
+def test_summary_of_the_first_run_alone():
+    members = [(throughput.Student("a", "reference", ""), {})]
+    one = _run("0", 60.0, {"a": 10}, {"a": {"speed-x": 1.6}})
+    s = throughput.summary("07_flash_attention", members, [one], {"device": "d", "versions": {}})
+    assert s["speed"] == [] and s["gain"] == [1.0] and s["disagreements"] == []
+    assert s["projection"]["hours"] == 60.0 * 300 / 8 / 3600
+    assert "| 0 | 70.0 | 60.0 | 60.0 | 1.00x |" in throughput.markdown(s)
