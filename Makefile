@@ -42,6 +42,8 @@ help:
 	@echo "                (WHEELHOUSE_EXTRAS=1 adds matplotlib and tqdm, WHEELHOUSE_GRADING=1 nbgrader"
 	@echo "                for make autograde there)"
 	@echo "make autograde  grade a batch: ASSIGNMENT=00_setup SUBMISSIONS=path (docs/instructors.md)"
+	@echo "make grading-cost what grading one student costs per notebook on this machine's GPU"
+	@echo "make throughput a synthetic class graded on one GPU and on two: same scores, the gain"
 	@echo "make student-kit what students receive, in build/student-kit/ (a folder and a zip);"
 	@echo "                NOTEBOOKS=\"00_setup 01_roofline\" picks some (default: all)"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
