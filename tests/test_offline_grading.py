@@ -189,3 +189,23 @@ def test_nbgrader_processes_start_without_torch(root):
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_batch_process_starts_without_torch(root):
+    """The trusted batch (`python -m grader autograde`, a Slurm task) in interpreter mode
+    imports neither torch nor Triton before it grades: the students' kernels do that, each in
+    its own process."""
+    code = (
+        "import sys\n"
+        "from grader.authoring import nbgrader_main\n"
+        "nbgrader_main.lean()\n"
+        "import grader.cli, grader.grading.autograde, grader.grading.classreport\n"
+        "import grader.grading.slurm\n"
+        "from grader.runtime import device\n"
+        "device.setup('interpreter')\n"
+        "print(sorted(m for m in ('torch', 'triton', 'rfc3987_syntax') if sys.modules.get(m)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from grader.runtime.perf import SPEED_MIMETYPE
+from grader.runtime.published import SPEED_MIMETYPE
 
 UNITS = ("x", "%")
 

@@ -104,9 +104,13 @@ def setup(mode: str | None = None) -> Device:
     Run this before `import triton`. Calling it again with the same answer is harmless.
     """
     global _current
+    asked = requested_mode(mode)
+    if asked == INTERPRETER:  # no need to ask torch about CUDA (nor to import it: seconds)
+        _set_triton_environment(INTERPRETER)
+        _current = Device(INTERPRETER, "CPU (Triton interpreter)")
+        return _current
     import torch
 
-    asked = requested_mode(mode)
     cuda = torch.cuda.is_available()
     if asked == GPU and not cuda:
         raise ModeError(

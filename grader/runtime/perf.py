@@ -16,12 +16,10 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from grader.runtime import checks, device, launches, timing
+from grader.runtime.published import SPEED_MIMETYPE
 
 # How a speed cell off the supported GPU class begins its message.
 NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
-# The display-data type of a speed verdict (`Verdict`): the batch grader's report, its checks of
-# the scores and bench/trust.py read verdicts only from it, never from printed text.
-SPEED_MIMETYPE = "application/vnd.gpu-kernels-course.speed+json"
 
 
 @dataclass(frozen=True)
