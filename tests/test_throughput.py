@@ -4,6 +4,7 @@ summary that compares the runs (scores that must agree, speed within the referen
 import importlib
 
 import nbformat
+import pytest
 
 from bench import throughput
 
@@ -22,6 +23,7 @@ def test_the_class_mixes_every_kind_in_fixed_proportions():
         assert len(set(used)) == min(len(used), size), (kind, used)  # each kind cycles its pool
 
 
+@pytest.mark.slow  # a generated course
 def test_each_member_differs_from_the_reference_where_its_kind_says(tmp_path, registered_course):
     members = throughput.synthetic_class("07_flash_attention", 8)
     throughput.write_inbox(tmp_path, "07_flash_attention", registered_course, members)
