@@ -105,27 +105,23 @@ def setup(mode: str | None = None) -> Device:
     """
     global _current
     asked = requested_mode(mode)
-    if asked == INTERPRETER:  # no need to ask torch about CUDA (nor to import it: seconds)
-        _set_triton_environment(INTERPRETER)
-        _current = Device(INTERPRETER, "CPU (Triton interpreter)")
-        return _current
-    import torch
+    chosen = asked
+    if asked != INTERPRETER:  # only then ask torch about CUDA (importing it takes seconds)
+        import torch
 
-    cuda = torch.cuda.is_available()
-    if asked == GPU and not cuda:
-        raise ModeError(
-            "COURSE_MODE=gpu, but torch sees no CUDA GPU (torch.cuda.is_available() is False). "
-            "Check `nvidia-smi` and that torch is a CUDA build, or use the interpreter."
-        )
-    if asked == "auto":
-        # An explicit TRITON_INTERPRET=1 from the user is honoured even where a GPU is present.
-        wants_interpreter = os.environ.get("TRITON_INTERPRET") == "1" or not cuda
-        chosen = INTERPRETER if wants_interpreter else GPU
-    else:
-        chosen = asked
+        cuda = torch.cuda.is_available()
+        if asked == GPU and not cuda:
+            raise ModeError(
+                "COURSE_MODE=gpu, but torch sees no CUDA GPU (torch.cuda.is_available() is "
+                "False). Check `nvidia-smi` and that torch is a CUDA build, or use the interpreter."
+            )
+        if asked == "auto":
+            # An explicit TRITON_INTERPRET=1 from the user is honoured even where a GPU is present.
+            wants_interpreter = os.environ.get("TRITON_INTERPRET") == "1" or not cuda
+            chosen = INTERPRETER if wants_interpreter else GPU
 
     _set_triton_environment(chosen)
-    if chosen == GPU:
+    if chosen == GPU:  # torch was imported above: only an interpreter request skips it
         props = torch.cuda.get_device_properties(0)
         _current = Device(GPU, props.name, (props.major, props.minor), props.total_memory)
     else:
