@@ -1,9 +1,12 @@
 """A Jupyter kernel that has run one solution notebook, and the notebook's cells: the mechanism
 by which tests/test_known_wrong.py swaps exercise cells and bench/trust.py re-runs speed cells."""
 
-from jupyter_client.manager import start_new_kernel
+import tempfile
+from pathlib import Path
 
-from grader.authoring import build
+from jupyter_client.manager import KernelManager
+
+from grader.authoring import build, kernel_sockets
 from grader.runtime import perf
 
 
@@ -13,10 +16,15 @@ class Session:
     def __init__(self, notebook: str):
         assignment = next(a for a in build.assignments() if a.name == notebook)
         self.cells = build.to_notebook(assignment.source).cells
-        self.km, self.kc = start_new_kernel(
-            kernel_name="python3", cwd=str(assignment.source.parent)
+        self.sockets = tempfile.TemporaryDirectory(prefix="kernel-")
+        self.km = KernelManager(
+            kernel_name="python3", **kernel_sockets.options(Path(self.sockets.name))
         )
+        self.km.start_kernel(cwd=str(assignment.source.parent))
+        self.kc = self.km.client()
         try:
+            self.kc.start_channels()
+            self.kc.wait_for_ready(timeout=60)
             for cell in self.code_cells(0, len(self.cells)):
                 status, detail = self.run(cell.source)
                 assert status == "ok", f"the solution itself fails in {cell.id}: {detail}"
@@ -66,3 +74,4 @@ class Session:
     def close(self):
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        self.sockets.cleanup()

@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 from grader import cli
-from grader.authoring import build, kit
+from grader.authoring import build, kernel_sockets, kit
 
 pytestmark = pytest.mark.tooling
 
@@ -347,9 +347,12 @@ def test_the_kit_works_from_a_fresh_folder(built, tmp_path):
     notebook = folder / "course" / "00_setup" / "setup.ipynb"
     source = next(a.source for a in build.assignments() if a.name == "00_setup")
     nbformat.write(solved(notebook, source), notebook)
+    jupyter = str(folder / ".venv" / "bin" / "jupyter")
     run = subprocess.run(
-        [folder / ".venv" / "bin" / "jupyter", "nbconvert", "--to", "notebook", "--execute"]
-        + ["--inplace", "--ExecutePreprocessor.timeout=300", notebook],
+        kernel_sockets.command_line(
+            [jupyter, "nbconvert", "--to", "notebook", "--execute", "--inplace"]
+            + ["--ExecutePreprocessor.timeout=300", str(notebook)]
+        ),
         cwd=tmp_path,
         env=env | {"PYTHONPATH": str(folder)},
         capture_output=True,

@@ -8,11 +8,12 @@ import ast
 import logging
 import math
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.authoring import build
+from grader.authoring import build, kernel_sockets
 
 # Wall time one solution notebook may take with its default parameters: interpreter mode on a
 # 2-core CPU, or one GPU (COURSE_DESIGN: ~90 s and ~2 minutes).
@@ -157,6 +158,7 @@ def run_notebook(
     timeout, a dead kernel) becomes the outcome's `error`; the caller goes on with the next.
     """
     import papermill
+    from traitlets.config import Config
 
     by_deadline = False  # whether the running cell's limit is what is left of the whole run's
 
@@ -177,6 +179,7 @@ def run_notebook(
         logger.setLevel(logging.INFO)
     start = time.perf_counter()
     error = None
+    sockets = tempfile.TemporaryDirectory(prefix="kernel-")
     try:
         papermill.execute_notebook(
             str(source_ipynb),
@@ -187,6 +190,7 @@ def run_notebook(
             progress_bar=False,
             log_output=stream,
             timeout_func=timeout_for,
+            config=Config(KernelManager=kernel_sockets.options(Path(sockets.name))),
         )
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
@@ -197,6 +201,7 @@ def run_notebook(
         error = f"{type(exc).__name__}: {exc}"
     finally:
         logger.removeHandler(handler)
+        sockets.cleanup()
     return Outcome(name, time.perf_counter() - start, output, error)
 
 

@@ -6,11 +6,16 @@ installed (jupyter-events asks for it, so every Jupyter installation has it), an
 builds an Earley parser of RFC 3987 when it is imported: about 0.9 s of CPU in each process that
 reads a notebook, more than the rest of nbgrader's start. It serves only the "iri" and
 "iri-reference" string formats, which neither the notebook format's schema nor nbgrader's use;
-`lean` keeps it out of the process, and jsonschema then goes without those two formats."""
+`lean` keeps it out of the process, and jsonschema then goes without those two formats.
+
+The kernels it starts listen on Unix sockets of a private folder (grader.authoring.kernel_sockets)
+unless the command line says otherwise, as the sandbox's options do."""
 
 from __future__ import annotations
 
 import sys
+
+from grader.authoring import kernel_sockets
 
 UNUSED = ("rfc3987_syntax",)  # imported by jsonschema if present, never needed here
 
@@ -29,6 +34,7 @@ def command(*args: str) -> list[str]:
 
 if __name__ == "__main__":
     lean()
+    sys.argv = kernel_sockets.command_line(sys.argv)
     from nbgrader.apps.nbgraderapp import main
 
     main()
