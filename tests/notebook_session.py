@@ -6,7 +6,7 @@ from pathlib import Path
 
 from jupyter_client.manager import KernelManager
 
-from grader.authoring import build, kernel_sockets
+from grader.authoring import build, kernel_connection
 from grader.runtime import perf
 
 
@@ -18,7 +18,7 @@ class Session:
         self.cells = build.to_notebook(assignment.source).cells
         self.sockets = tempfile.TemporaryDirectory(prefix="kernel-")
         self.km = KernelManager(
-            kernel_name="python3", **kernel_sockets.options(Path(self.sockets.name))
+            kernel_name="python3", **kernel_connection.sockets(Path(self.sockets.name))
         )
         self.km.start_kernel(cwd=str(assignment.source.parent))
         self.kc = self.km.client()

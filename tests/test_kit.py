@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 from grader import cli
-from grader.authoring import build, kernel_sockets, kit
+from grader.authoring import build, kernel_connection, kit
 
 pytestmark = pytest.mark.tooling
 
@@ -348,11 +348,11 @@ def test_the_kit_works_from_a_fresh_folder(built, tmp_path):
     source = next(a.source for a in build.assignments() if a.name == "00_setup")
     nbformat.write(solved(notebook, source), notebook)
     jupyter = str(folder / ".venv" / "bin" / "jupyter")
+    sockets = kernel_connection.private_folder()  # the kit has no grader.authoring: sockets only
     run = subprocess.run(
-        kernel_sockets.command_line(
-            [jupyter, "nbconvert", "--to", "notebook", "--execute", "--inplace"]
-            + ["--ExecutePreprocessor.timeout=300", str(notebook)]
-        ),
+        [jupyter, "nbconvert", "--to", "notebook", "--execute", "--inplace", str(notebook)]
+        + ["--ExecutePreprocessor.timeout=300"]
+        + [f"--KernelManager.{k}={v}" for k, v in kernel_connection.sockets(sockets).items()],
         cwd=tmp_path,
         env=env | {"PYTHONPATH": str(folder)},
         capture_output=True,

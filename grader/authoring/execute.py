@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.authoring import build, kernel_sockets
+from grader.authoring import build, kernel_connection
 
 # Wall time one solution notebook may take with its default parameters: interpreter mode on a
 # 2-core CPU, or one GPU (COURSE_DESIGN: ~90 s and ~2 minutes).
@@ -190,7 +190,7 @@ def run_notebook(
             progress_bar=False,
             log_output=stream,
             timeout_func=timeout_for,
-            config=Config(KernelManager=kernel_sockets.options(Path(sockets.name))),
+            config=Config(kernel_connection.config(Path(sockets.name))),
         )
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"

@@ -8,14 +8,14 @@ reads a notebook, more than the rest of nbgrader's start. It serves only the "ir
 "iri-reference" string formats, which neither the notebook format's schema nor nbgrader's use;
 `lean` keeps it out of the process, and jsonschema then goes without those two formats.
 
-The kernels it starts listen on Unix sockets of a private folder (grader.authoring.kernel_sockets)
+The kernels it starts listen on Unix sockets of a private folder (grader.authoring.kernels)
 unless the command line says otherwise, as the sandbox's options do."""
 
 from __future__ import annotations
 
 import sys
 
-from grader.authoring import kernel_sockets
+from grader.authoring import kernel_connection
 
 UNUSED = ("rfc3987_syntax",)  # imported by jsonschema if present, never needed here
 
@@ -34,7 +34,7 @@ def command(*args: str) -> list[str]:
 
 if __name__ == "__main__":
     lean()
-    sys.argv = kernel_sockets.command_line(sys.argv)
+    sys.argv = kernel_connection.command_line(sys.argv)
     from nbgrader.apps.nbgraderapp import main
 
     main()
