@@ -8,8 +8,9 @@ reads a notebook, more than the rest of nbgrader's start. It serves only the "ir
 "iri-reference" string formats, which neither the notebook format's schema nor nbgrader's use;
 `lean` keeps it out of the process, and jsonschema then goes without those two formats.
 
-The kernels it starts listen on Unix sockets of a private folder (grader.authoring.kernels)
-unless the command line says otherwise, as the sandbox's options do."""
+The kernels it starts listen on Unix sockets of a private folder
+(grader.authoring.kernel_connection) unless the command line says otherwise, as the sandbox's
+options do."""
 
 from __future__ import annotations
 
