@@ -76,15 +76,16 @@ lint: setup
 lab: release
 	$(PY) -m grader lab
 
-# Test files run side by side (pytest-xdist, one worker per core); GPU tests never do, as they
-# time kernels.
+# Test files run side by side (pytest-xdist, one worker per core), the longest first
+# (tests/conftest.py); GPU tests never do, as they time kernels.
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
 test: setup
-	$(PY) -m pytest -m "not gpu" -n auto --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu" $(XDIST) $(PYTEST_ARGS)
 
 # The tests not marked slow (tests that execute notebooks, grade a class or drive a browser are):
 # a couple of minutes on two cores. New tests are in unless they carry the mark.
 test-fast: setup
-	$(PY) -m pytest -m "not gpu and not slow" -n auto --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu and not slow" $(XDIST) $(PYTEST_ARGS)
 
 # On a GPU, two steps, each short enough for one 10-minute job, both run even when one fails.
 # test-gpu-notebooks: every solution notebook (or NOTEBOOKS="04_matmul 05_autotuning") once, at
