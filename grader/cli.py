@@ -145,10 +145,15 @@ def _grading_device(args: argparse.Namespace):
             [],
             1,  # one student per task; --jobs throttles the array instead
         )
+    if args.gpus and args.mode == "interpreter":  # said before setup, which may refuse first
+        raise devices.DeviceError("--gpus needs GPU mode; this batch grades in the interpreter")
     dev = device.setup(args.mode)
     if not dev.is_gpu:
         if args.gpus:
-            raise devices.DeviceError("--gpus needs GPU mode; this batch grades in the interpreter")
+            raise devices.DeviceError(
+                "--gpus needs GPU mode; torch finds no GPU here, so this batch would grade in the "
+                "interpreter"
+            )
         return dev.mode, dev.describe(), dev.grades_speed, [], args.jobs or os.cpu_count() or 1
     gpus = devices.select(args.gpus or "all", devices.detect())
     jobs = min(args.jobs or len(gpus), len(gpus))

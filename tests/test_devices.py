@@ -255,11 +255,23 @@ def test_inside_the_sandbox_the_kernel_sees_its_gpu_alone(tmp_path):
 
 
 def test_the_command_refuses_gpus_without_gpu_mode(capsys):
+    """Asked of the interpreter, refused before the device is set up (which a process that has
+    imported triton for the GPU, as the GPU tests' has, would refuse first)."""
     from grader import cli
 
     argv = ["autograde", "00_setup", "--mode", "interpreter", "--gpus", "0", "--sandbox", "none"]
     assert cli.main(argv) == 2
-    assert "--gpus needs GPU mode" in capsys.readouterr().err
+    assert "--gpus needs GPU mode; this batch grades in the interpreter" in capsys.readouterr().err
+
+
+def test_the_command_refuses_gpus_where_torch_finds_none(capsys, dev):
+    from grader import cli
+
+    if dev.is_gpu:
+        pytest.skip("this machine has a GPU")
+    argv = ["autograde", "00_setup", "--gpus", "0", "--sandbox", "none"]
+    assert cli.main(argv) == 2
+    assert "--gpus needs GPU mode; torch finds no GPU here" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a folder of another user needs root")
