@@ -15,6 +15,7 @@ the reference passes).
 """
 
 import importlib
+import json
 import pkgutil
 import re
 
@@ -179,7 +180,8 @@ def test_slow_but_correct_solution_scores_no_speed_points(
             if cell.metadata.get("nbgrader", {}).get("grade_id", "").startswith("speed-"):
                 speed_cells += 1
                 score = float(printed[-1])
-                assert score == 0.0, f"'{name}' earned {score} in {cell.id}:\n{''.join(printed)}"
+                shown = "".join(p if isinstance(p, str) else f"{json.dumps(p)}\n" for p in printed)
+                assert score == 0.0, f"'{name}' earned {score} in {cell.id}:\n{shown}"
         assert speed_cells, f"{grade_id} has no speed cell"
     finally:
         status, detail = session.run(session.cells[index].source)
