@@ -451,21 +451,22 @@ memory = memory_sweep(MEMORY_LENGTHS)
 # %% [markdown]
 # ### Speed (2 points, graded on a GPU)
 #
-# At `(B, H, N) = (4, 16, 4096)` in float16, non-causal, your kernel must be at least 0.8 times
+# At `(B, H, N) = (4, 16, 4096)` in float16, non-causal, your kernel must be at least 1.1 times
 # as fast as SDPA's flash backend at D = 64 and at D = 128, and at least 5 times as fast as the
 # naive eager code at D = 64, each timed in the same run; full points only if every comparison
-# passes. After timing, your output is checked against SDPA's.
+# passes. After timing, your output is checked against SDPA's. On an H100 and an H200 the
+# reference measured 1.34x to 1.42x SDPA flash; one walking K and V twice (maxima first, then
+# output), 0.92x to 1.02x.
 #
 # Why naive eager only at D = 64: naive attention is limited by memory bandwidth (its N × N
 # traffic), your kernel by arithmetic, so their ratio follows each GPU's balance of bandwidth to
-# FLOP/s, more so at D = 128, where the kernel does twice the arithmetic per score. The reference
-# kernel measured 8.2x to 9.4x at D = 64 on an H100 and an H200, but 4.9x to 5.3x at D = 128 on
-# the H100 and 4.7x on the H200, whose memory is faster. The cell shows the D = 128 ratio without
-# grading it. SDPA's flash backend (FlashAttention-2) is limited by arithmetic like your kernel:
-# that ratio holds on every GPU.
+# FLOP/s, more so at D = 128, with twice the arithmetic per score. The reference measured 8.2x
+# to 9.4x at D = 64 on both GPUs, but 4.9x to 5.3x at D = 128 on the H100 and 4.7x on the H200,
+# whose memory is faster; the cell shows that ratio without grading it. SDPA's flash backend
+# (FlashAttention-2) is limited by arithmetic like your kernel: that ratio holds on every GPU.
 
 # %%
-SPEED_NEEDS = {"SDPA flash": 0.8, "naive eager": 5.0}  # speedup needed against each baseline
+SPEED_NEEDS = {"SDPA flash": 1.1, "naive eager": 5.0}  # speedup needed against each baseline
 NAIVE_GRADED_AT = (64,)  # head dims graded against naive eager; at the others it is shown only
 
 
@@ -633,9 +634,9 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large val
 # %% [markdown]
 # ### Causal speed (1 point, graded on a GPU)
 #
-# The same size, causal: at least 0.8 times as fast as SDPA's flash backend at D = 64 and at
+# The same size, causal: at least 1.1 times as fast as SDPA's flash backend at D = 64 and at
 # D = 128, in the same run. A kernel that visits the hidden blocks does twice the work and falls
-# short here.
+# short here (0.70x to 0.77x; the reference 1.37x to 1.42x).
 
 # %% nbgrader={"grade": true, "grade_id": "speed-flash-attention-causal", "points": 1}
 speed_cases(points=1, causal=True)
