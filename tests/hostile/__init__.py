@@ -17,6 +17,16 @@ from pathlib import Path
 import nbformat
 
 
+def printed(nb) -> list[str]:
+    """What each code cell of an executed notebook printed, its stream outputs joined: the
+    kernel sends buffered text as it flushes, so one print may arrive as several outputs."""
+    return [
+        "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+    ]
+
+
 def _grade_id(cell) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 

@@ -14,7 +14,7 @@ import time
 
 import nbformat
 
-from tests.hostile import Attacker, Graded, Materials
+from tests.hostile import Attacker, Graded, Materials, printed
 
 STUDENT = "escape-artist"
 VICTIM = "honest-1"
@@ -94,11 +94,7 @@ def _seen(result: Graded) -> dict[str, object]:
     path = result.root / "autograded" / STUDENT / "00_setup" / f"{result.materials.notebook}.ipynb"
     nb = nbformat.read(path, as_version=4)
     lines = [
-        line
-        for cell in nb.cells
-        for out in cell.get("outputs", [])
-        for line in out.get("text", "").splitlines()
-        if line.startswith("ESCAPE ")
+        line for text in printed(nb) for line in text.splitlines() if line.startswith("ESCAPE ")
     ]
     assert len(lines) == 1, f"the attack printed {len(lines)} ESCAPE lines"
     return json.loads(lines[0].removeprefix("ESCAPE "))

@@ -9,7 +9,7 @@ import re
 
 import nbformat
 
-from tests.hostile import Attacker, Graded, Materials
+from tests.hostile import Attacker, Graded, Materials, printed
 
 PRINTS = """
 def _show(info):
@@ -97,8 +97,7 @@ def _only_pages(student: str):
         assert kept <= {page, "timestamp.txt"}, kept
         ran = graded.root / "autograded" / student / m.assignment
         nb = nbformat.read(ran / f"{m.notebook}.ipynb", as_version=4)
-        said = [o.get("text", "") for c in nb.cells for o in c.get("outputs", [])]
-        assert any("wrote hidden.txt" in s for s in said), "the attack did not run"
+        assert any("wrote hidden.txt" in s for s in printed(nb)), "the attack did not run"
         # the sandbox kept what the kernel wrote in its private copy of the folder
         assert not (ran / "hidden.txt").exists() and not (ran / "setup.html").exists()
 
