@@ -55,7 +55,7 @@ SECONDS_PER_ISOLATED = 25.0
 SECONDS_PER_NOTEBOOK_PASS = 45.0
 # swapping a variant in and re-running its exercise's test cells once
 SECONDS_PER_SWAP = 15.0
-TIMED = {"perf.compare", "perf.grade_speedup", "perf.grade_bandwidth"}
+TIMED = {"perf.compare", "perf.grade"}
 JUPYTER_HINT = (
     "install jupyter_client, ipykernel and jupytext (offline: `make wheelhouse` on a machine "
     "with network, then install the wheels as .ci/gpu does)"
@@ -283,7 +283,7 @@ def _name(func: ast.expr) -> str | None:
 
 
 def timed_calls(node: ast.AST, functions: dict, depth: int = 0) -> dict[str, int]:
-    """Timed comparisons (perf.compare, grade_speedup, grade_bandwidth) and isolated
+    """Timed comparisons (perf.compare, perf.grade) and isolated
     measurements a piece of code makes, following calls into the notebook's own functions and
     multiplying by the length of loops over literal tuples, lists and range(k)."""
     counts = {"compare": 0, "isolated": 0}

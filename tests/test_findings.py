@@ -44,7 +44,7 @@ def release():
             ),
             solution_cell("def f(x):\n    raise NotImplementedError()", "f-code"),
             graded_cell("checks.check(f, ref, inputs)", "test-f"),
-            graded_cell("perf.grade_speedup(f, ref, at_least=2, points=1)", "speed-f"),
+            graded_cell("perf.grade(case(f), points=1)", "speed-f"),
         ]
     )
 
@@ -101,8 +101,8 @@ def test_tampering_is_found_by_checksum(release):
         ("checks.check = lambda *a, **k: None", "replaces grader.runtime.checks.check"),
         ("import grader.runtime.checks as gc\ngc.check = print", "grader.runtime.checks.check"),
         (
-            "from grader.runtime import perf as p\nsetattr(p, 'grade_speedup', max)",
-            "replaces grader.runtime.perf.grade_speedup",
+            "from grader.runtime import perf as p\nsetattr(p, 'grade', max)",
+            "replaces grader.runtime.perf.grade",
         ),
         ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
         ("checks = None", "rebinds checks, the release's grader.runtime.checks"),

@@ -1,5 +1,6 @@
 """House rules for every notebook in solutions/, checked on the built notebooks."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -383,3 +384,127 @@ def test_ruff_is_clean(root, command):
         [sys.executable, "-m", "ruff", *command], cwd=root, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Speed: every speed cell scores through the course's one speed path (grader.runtime.perf.grade,
+# or integrity.grade for 08's isolated measurement, which times with perf.measure), never by a
+# route of its own: the checks that path makes (fresh inputs, own work, census, ceilings) cannot
+# be left out by a cell.
+SPEED_PATH = {"perf.grade", "integrity.grade"}
+NOT_GRADED_HERE = "perf.not_graded_here"
+OTHER_ROUTES = {
+    "perf.compare",
+    "perf.compare_all",
+    "perf.measure",
+    "perf.score",
+    "perf.publish_verdict",
+    "perf.flagged",
+    "timing.bench",
+    "timing.device_sampler",
+    "triton.testing.do_bench",
+    "do_bench",
+}
+
+
+def dotted(node) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        owner = dotted(node.value)
+        return f"{owner}.{node.attr}" if owner else None
+    return None
+
+
+def speed_route_problems(nb) -> list[str]:
+    """Why the speed cells of `nb` do not all score through the one speed path (empty when they
+    do): a speed cell's last statement must call perf.grade or integrity.grade, or a function of
+    a given cell whose every return does (or says the device grades no speed); neither may time
+    or publish by another route."""
+    helpers = {
+        node.name: node
+        for c in nb.cells
+        if c.cell_type == "code" and not nbg(c).get("solution")
+        for node in ast.parse(c.source).body
+        if isinstance(node, ast.FunctionDef)
+    }
+    problems = []
+    for cell in nb.cells:
+        gid = nbg(cell).get("grade_id", "")
+        if cell.cell_type != "code" or not gid.startswith("speed-"):
+            continue
+        body = ast.parse(cell.source).body
+        last = body[-1] if body else None
+        callee = dotted(last.value.func) if isinstance(last, ast.Expr) and isinstance(
+            last.value, ast.Call) else None  # fmt: skip
+        reached = [cell.source]
+        if callee in helpers:
+            helper = helpers[callee]
+            reached.append(ast.unparse(helper))
+            returns = [
+                dotted(r.value.func) if isinstance(r.value, ast.Call) else None
+                for r in ast.walk(helper)
+                if isinstance(r, ast.Return)
+            ]
+            if not returns or any(r not in SPEED_PATH | {NOT_GRADED_HERE} for r in returns):
+                problems.append(f"{gid}: {callee} returns {returns}, not perf.grade's score")
+            elif not any(r in SPEED_PATH for r in returns):
+                problems.append(f"{gid}: {callee} never reaches perf.grade")
+        elif callee not in SPEED_PATH:
+            problems.append(f"{gid}: its last line is {callee or 'no call'}, not perf.grade")
+        for source in reached:
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Call) and dotted(node.func) in OTHER_ROUTES:
+                    problems.append(f"{gid}: times through {dotted(node.func)}")
+    return problems
+
+
+def test_every_speed_cell_scores_through_the_one_speed_path(notebook):
+    _, nb = notebook
+    assert speed_route_problems(nb) == []
+
+
+def speed_notebook(helper: str, cell: str):
+    return nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(helper),
+            nbformat.v4.new_code_cell(
+                cell, metadata={"nbgrader": {"grade": True, "grade_id": "speed-x", "points": 1}}
+            ),
+        ]
+    )
+
+
+GOOD_HELPER = """def grade_it(p):
+    if p:
+        return perf.not_graded_here(p)
+    return perf.grade(case, points=p)"""
+
+
+@pytest.mark.parametrize(
+    "helper, cell, problem",
+    [
+        ("", "perf.compare(f, g)", "not perf.grade"),
+        ("", "x = perf.grade(case, points=1)\nprint(x)", "not perf.grade"),
+        ("", "t = timing.bench(f)\nperf.grade(case, points=1)", "times through timing.bench"),
+        ("def g():\n    return 1.0", "g()", "not perf.grade's score"),
+        (
+            "def g():\n    timing.bench(f)\n    return perf.grade(c, points=1)",
+            "g()",
+            "timing.bench",
+        ),
+        ("def g():\n    return perf.not_graded_here(1)", "g()", "never reaches perf.grade"),
+        ("", "perf.score([v], 1)", "not perf.grade"),
+    ],
+)
+def test_the_speed_path_rule_catches_a_cell_that_times_its_own_way(helper, cell, problem):
+    problems = speed_route_problems(speed_notebook(helper, cell))
+    assert problems and problem in problems[0], problems
+
+
+def test_the_speed_path_rule_accepts_the_path_and_helpers_that_return_it():
+    assert speed_route_problems(speed_notebook("", "perf.grade(case, points=1)")) == []
+    assert (
+        speed_route_problems(speed_notebook("", "integrity.grade(M, 'x', at_least=1, points=1)"))
+        == []
+    )
+    assert speed_route_problems(speed_notebook(GOOD_HELPER, "grade_it(1)")) == []

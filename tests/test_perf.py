@@ -17,27 +17,45 @@ def test_speedup_is_baseline_over_candidate():
     assert "speedup 2.50x" in str(c)
 
 
+def never():
+    raise AssertionError("must not be called")
+
+
 @pytest.mark.skipif(device.current().grades_speed, reason="checks a device without speed grading")
 def test_speed_cells_score_zero_off_gpu_and_say_why(capsys):
-    def never():
-        raise AssertionError("must not be timed")
-
-    assert perf.grade_speedup(never, never, at_least=2, points=3) == 0.0
-    assert perf.grade_bandwidth(never, bytes_moved=8, at_least=0.8, points=1) == 0.0
+    x = torch.zeros(8)
+    case = perf.Case(never, ["k"], (x,), x, never, [perf.Baseline("eager", never, at_least=2)])
+    copy = perf.Case(never, ["k"], (x,), x, never, [perf.copy_bandwidth(64, at_least=0.8)])
+    assert perf.grade(case, points=3) == 0.0
+    assert perf.grade(copy, points=1) == 0.0
     out = capsys.readouterr()
     assert out.err == ""
     assert out.out.count("Speed is graded on an NVIDIA GPU") == 2
-    assert "scores 0 of 3" in out.out
+    assert "scores 0 of 3" in out.out and "Your instructor grades speed on a GPU" in out.out
 
 
-def test_verdict_gives_all_or_nothing(capsys):
-    assert perf.score_verdict(perf.Verdict("eager", 2.1, 2.0), 2) == 2.0
-    assert perf.score_verdict(perf.Verdict("eager", 1.9, 2.0), 2) == 0.0
-    assert perf.score_verdict(perf.Verdict("copy bandwidth", 79.6, 80.0, "%"), 1) == 0.0
+def test_a_case_names_its_kernels_inputs_and_baselines():
+    x = torch.zeros(8)
+    eager = [perf.Baseline("eager", never, at_least=2)]
+    with pytest.raises(ValueError, match="kernels"):
+        perf.Case(never, [], (x,), x, never, eager)
+    with pytest.raises(ValueError, match="floating-point inputs"):
+        perf.Case(never, ["k"], (torch.arange(4),), x, never, eager)
+    with pytest.raises(ValueError, match="baseline"):
+        perf.Case(never, ["k"], (x,), x, never, [])
+    copy = perf.Case(never, ["k"], (x,), x, never, [perf.copy_bandwidth(64, at_least=0.8)])
+    assert copy.moved == 64 and copy.label(copy.baselines[0]) == perf.COPY
+
+
+def test_verdicts_are_all_or_nothing_and_each_is_published(capsys):
+    assert perf.score([perf.Verdict("eager", 2.1, 2.0), perf.Verdict("torch", 1.3, 1.2)], 2) == 2.0
+    assert perf.score([perf.Verdict("eager", 2.1, 2.0), perf.Verdict("torch", 1.1, 1.2)], 2) == 0.0
+    assert perf.score([perf.Verdict("copy bandwidth", 79.6, 80.0, "%")], 1) == 0.0
     out = capsys.readouterr().out
-    assert "PASS 2.10x eager (needs 2x): 2 of 2 points" in out
-    assert "NOT YET 1.90x eager (needs 2x): 0 of 2 points" in out
-    assert "NOT YET 80% of copy bandwidth (needs 80%)" in out
+    assert "2.10x eager (needs 2x) ok" in out and "PASS: 2 of 2 points" in out
+    assert "1.10x torch (needs 1.2x) TOO SLOW" in out
+    assert "NOT YET: short of torch: 0 of 2 points" in out
+    assert "80% of copy bandwidth (needs 80%) TOO SLOW" in out
 
 
 def test_verdict_is_published_as_data_in_ipython(monkeypatch):
@@ -62,22 +80,27 @@ def test_verdict_is_published_as_data_in_ipython(monkeypatch):
 
 @pytest.mark.gpu
 def test_a_clearly_slower_kernel_fails_and_a_fast_one_passes():
-    import torch
+    from tests import launch_kernels as lk
 
     x = torch.randn(1 << 25, device="cuda")
     out = torch.empty_like(x)
 
-    def slow():  # four passes over memory where one would do
-        out.copy_(x)
-        for _ in range(3):
-            out.add_(0.0)
+    def case(launcher):
+        return perf.Case(
+            lambda: launcher(x, out),
+            ["double_kernel"],
+            (x,),
+            out,
+            lambda: checks.compare(out, 2 * x.double()),
+            [perf.copy_bandwidth(2 * x.nbytes, at_least=0.8)],
+        )
 
-    assert (
-        perf.grade_bandwidth(lambda: out.copy_(x), bytes_moved=2 * x.nbytes, at_least=0.8, points=1)
-        == 1.0
-    )
-    assert perf.grade_bandwidth(slow, bytes_moved=2 * x.nbytes, at_least=0.8, points=1) == 0.0
-    assert perf.grade_speedup(slow, lambda: out.copy_(x), at_least=1.0, points=1) == 0.0
+    def four_passes(x, out):  # the kernel run four times where once would do
+        for _ in range(4):
+            lk.honest(x, out)
+
+    assert perf.grade(case(lk.honest), points=1) == 1.0
+    assert perf.grade(case(four_passes), points=1) == 0.0
 
 
 # -- what cannot be scored ---------------------------------------------------------------------
@@ -120,12 +143,13 @@ class Launcher:
 
 
 def test_an_output_cached_across_timed_calls_is_flagged_once_inputs_change():
-    def changing(launcher):  # new values before every call, as `negating` does, never repeating
-        return lambda: launcher.x.add_(1.0)
-
     honest = Launcher(cached=False)
     result = perf.compare(
-        honest, slow, verify=honest.verify, before=changing(honest), sampler=timing.cpu_sampler
+        honest,
+        slow,
+        verify=honest.verify,
+        before=perf.Redraw([honest.x]),
+        sampler=timing.cpu_sampler,
     )
     assert result.flags == ()
     cheat = Launcher(cached=True)
@@ -133,30 +157,31 @@ def test_an_output_cached_across_timed_calls_is_flagged_once_inputs_change():
     assert unchanged.flags == ()  # inputs that never change: the cached output stays right
     cheat = Launcher(cached=True)
     result = perf.compare(
-        cheat, slow, verify=cheat.verify, before=changing(cheat), sampler=timing.cpu_sampler
+        cheat,
+        slow,
+        verify=cheat.verify,
+        before=perf.Redraw([cheat.x]),
+        sampler=timing.cpu_sampler,
     )
     assert len(result.flags) == 1 and "wrong for the inputs of that call" in result.flags[0]
     assert "cached" in result.flags[0] and result.candidate.rounds == 0
 
 
-def test_versions_never_repeat_the_last_call_and_leave_integers_alone():
-    x, n = torch.randn(64), torch.arange(4)
-    original = x.clone()
-    change = perf.versions_of([x, n])
-    seen = []
-    for _ in range(200):
-        change()
-        seen.append(change.now)
-        assert torch.equal(n, torch.arange(4))
-    assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
-    assert set(seen) == {0, 1, 2, 3}
-    values = [change.versions[i][0] for i in range(4)]
-    assert torch.equal(values[0], original) and torch.equal(values[1], -original)
-    assert torch.equal(values[2].sort().values, original.sort().values)  # a permutation
-    assert not torch.equal(values[2], original) and torch.equal(values[3], -values[2])
-    assert perf.versions_of([n]) is None
-    with pytest.raises(ValueError, match="at least 3"):
-        perf.Versions([x], [[x], [-x]])
+def test_inputs_are_drawn_afresh_like_the_given_ones_and_integers_are_left_alone():
+    x, n = 3.0 + 0.5 * torch.randn(1 << 14), torch.arange(4)
+    redraw = perf.Redraw([x, n])
+    assert redraw.inputs == [x]
+    seen = set()
+    for _ in range(20):
+        before = x.clone()
+        redraw()
+        assert not torch.equal(x, before) and torch.equal(n, torch.arange(4))
+        assert not torch.equal(x, -before) and abs(float(x.mean()) - 3.0) < 0.05
+        assert abs(float(x.std()) - 0.5) < 0.05  # independent draws, not signs or a permutation
+        seen.add(float(x.sum()))
+    assert len(seen) == 20
+    with pytest.raises(ValueError, match="no floating-point input"):
+        perf.Redraw([n])
 
 
 def test_a_timer_replaced_while_timing_is_flagged():
@@ -203,4 +228,4 @@ def test_a_flagged_cell_scores_zero_and_says_why(capsys, monkeypatch):
     (data,) = shown
     record = verdicts.parse(data[perf.SPEED_MIMETYPE])
     assert record.flags == ("the timer lies",) and not record.passed and record.measured == 3.0
-    assert "NOT SCORED" in data["text/plain"]
+    assert data["text/plain"].endswith("FLAGGED")

@@ -141,9 +141,9 @@ ATTACKS = {
         "imports a module whose name is built at run time",
     ),
     "__import__": (
-        "__import__('grader.runtime.perf', fromlist=['x']).grade_bandwidth = f",
+        "__import__('grader.runtime.perf', fromlist=['x']).grade = f",
         "cheating",
-        "replaces grader.runtime.perf.grade_bandwidth",
+        "replaces grader.runtime.perf.grade",
     ),
     "setattr": ("setattr(checks, 'check', print)", "cheating", "checks.check"),
     "setattr built name": ("setattr(checks, 'che' + 'ck', f)", "dynamic-code", "built at run"),

@@ -1,9 +1,10 @@
 """Speed cheats against 02's kernels, graded as 02's speed cells grade them: an output cached
 across timed calls, work skipped after the third identical call, work launched on a side stream,
 timers patched through importlib and sys.modules, and a launcher that lets torch compute the
-result. Each must be flagged and score 0 for speed; the reference kernels, honest, must score full
-points. Every graded cell's printed figures are kept in build/report/speed_cheats.json (the
-record of a GPU run). Needs a GPU: `pytest -m gpu` on one."""
+result; and on 04's speed cell, cuBLAS computing the product that a kernel named as the
+exercise's only copies. Each must be flagged and score 0 for speed; the reference kernels,
+honest, must score full points. Every graded cell's printed figures are kept in
+build/report/speed_cheats.json (the record of a GPU run). Needs a GPU: `pytest -m gpu` on one."""
 
 import ast
 import importlib
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from grader.runtime import checks, perf, timing
 
@@ -142,16 +145,19 @@ CHEATS = {
 # output wrong for its call's inputs, a timer at odds with the host clock or replaced, a result
 # that the exercise's kernel did not write (checked on an untimed call before and after timing).
 NOT_ITS_WORK = "is not the work of"
+CENSUS = ("ran inside the timed calls", "launched none of")  # the census of the GPU's work
 REASONS = {
     "cached across calls": (
         "above this GPU's measured copy bandwidth",
         "wrong for the inputs",
         NOT_ITS_WORK,
+        *CENSUS,
     ),
     "skips after the third call": (
         "above this GPU's measured copy bandwidth",
         "wrong for the inputs",
         NOT_ITS_WORK,
+        *CENSUS,
     ),
     "side stream": (
         "host clock",
@@ -160,7 +166,7 @@ REASONS = {
         NOT_ITS_WORK,
     ),
     "patched timers": ("replaced while timing", "host clock"),
-    "torch computes it": (NOT_ITS_WORK,),
+    "torch computes it": (NOT_ITS_WORK, *CENSUS),
 }
 RECORD = Path(__file__).parent.parent / "build" / "report" / "speed_cheats.json"
 
@@ -204,34 +210,24 @@ def grade_fused(launch):
     scale, out = 0.5, torch.empty_like(x)
     ideal_bytes = x.nbytes + bias.nbytes + out.nbytes
 
-    def fused_speed():
-        return launch(x, bias, scale, out)
-
     def verify_speed():
         expected = fused_reference(x.double(), bias.double(), scale)
         checks.compare(out, expected, context="after a timed call")
 
-    vs_eager = perf.grade_speedup(
-        fused_speed,
-        lambda: fused_reference(x, bias, scale),
-        at_least=2.0,
-        points=1,
-        verify=verify_speed,
-        inputs=(x, bias),
-        bytes_moved=ideal_bytes,
-        kernels=["bias_gelu_scale_kernel"],
-        out=out,
-    )
-    vs_copy = perf.grade_bandwidth(
-        fused_speed,
-        bytes_moved=ideal_bytes,
-        at_least=0.8,
-        points=1,
-        verify=verify_speed,
-        inputs=(x, bias),
-        kernels=["bias_gelu_scale_kernel"],
-        out=out,
-    )
+    def case(baseline):
+        return perf.Case(
+            lambda: launch(x, bias, scale, out),
+            ["bias_gelu_scale_kernel"],
+            (x, bias),
+            out,
+            verify_speed,
+            [baseline],
+            bytes_moved=ideal_bytes,
+        )
+
+    eager = perf.Baseline("eager", lambda: fused_reference(x, bias, scale), at_least=2.0)
+    vs_eager = perf.grade(case(eager), points=1)
+    vs_copy = perf.grade(case(perf.copy_bandwidth(ideal_bytes, at_least=0.8)), points=1)
     return vs_eager, vs_copy
 
 
@@ -244,15 +240,10 @@ def grade_add(launch):
     def verify():
         checks.compare(out, x.double() + y.double(), context="after a timed call")
 
-    return perf.grade_bandwidth(
-        lambda: launch(x, y, out),
-        bytes_moved=3 * x.nbytes,
-        at_least=0.8,
+    copy = perf.copy_bandwidth(3 * x.nbytes, at_least=0.8)
+    return perf.grade(
+        perf.Case(lambda: launch(x, y, out), ["add_kernel"], (x, y), out, verify, [copy]),
         points=1,
-        verify=verify,
-        inputs=(x, y),
-        kernels=["add_kernel"],
-        out=out,
     )
 
 
@@ -323,12 +314,19 @@ def test_the_isolated_measurement_flags_an_output_kept_across_calls_only():
     assert cheat.ok and cheat.flags, str(cheat)
 
 
-# -- the FLOP-rate ceiling (04's and 05's speed cells) ---------------------------------------------
+# -- a library computes, the exercise's kernel copies (04's and 05's speed cells) -----------------
 
 
-def grade_matmul(launch, capsys, change_inputs=True):
-    """04's speed cell, with `launch(a, b, c)` as the candidate: (score, printed). Without
-    `change_inputs`, only the FLOP-rate ceiling can tell a kept output."""
+@triton.jit
+def matmul_kernel(src_ptr, a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Named as the exercise's kernel, handed the real inputs, it only copies `src` to `out`."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
+
+
+def grade_matmul(launch, capsys):
+    """04's speed cell, with `launch(a, b, c)` as the candidate: (score, printed)."""
     n = 4096
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
     c, theirs = torch.empty_like(a), torch.empty_like(a)
@@ -338,25 +336,19 @@ def grade_matmul(launch, capsys, change_inputs=True):
         atol = 4 * n**0.5 * 2.0**-24 * scale + 1e-5
         checks.compare(c, a.double() @ b.double(), rtol=1e-2, atol=atol)
 
-    score = perf.grade_speedup(
-        lambda: launch(a, b, c),
-        lambda: torch.matmul(a, b, out=theirs),
-        at_least=0.6,
-        points=2,
-        verify=verify,
-        inputs=(a, b) if change_inputs else (),
-        flops=2 * n**3,
-        dtype=torch.float16,
-    )
+    cublas = perf.Baseline("cuBLAS", lambda: torch.matmul(a, b, out=theirs), at_least=0.6)
+    case = perf.Case(lambda: launch(a, b, c), ["matmul_kernel"], (a, b), c, verify, [cublas],
+                     flops=2 * n**3, dtype=torch.float16)  # fmt: skip
+    score = perf.grade(case, points=2)
     return score, capsys.readouterr().out
 
 
-def test_a_matmul_kept_across_calls_is_flagged_above_cublas_and_cublas_is_not(capsys):
-    def cublas(a, b, c):
-        return torch.matmul(a, b, out=c)
+def test_cublas_computing_a_matmul_that_the_kernel_copies_is_named_by_the_census(capsys):
+    def copies_cublas(a, b, c):
+        product = torch.matmul(a, b)
+        matmul_kernel[(triton.cdiv(c.numel(), 1024),)](product, a, b, c, c.numel(), BLOCK=1024)
 
-    score, printed = grade_matmul(cublas, capsys)
-    assert score == 2.0 and flags_in(printed) == [], printed
-    score, printed = grade_matmul(cached_across_calls(cublas), capsys, change_inputs=False)
-    assert score == 0.0 and flags_in(printed), printed
-    assert all("above this GPU's measured matmul ceiling" in f for f in flags_in(printed)), printed
+    score, printed = grade_matmul(copies_cublas, capsys)
+    assert score == 0.0, printed
+    named = [f for f in flags_in(printed) if "ran inside the timed calls" in f]
+    assert named and all(f.split("`")[1] != "matmul_kernel" for f in named), printed

@@ -63,8 +63,16 @@ def test_a_wrong_value_is_flagged_and_the_output_starts_poisoned():
     assert "wrong at 10 of 300 elements" in flag
 
 
-def test_no_kernels_means_no_check_and_kernels_need_out():
-    timed, x, out, verify = _cell(lk.torch_only)
-    assert perf.own_work_flags(timed, (), (x,), None, verify) == []
-    with pytest.raises(ValueError, match="needs out="):
-        perf.own_work_flags(timed, KERNELS, (x,), None, verify)
+def test_without_out_the_returned_tensor_must_be_the_kernels_output():
+    x = torch.randn(300, device=DEV)
+
+    def verify():
+        pass
+
+    launched = set()
+    assert perf.own_work_flags(lambda: lk.launch(x, torch.empty_like(x)), KERNELS, (x,), None,
+                               verify, launched) == []  # fmt: skip
+    assert launched == {"double_kernel"}
+    [flag] = perf.own_work_flags(lambda: lk.torch_only(x, torch.empty_like(x)), KERNELS, (x,),
+                                 None, verify)  # fmt: skip
+    assert "returned without launching double_kernel" in flag

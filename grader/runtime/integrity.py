@@ -16,12 +16,13 @@ What each guard catches:
   arguments and the returned tensor must have been handed to the kernel, not a placeholder.
 - `measure_isolated` sends the source of the kernel and launcher (`inspect.getsource`) to a fresh
   Python process, which defines them anew, checks them with the guards above on fresh inputs,
-  times them against baselines with `grader.runtime.perf.compare` (the host clock beside the
-  CUDA events, the inputs changed before every timed call, sampled outputs checked against the
-  inputs of their call), checks the output again on new values after every comparison, requires a
-  launch for every timed call, flags a time beyond this device's copy bandwidth or cuBLAS's FLOP
-  rate, and returns the numbers and flags. Patched torch functions, a monkeypatched timer or
-  checker, global caches or pre-warmed tensors in the notebook do not exist there.
+  and times them through the course's one speed path, `grader.runtime.perf.measure` (inputs
+  drawn afresh before every timed call, sampled outputs checked against the inputs of their call,
+  its own work checked before and after timing, a census of the GPU kernels every timed call
+  ran, the host clock beside the CUDA events, the copy bandwidth and cuBLAS FLOP ceilings); it
+  returns the numbers and flags, which `grade` scores as perf scores every speed cell. Patched
+  torch functions, a monkeypatched timer or checker, global caches or pre-warmed tensors in the
+  notebook do not exist there.
 
 What they cannot catch: work that bypasses torch's Python API (`torch.ops.aten`, numpy, ctypes);
 code written to notice the guards and behave differently under them; a timer replaced below
@@ -273,6 +274,7 @@ class Measurement:
     bytes_moved: float = 0.0
     note: str = ""
     flags: list[str] = field(default_factory=list)  # why the times cannot be trusted
+    lines: list[str] = field(default_factory=list)  # the timings, for people
 
     def seconds(self, variant: str) -> float:
         """The candidate's median seconds per call for `variant`, over every comparison."""
@@ -286,6 +288,7 @@ class Measurement:
             return f"the isolated measurement failed: {self.error}"
         lines = [f"measured in a separate process on {self.device}"]
         lines += [f"  check: {c}" for c in self.checks]
+        lines += [f"  {line}" for line in self.lines]
         for name, c in self.comparisons.items():
             flops = self.flops.get(c["variant"])
             rate = ""
@@ -293,11 +296,7 @@ class Measurement:
                 mine = flops / (c["candidate_ms"] * 1e-3) / 1e12
                 theirs = flops / (c["baseline_ms"] * 1e-3) / 1e12
                 rate = f"  ({mine:.0f} vs {theirs:.0f} TFLOP/s)"
-            lines.append(
-                f"  yours ({c['variant']}) {c['candidate_ms'] * 1e3:.1f} us "
-                f"[spread {c['candidate_spread']:.1%}] vs {name} {c['baseline_ms'] * 1e3:.1f} us "
-                f"[spread {c['baseline_spread']:.1%}]: {c['speedup']:.2f}x{rate}"
-            )
+            lines.append(f"  yours ({c['variant']}) vs {name}: {c['speedup']:.2f}x{rate}")
         if self.note:
             lines.append(f"  {self.note}")
         lines += [f"  flagged: {why}" for why in self.flags]
@@ -371,8 +370,8 @@ def grade(
     measurement: Measurement | None, comparison: str, *, at_least: float, points: float
 ) -> float:
     """Full points when the isolated measurement's `comparison` shows a speedup of `at_least`
-    or more; 0 otherwise, off the supported GPU class (said out loud, as perf does), or when the
-    measurement was flagged (perf.flagged)."""
+    or more, untouched by any flag (perf.score); 0 otherwise, and off the supported GPU class
+    (said out loud, as perf does)."""
     from grader.runtime import perf
 
     if not device.current().grades_speed:
@@ -385,16 +384,10 @@ def grade(
         )
         print(f"NOT YET: {why}. 0 of {points:g} points")
         return 0.0
-    if measurement.flags:
-        c = measurement.comparisons.get(comparison)
-        verdict = perf.Verdict(comparison, c["speedup"] if c else None, at_least)
-        return perf.flagged(measurement.flags, points, verdict)
-    c = measurement.comparisons[comparison]
-    print(
-        f"yours ({c['variant']}): {c['candidate_ms'] * 1e3:.1f} us, {comparison}: "
-        f"{c['baseline_ms'] * 1e3:.1f} us, speedup {c['speedup']:.2f}x"
-    )
-    return perf.score_verdict(perf.Verdict(comparison, c["speedup"], at_least), points)
+    c = measurement.comparisons.get(comparison)
+    figure = c["speedup"] if c else None
+    verdict = perf.Verdict(comparison, figure, at_least, flags=tuple(measurement.flags))
+    return perf.score([verdict], points)
 
 
 # -- the isolated process --------------------------------------------------------------------------
@@ -418,122 +411,78 @@ def _resolve(dotted: str):
 
 
 def _measure(spec: dict, folder: Path) -> dict:
+    """Check the launcher with the guards of this module on fresh inputs, then time it through
+    the course's one speed path (perf.measure: inputs drawn afresh before every timed call, its
+    own work checked before and after, a census of the GPU's work, the ceilings), one case per
+    variant against that variant's baselines."""
     from grader.runtime import perf
 
     dev = device.current()
     module = _load_sources(spec["sources"], folder)
     launcher = getattr(module, spec["launcher"])
     problem = _resolve(spec["problem"])(**spec["params"])
-    result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}, "flags": []}
-    result["bytes_moved"] = float(problem.bytes_moved)
-    gen = checks.generator(checks.new_seed())
-    args = list(problem.inputs(gen))
-    live: dict = {}  # the inputs' versions and each variant's reference for every version
-
-    def refresh():
-        """New values in the same memory: four versions (two draws, each also negated), written
-        into the inputs before every timed call (perf.Versions), and their references."""
-        first, second = problem.inputs(gen), problem.inputs(gen)
-        second = [b if a.is_floating_point() else a for a, b in zip(first, second, strict=True)]
-
-        def negated(values):
-            return [-v if v.is_floating_point() else v for v in values]
-
-        sets = [list(first), negated(first), second, negated(second)]
-        expected = {v: [] for v in problem.variants}
-        for values in sets:
-            for old, new in zip(args, values, strict=True):
-                old.copy_(new)
-            for v, kw in problem.variants.items():
-                expected[v].append(problem.reference(*args, **kw))
-        live["versions"], live["expected"] = perf.Versions(args, sets), expected
-        live["versions"].now = len(sets) - 1
-
-    def current(variant):
-        return live["expected"][variant][live["versions"].now]
-
-    refresh()
+    result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}}
+    result.update(flags=[], lines=[], bytes_moved=float(problem.bytes_moved))
+    args = list(problem.inputs(checks.generator(checks.new_seed())))
     namespace = vars(module)
     with counting_launches(namespace, spec["kernels"]) as counters:
-
-        def guarded(variant):
+        for variant, kwargs in problem.variants.items():
             watch = ReferenceWatch()
             before = sum(c.launches for c in counters.values())
             with watch:
-                out = launcher(*args, **problem.variants[variant])
+                out = launcher(*args, **kwargs)
             if watch.calls:
                 raise IntegrityError(f"called {', '.join(sorted(set(watch.calls)))}")
             if sum(c.launches for c in counters.values()) == before:
                 raise IntegrityError("returned without launching the kernel")
-            problem.compare(out, current(variant))
-
-        for variant in problem.variants:
-            guarded(variant)
+            problem.compare(out, problem.reference(*args, **kwargs))
             result["flops"][variant] = float(problem.flops(variant))
             result["checks"].append(f"{variant}: right, launched the kernel, no reference calls")
-        sampler = timing.cpu_sampler if spec["clock"] == "cpu" else None
-        if sampler is None and not dev.supports("timing"):
-            result["note"] = "timing needs a GPU: checked only"
-            return result
-        copy = matmul = None
-        if sampler is None:  # this device's ceilings, measured in the same run
-            copy = timing.bench(perf.copy_baseline(int(problem.bytes_moved)))
-            floats = [a.dtype for a in args if a.is_floating_point()]
-            matmul = perf.matmul_ceiling(floats[0]) if floats else None
-        for name, (variant, baseline) in problem.baselines.items():
-            state = {"calls": 0, "out": None}
-            kwargs = problem.variants[variant]
+    sampler = timing.cpu_sampler if spec["clock"] == "cpu" else None
+    if sampler is None and not dev.supports("timing"):
+        result["note"] = "timing needs a GPU: checked only"
+        return result
+    for variant, kwargs in problem.variants.items():
+        state = {}
 
-            def run(kwargs=kwargs, state=state):
-                state["calls"] += 1
-                state["out"] = launcher(*args, **kwargs)
+        def run(kwargs=kwargs, state=state):
+            state["out"] = launcher(*args, **kwargs)
+            return state["out"]
 
-            def verify(variant=variant, state=state):
-                problem.compare(state["out"], current(variant))
+        def verify(kwargs=kwargs, state=state):
+            problem.compare(state["out"], problem.reference(*args, **kwargs))
 
-            before = sum(c.launches for c in counters.values())
-            comparison = perf.compare(
-                run,
-                lambda baseline=baseline: baseline(*args),
-                names=("yours", name),
-                verify=verify,
-                before=lambda: live["versions"](),
-                sampler=sampler,
-            )
-            launched = sum(c.launches for c in counters.values()) - before
-            if launched < state["calls"]:
-                raise IntegrityError(
-                    f"{state['calls']} timed calls launched the kernel only {launched} times"
-                )
-            flags = list(comparison.flags) or perf.ceiling_flags(
-                comparison.candidate,
-                bytes_moved=problem.bytes_moved,
-                copy=copy,
-                flops=result["flops"][variant],
-                matmul=matmul,
-            )
-            if not flags:  # new values: an output kept from the timed calls is wrong now
-                refresh()
-                try:
-                    guarded(variant)
-                except checks.KernelCheckError as wrong:
-                    flags = [
-                        f"after timing, on new inputs: {str(wrong).splitlines()[0]}: is the "
-                        "output cached between calls?"
-                    ]
-            if flags:  # the measurement cannot be trusted: no further comparisons
-                result["flags"] += [f"{name}: {why}" for why in flags]
-                break
-            result["comparisons"][name] = {
+        baselines = [
+            perf.Baseline(name, lambda fn=fn: fn(*args), at_least=None)
+            for name, (of, fn) in problem.baselines.items()
+            if of == variant
+        ]
+        case = perf.Case(
+            run,
+            spec["kernels"],
+            args,
+            None,
+            verify,
+            baselines,
+            name=variant,
+            bytes_moved=problem.bytes_moved,
+            flops=result["flops"][variant],
+            dtype=args[0].dtype,
+        )
+        measured = perf.measure(case, sampler=sampler)
+        result["lines"] += measured.lines
+        if measured.flags:  # the measurement cannot be trusted: no further comparisons
+            result["flags"] += [f"{variant}: {why}" for why in measured.flags]
+            break
+        for b in baselines:
+            result["comparisons"][b.name] = {
                 "variant": variant,
-                "candidate_ms": comparison.candidate.median_ms,
-                "candidate_spread": comparison.candidate.spread,
-                "baseline_ms": comparison.baseline.median_ms,
-                "baseline_spread": comparison.baseline.spread,
-                "speedup": comparison.speedup,
+                "candidate_ms": measured.candidate_ms,
+                "baseline_ms": measured.baseline_ms[b.name],
+                "speedup": measured.speedup(b.name),
             }
-        if spec["clock"] == "cpu":
-            result["note"] = "timed with the CPU clock (the grader's own tests): not a GPU speed"
+    if spec["clock"] == "cpu":
+        result["note"] = "timed with the CPU clock (the grader's own tests): not a GPU speed"
     return result
 
 

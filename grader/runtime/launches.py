@@ -97,7 +97,7 @@ def _tensors(values: Iterable) -> Iterator[torch.Tensor]:
             yield v.base
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bits(t: torch.Tensor) -> torch.Tensor:
     """A copy of `t` that compares bit for bit (NaN payloads included)."""
     copy = t.detach().clone()
     if copy.is_floating_point() or copy.is_complex():
@@ -118,7 +118,7 @@ class Recording:
 
     def __post_init__(self):
         if self.out is not None:
-            self.left = _bits(self.out)
+            self.left = bits(self.out)
             self.written = torch.zeros(self.out.shape, dtype=torch.bool, device=self.out.device)
 
     def _launched(self, kernel, args, kwargs) -> torch.Tensor | None:
@@ -126,13 +126,13 @@ class Recording:
         spans = [s for t in _tensors([*args, *kwargs.values()]) if (s := Span.of(t))]
         self.launches.append(Launch(name, spans, tuple(precision.tf32_dots(kernel, args, kwargs))))
         if self.out is not None and name in self.kernels:
-            return _bits(self.out)
+            return bits(self.out)
         return None
 
     def _finished(self, before: torch.Tensor | None) -> None:
         if before is None:
             return
-        after = _bits(self.out)
+        after = bits(self.out)
         changed = after != before
         self.written |= changed
         self.left = torch.where(changed, after, self.left)
@@ -205,7 +205,7 @@ def verify(
             f"{who} returned without launching {names}: the result must come from your kernel. "
             "Did the launcher compute it with torch, or return a result kept from earlier?"
         )
-    final = None if rec.out is None else _bits(rec.out)
+    final = None if rec.out is None else bits(rec.out)
     foreign = None if final is None else final != rec.left
     if foreign is not None and bool(foreign.any()):
         later = int((foreign & rec.written).sum())

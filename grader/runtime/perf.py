@@ -1,25 +1,50 @@
-"""Speed checks as ratios: a kernel against a baseline, or against the copy bandwidth, both timed
-in the same run on the same device. Thresholds are ratios, never absolute times.
+"""Speed, graded one way: every speed cell of the course calls `grade` (08's isolated measurement
+calls `measure` in its own process and scores with `score`); no cell times by another route
+(tests/test_lint.py fails on one that does).
 
-No figure is scored that the device cannot produce: a speed cell whose timer disagrees with the
-host clock, whose timers were replaced, whose output is wrong for the inputs of a timed call, or
-whose bandwidth or FLOP rate is above what a copy or cuBLAS reaches on this device in the same run
-is flagged (a line beginning with FLAGGED, one per reason, and the reasons in its published
-verdict's flags) and scores 0."""
+A cell describes one or more `Case`s: the call under test, the exercise's kernels it must run,
+its inputs and output, a check of the output against the inputs as they are, and the baselines
+to beat, each with its threshold, a ratio measured in the same run on the same device, never an
+absolute time. `measure` then, for each case:
+
+1. checks that the call's result is the work of the exercise's kernels (`own_work_flags`: `out`
+   poisoned, every Triton launch recorded, every element written by them);
+2. times the call and the baselines alternately (`compare`), every input drawn afresh before
+   every timed call (`Redraw`: independent draws, in the same memory), the output checked after
+   calls drawn at random, the device's host clock beside the CUDA events;
+3. checks the call's own work again, after timing;
+4. compares its output, bit for bit, with each baseline marked `distinct` (a library whose
+   result no Triton kernel reproduces exactly on these shapes: cuDNN's and SDPA's attention);
+5. takes a census of the GPU's work during the timed calls and the second check
+   (grader.runtime.census): a kernel, copy or fill that is neither the exercise's Triton kernels
+   nor another Triton kernel of the student's, recorded launching in the checks, is named;
+6. flags a bandwidth above a copy of the same bytes timed now, and a FLOP rate above cuBLAS's.
+
+Anything found is a flag: a line beginning with FLAGGED in the cell, the reasons in its published
+verdicts, and 0 points. No figure is scored that the device cannot produce."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from grader.runtime import checks, device, launches, timing
+from grader.runtime import census, checks, device, launches, timing
 from grader.runtime.published import SPEED_MIMETYPE
 
 # How a speed cell off the supported GPU class begins its message.
 NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
+# How each printed reason for not scoring a speed cell begins (the records carry them as data).
+FLAGGED = "SPEED FLAGGED"
+# A kernel may beat the copy's bandwidth or cuBLAS's FLOP rate measured in the same run by this
+# much at most; beyond, the figure is not one this device produces.
+BANDWIDTH_MARGIN = 0.10
+FLOP_MARGIN = 0.15
+CEILING_SIZES = (4096, 8192)  # the square matmuls whose best FLOP rate is the ceiling
+COPY = "copy bandwidth"  # a baseline of this name is a copy of the case's bytes, in percent
+TIMED, CHECKED = "timed", "checked"  # the census's windows
 
 
 @dataclass(frozen=True)
@@ -71,13 +96,91 @@ def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
     return verdict.passed
 
 
-# How each printed reason for not scoring a speed cell begins (the records carry them as data).
-FLAGGED = "SPEED FLAGGED"
-# A kernel may beat the copy's bandwidth or cuBLAS's FLOP rate measured in the same run by this
-# much at most; beyond, the figure is not one this device produces.
-BANDWIDTH_MARGIN = 0.10
-FLOP_MARGIN = 0.15
-CEILING_SIZES = (4096, 8192)  # the square matmuls whose best FLOP rate is the ceiling
+# -- what a speed cell describes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the call under test is timed against. `at_least`: the speedup it needs (a fraction
+    of the bandwidth for COPY), None for a comparison shown but not graded. `distinct`: the
+    call's output must differ, bit for bit, from this baseline's on the same inputs (a library no
+    Triton kernel reproduces exactly on the case's shapes; equal outputs mean it computed it)."""
+
+    name: str
+    fn: Callable[[], object]
+    at_least: float | None
+    distinct: bool = False
+    bytes_moved: float | None = None  # COPY's: the bytes it reads and writes
+
+    @property
+    def unit(self) -> str:
+        return "%" if self.name == COPY else "x"
+
+
+def copy_bandwidth(bytes_moved: int, at_least: float | None) -> Baseline:
+    """A device-to-device copy of `bytes_moved` bytes (read and written), as a baseline: the
+    call then needs `at_least` of its bandwidth."""
+    return Baseline(COPY, copy_baseline(bytes_moved), at_least, bytes_moved=bytes_moved)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem a speed cell times. `candidate()` is the graded call; it must run `kernels`
+    (the exercise's Triton kernels) on `inputs` and write `out` (or return its result where
+    `out` is None); `verify()` checks the output against the inputs as they are now (they change
+    before every timed call). `bytes_moved` and `flops` set the ceilings; `dtype` is the inputs'
+    for cuBLAS's FLOP rate. `name` tells cases of one cell apart ("D=64, causal")."""
+
+    candidate: Callable[[], object]
+    kernels: Sequence[str]
+    inputs: Sequence[torch.Tensor]
+    out: torch.Tensor | None
+    verify: Callable[[], None]
+    baselines: Sequence[Baseline]
+    name: str = ""
+    bytes_moved: float | None = None
+    flops: float | None = None
+    dtype: torch.dtype | None = None
+
+    def __post_init__(self):
+        if not self.kernels:
+            raise ValueError("a speed case names the exercise's kernels it must run")
+        if not any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in self.inputs):
+            raise ValueError("a speed case needs its floating-point inputs, to draw them afresh")
+        if not self.baselines:
+            raise ValueError("a speed case needs a baseline")
+
+    @property
+    def moved(self) -> float | None:
+        """The bytes the call moves: `bytes_moved`, else those of its COPY baseline."""
+        copies = [b.bytes_moved for b in self.baselines if b.name == COPY]
+        return self.bytes_moved or (copies[0] if copies else None)
+
+    def label(self, baseline: Baseline) -> str:
+        return f"{self.name} vs {baseline.name}" if self.name else baseline.name
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What `measure` found for one case, as data: the medians in milliseconds of the call
+    (None where the measurement stopped) and of each baseline by name; why the figures cannot be
+    trusted; the timings as lines for people."""
+
+    case: str
+    candidate_ms: float | None = None
+    baseline_ms: dict[str, float] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    lines: tuple[str, ...] = ()
+
+    def speedup(self, baseline: str) -> float | None:
+        """The call's speedup over `baseline` (None where either was not timed)."""
+        theirs = self.baseline_ms.get(baseline)
+        if self.candidate_ms is None or theirs is None:
+            return None
+        return theirs / self.candidate_ms
+
+
+# -- timing ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -101,38 +204,79 @@ class Comparison:
         )
 
 
-class Versions:
-    """A `before` hook: writes one of several versions of the inputs into `inputs` in place,
-    drawn at random and never the one already there, so that no timed call sees the values of the
-    call before it. An output kept from an earlier call, or a call skipped because its inputs
-    look like the last one's, is wrong at the next check. `now` is the version written last."""
+class Redraw:
+    """A `before` hook: draws every floating-point tensor of `inputs` afresh, in place, from a
+    normal distribution with the mean and standard deviation its values had when given, so that
+    no timed call sees values a call has seen before (a result kept from an earlier call, or a
+    call skipped because its inputs look like the last one's, is wrong at the next check)."""
 
-    def __init__(self, inputs: Sequence[torch.Tensor], versions: Sequence[Sequence[torch.Tensor]]):
-        if len(versions) < 3:
-            raise ValueError("give at least 3 versions: with 2, every other call sees the same")
-        self.inputs, self.versions = list(inputs), [list(v) for v in versions]
-        self.now = 0
+    def __init__(self, inputs: Sequence[torch.Tensor]):
+        self.inputs = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        if not self.inputs:
+            raise ValueError("nothing to draw afresh: no floating-point input")
+        self.moments = [(float(t.float().mean()), float(t.float().std())) for t in self.inputs]
+        self.generator = torch.Generator(self.inputs[0].device)
+        self.generator.manual_seed(timing.randbelow(2**62))
 
     def __call__(self) -> None:
-        step = 1 + timing.randbelow(len(self.versions) - 1)
-        self.now = (self.now + step) % len(self.versions)
-        for dst, src in zip(self.inputs, self.versions[self.now], strict=True):
-            dst.copy_(src)
+        for t, (mean, std) in zip(self.inputs, self.moments, strict=True):
+            t.normal_(mean, std, generator=self.generator)
 
 
-def versions_of(inputs: Sequence[torch.Tensor]) -> Versions | None:
-    """Versions (see `Versions`) of the floating-point tensors in `inputs`: their values as
-    given, negated, randomly permuted, and permuted and negated. For inputs drawn independently
-    from a distribution symmetric about 0 (all the course's speed inputs), every version is
-    another draw from it. None when no input is floating-point."""
-    tensors = [t for t in inputs if t.is_floating_point()]
-    if not tensors:
-        return None
-    plain = [t.clone() for t in tensors]
-    permuted = [
-        p.flatten()[torch.randperm(p.numel(), device=p.device)].view(p.shape) for p in plain
+def compare_all(
+    candidate: Callable[[], object],
+    baselines: dict[str, Callable[[], object]],
+    *,
+    name: str = "yours",
+    verify: Callable[[], None] | None = None,
+    before: Callable[[], None] | None = None,
+    passes: int = 2,
+    sampler: timing.Sampler | None = None,
+) -> list[Comparison]:
+    """Time candidate and each baseline alternately (A B C A B C ...) so drift affects all alike.
+
+    `before()` runs before every call, outside the timed region, to change the inputs (`Redraw`);
+    `verify`, when given, must check the output against the inputs as they are now. It runs after
+    a few timed calls drawn at random, after the last timed call of each pass, and after each
+    pass. A wrong output there, a timer that disagrees with the host clock, or a replaced timer
+    is listed in every comparison's `flags`. `sampler` goes to timing.bench (the GPU's
+    device_sampler by default)."""
+    if sampler is None:
+        timing.require_gpu("Comparing speed")
+    checks.call_graded(candidate, what="the timed code")  # an unfilled stub, said plainly
+    mine, theirs = None, dict.fromkeys(baselines)
+    empty = timing.Timing((float("nan"),), 0, False)
+    try:
+        for _ in range(passes):
+            t = timing.bench(candidate, sampler=sampler, before=before, check=verify)
+            mine = t if mine is None else mine.pooled(t)
+            if verify is not None:
+                verify()
+            for label, fn in baselines.items():
+                t = timing.bench(fn, sampler=sampler, before=before)
+                theirs[label] = t if theirs[label] is None else theirs[label].pooled(t)
+    except checks.KernelCheckError as wrong:
+        first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
+        reason = (
+            f"the output of a timed call is wrong for the inputs of that call ({first}): is the "
+            "output cached or reused between timed calls, or written on another stream?"
+        )
+        return [
+            Comparison(name, mine or empty, label, theirs[label] or empty, (reason,))
+            for label in baselines
+        ]
+    flags = [
+        f"{who}: {why}"
+        for who, t in [(name, mine), *theirs.items()]
+        if (why := timing.clock_disagreement(t))
     ]
-    return Versions(tensors, [plain, [-p for p in plain], permuted, [-p for p in permuted]])
+    swapped = timing.replaced()
+    if swapped:
+        flags.append(
+            f"{', '.join(swapped)} replaced while timing: these times are not the course's "
+            "timer's; is a timer patched?"
+        )
+    return [Comparison(name, mine, label, t, tuple(flags)) for label, t in theirs.items()]
 
 
 def compare(
@@ -145,47 +289,20 @@ def compare(
     passes: int = 2,
     sampler: timing.Sampler | None = None,
 ) -> Comparison:
-    """Time candidate and baseline alternately (A B A B ...) so drift affects both alike.
+    """`compare_all` against one baseline (the benchmarks' figures; speed cells use `grade`)."""
+    (result,) = compare_all(
+        candidate,
+        {names[1]: baseline},
+        name=names[0],
+        verify=verify,
+        before=before,
+        passes=passes,
+        sampler=sampler,
+    )
+    return result
 
-    `before()` runs before every call, outside the timed region, to change the inputs
-    (`versions_of`); `verify`, when given, must check the output against the inputs as they are now.
-    It runs after a few timed calls drawn at random, after the last timed call of each pass, and
-    after each pass. A wrong output there, a timer that disagrees with the host clock, or a
-    replaced timer is listed in `flags`.
-    `sampler` goes to timing.bench (the GPU's device_sampler by default).
-    """
-    if sampler is None:
-        timing.require_gpu("Comparing speed")
-    checks.call_graded(candidate, what="the timed code")  # an unfilled stub, said plainly
-    mine = theirs = None
-    try:
-        for _ in range(passes):
-            t = timing.bench(candidate, sampler=sampler, before=before, check=verify)
-            mine = t if mine is None else mine.pooled(t)
-            if verify is not None:
-                verify()
-            t = timing.bench(baseline, sampler=sampler, before=before)
-            theirs = t if theirs is None else theirs.pooled(t)
-    except checks.KernelCheckError as wrong:
-        first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
-        reason = (
-            f"the output of a timed call is wrong for the inputs of that call ({first}): is the "
-            "output cached or reused between timed calls, or written on another stream?"
-        )
-        empty = timing.Timing((float("nan"),), 0, False)
-        return Comparison(names[0], mine or empty, names[1], theirs or empty, (reason,))
-    flags = [
-        f"{who}: {why}"
-        for who, t in zip(names, (mine, theirs), strict=True)
-        if (why := timing.clock_disagreement(t))
-    ]
-    swapped = timing.replaced()
-    if swapped:
-        flags.append(
-            f"{', '.join(swapped)} replaced while timing: these times are not the course's "
-            "timer's; is a timer patched?"
-        )
-    return Comparison(names[0], mine, names[1], theirs, tuple(flags))
+
+# -- the checks around timing --------------------------------------------------------------------
 
 
 def own_work_flags(
@@ -194,25 +311,81 @@ def own_work_flags(
     inputs: Sequence[torch.Tensor],
     out: torch.Tensor | None,
     verify: Callable[[], None] | None = None,
+    launched: set[str] | None = None,
 ) -> list[str]:
     """Why the timed code's result is not the work of `kernels` (empty when it is): one untimed
-    call on the speed cell's own inputs, with `out` poisoned first, recorded as the correctness
-    checks record theirs (`launches.kernel_work`), then `verify`. Run before and after timing, so
-    that a launcher which lets torch compute the answer cannot earn speed points either."""
-    if not kernels:
-        return []
-    if out is None:
-        raise ValueError("kernels= needs out=: the tensor the timed code writes")
-    out.copy_(checks.poisoned(out.shape, out.dtype, out.device.type))
+    call on the case's own inputs, recorded as the correctness checks record theirs
+    (`launches.kernel_work`), then `verify`. With `out`, it is poisoned first and every element
+    must be written by `kernels`; without, the tensor the call returns must have been handed to
+    one of their launches. The names of the Triton kernels the call launched are added to
+    `launched`, when given."""
     try:
-        with launches.kernel_work(kernels, inputs, out, "the timed code"):
-            checks.call_graded(candidate, what="the timed code")
+        if out is not None:
+            out.copy_(checks.poisoned(out.shape, out.dtype, out.device.type))
+        with launches.recording(kernels, out) as rec:
+            result = checks.call_graded(candidate, what="the timed code")
+        if launched is not None:
+            launched.update(launch.kernel for launch in rec.launches)
+        returned = result if out is None and isinstance(result, torch.Tensor) else None
+        launches.verify(rec, inputs, "the timed code", returned=returned)
         if verify is not None:
             verify()
     except (launches.IntegrityError, checks.KernelCheckError) as wrong:
         first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
         return [f"the timed code's result is not the work of {' or '.join(kernels)}: {first}"]
     return []
+
+
+def identity_flags(case: Case) -> list[str]:
+    """The baselines marked `distinct` whose output equals the call's, bit for bit, on the same
+    inputs (drawn afresh once more)."""
+    distinct = [b for b in case.baselines if b.distinct]
+    if not distinct:
+        return []
+    Redraw(case.inputs)()
+    result = checks.call_graded(case.candidate, what="the timed code")
+    output = case.out if case.out is not None else result
+    if not isinstance(output, torch.Tensor):
+        return []
+    mine = launches.bits(output)
+    found = []
+    for b in distinct:
+        theirs = b.fn()
+        if (
+            isinstance(theirs, torch.Tensor)
+            and theirs.dtype == output.dtype
+            and torch.equal(launches.bits(theirs), mine)
+        ):
+            found.append(
+                f"the output equals {b.name}'s bit for bit on the same inputs, which no Triton "
+                "kernel reproduces on this problem: did a library compute it?"
+            )
+    return found
+
+
+def census_flags(seen: census.Census, case: Case, launched: set[str]) -> list[str]:
+    """What the census of the timed calls and the check after them says against the case: GPU
+    work other than the exercise's kernels and the call's own Triton launches, or timed calls
+    that ran none of the exercise's kernels (a census that saw none vouches for nothing)."""
+    ran = seen.names(TIMED) + seen.names(CHECKED)
+    allowed = set(case.kernels) | launched
+    found = [
+        f"`{name}` ran inside the timed calls: only the exercise's Triton kernels may run "
+        "there. Did a library compute the result?"
+        for name in census.foreign(ran, allowed)
+    ]
+    calls, idle = seen.without(TIMED, case.kernels)
+    if not calls or idle == calls:
+        found.append(
+            f"the census of the GPU's work saw no launch of {' or '.join(case.kernels)} in the "
+            "timed calls: it cannot vouch for them"
+        )
+    elif idle:
+        found.append(
+            f"{idle} of {calls} timed calls launched none of {' or '.join(case.kernels)}: is "
+            "work skipped on some calls?"
+        )
+    return found
 
 
 def ceiling_flags(
@@ -268,11 +441,161 @@ def matmul_ceiling(dtype: torch.dtype) -> tuple[str, float]:
 
 
 def copy_baseline(bytes_moved: int) -> Callable[[], object]:
-    """A device-to-device copy that reads and writes `bytes_moved` bytes in all."""
-    n = max(1, bytes_moved // 2)
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
+    """A device-to-device copy that reads and writes `bytes_moved` bytes in all; its buffers are
+    made at the first call (a cell may describe it where no GPU is, and never call it)."""
+    buffers = []
+
+    def copy():
+        if not buffers:
+            src = torch.empty(max(1, bytes_moved // 2), dtype=torch.uint8, device="cuda")
+            buffers.extend([src.random_(0, 255), torch.empty_like(src)])
+        return buffers[1].copy_(buffers[0])
+
+    return copy
+
+
+# -- the one path ------------------------------------------------------------------------------
+
+
+def _ceilings(case: Case, comparisons: dict[str, Comparison]) -> list[str]:
+    """The case's ceiling flags: its bandwidth against a copy of its bytes (the COPY baseline's
+    timing when there is one, else a copy timed now), its FLOP rate against the higher of
+    cuBLAS's and each baseline's on the same problem."""
+    mine = next(iter(comparisons.values())).candidate
+    copy = None
+    if case.moved:
+        copy = comparisons[COPY].baseline if COPY in comparisons else None
+        copy = copy or timing.bench(copy_baseline(int(case.moved)))
+    matmul = None
+    if case.flops:
+        rates = [matmul_ceiling(case.dtype or torch.float32)]
+        rates += [
+            (f"{n} on this problem", c.baseline.per_second(case.flops))
+            for n, c in comparisons.items()
+            if n != COPY
+        ]
+        matmul = max(rates, key=lambda ceiling: ceiling[1])
+    return ceiling_flags(mine, bytes_moved=case.moved, copy=copy, flops=case.flops, matmul=matmul)
+
+
+def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
+    """One case through every check of the module's docstring, timed; never scores. `sampler`
+    replaces the GPU's (the grader's own tests time on the CPU, where no census can be taken)."""
+    label = case.name or "this problem"
+    launched: set[str] = set()
+    flags = own_work_flags(
+        case.candidate, case.kernels, case.inputs, case.out, case.verify, launched
+    )
+    if flags:
+        return Measured(label, flags=tuple(flags))
+    on_gpu = sampler is None
+    try:
+        with census.Census() if on_gpu else _no_census() as seen:
+            results = compare_all(
+                seen.watch(case.candidate, TIMED),
+                {b.name: b.fn for b in case.baselines},
+                verify=case.verify,
+                before=Redraw(case.inputs),
+                sampler=sampler,
+            )
+            flags = list(results[0].flags)
+            if not flags:
+                flags += own_work_flags(
+                    seen.watch(case.candidate, CHECKED),
+                    case.kernels,
+                    case.inputs,
+                    case.out,
+                    case.verify,
+                    launched,
+                )
+    except census.CensusUnavailable as unavailable:
+        return Measured(label, flags=(str(unavailable),))
+    if not (results[0].candidate.rounds and all(c.baseline.rounds for c in results)):
+        return Measured(label, flags=tuple(flags))  # stopped: an output was wrong
+    if on_gpu:
+        flags += census_flags(seen, case, launched)
+    if not flags:
+        flags += identity_flags(case)
+    comparisons = {c.baseline_name: c for c in results}
+    if not flags and on_gpu:
+        flags += _ceilings(case, comparisons)
+    mine = results[0].candidate
+    lines = [f"{label}: {mine}"] + [
+        f"{name}: {c.baseline} (yours {c.speedup:.2f}x)" for name, c in comparisons.items()
+    ]
+    return Measured(
+        label,
+        mine.median_ms,
+        {name: c.baseline.median_ms for name, c in comparisons.items()},
+        tuple(flags),
+        tuple(lines),
+    )
+
+
+class _no_census:
+    """Stands in for census.Census where none can be taken (the grader's own tests on a CPU):
+    calls are not watched."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        return None
+
+    def watch(self, fn: Callable[[], object], label: str) -> Callable[[], object]:
+        return fn
+
+
+def verdicts_of(case: Case, measured: Measured) -> tuple[list[Verdict], list[str]]:
+    """The graded verdicts of a measured case, its flags on each, and lines for the baselines
+    shown but not graded."""
+    graded, shown = [], []
+    for b in case.baselines:
+        speedup = measured.speedup(b.name)
+        figure = None if speedup is None else (100 * speedup if b.unit == "%" else speedup)
+        if b.at_least is None:
+            if figure is not None:
+                shown.append(f"{case.label(b)}: {figure:.2f}{b.unit} (shown, not graded)")
+            continue
+        needed = 100 * b.at_least if b.unit == "%" else b.at_least
+        graded.append(Verdict(case.label(b), figure, needed, b.unit, measured.flags))
+    return graded, shown
+
+
+def score(verdicts: Sequence[Verdict], points: float) -> float:
+    """Publish every verdict of a speed cell with its mark, then the cell's score: full points
+    when each passed; 0 with every reason printed when any is flagged; else 0."""
+    reasons = list(dict.fromkeys(f for v in verdicts for f in v.flags))
+    for v in verdicts:
+        mark = "FLAGGED" if v.flags else "ok" if v.passed else "TOO SLOW"
+        publish_verdict(v, f"{v.line()} {mark}")
+    if reasons:
+        for reason in reasons:
+            print(f"{FLAGGED}: {reason}")
+        print(f"NOT SCORED: the speed above cannot be trusted: 0 of {points:g} points")
+        return 0.0
+    short = [v.comparison for v in verdicts if not v.passed]
+    if short or not verdicts:
+        print(f"NOT YET: short of {', '.join(short) or 'a figure'}: 0 of {points:g} points")
+        return 0.0
+    print(f"PASS: {points:g} of {points:g} points")
+    return float(points)
+
+
+def grade(*cases: Case, points: float) -> float:
+    """The score of a speed cell: `points` when every graded comparison of every case passes
+    untouched by any flag (see the module's docstring), else 0; off the supported GPU class,
+    0 with a message that says why."""
+    if not device.current().grades_speed:
+        return not_graded_here(points)
+    verdicts = []
+    for case in cases:
+        measured = measure(case)
+        graded, shown = verdicts_of(case, measured)
+        for line in (*measured.lines, *shown):
+            print(line)
+        verdicts += graded
+    return score(verdicts, points)
 
 
 def not_graded_here(points: float) -> float:
@@ -281,142 +604,37 @@ def not_graded_here(points: float) -> float:
     print(
         f"{NOT_GRADED_HERE}, sm_80 or newer; this notebook runs on "
         f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
-        "not affected."
+        "not affected. Your instructor grades speed on a GPU."
     )
     return 0.0
 
 
 def flagged(reasons: Sequence[str], points: float, verdict: Verdict | None = None) -> float:
-    """The score of a speed cell whose figures cannot be trusted, each reason on its own line;
-    `verdict`, when given, is published with the reasons as its flags (07's cell publishes its
-    comparisons, flagged, itself)."""
+    """The score of a speed cell whose figures cannot be trusted (`score` with the reasons on
+    `verdict`, or printed alone where there is no verdict)."""
+    if verdict is not None:
+        return score([replace(verdict, flags=tuple(reasons))], points)
     for reason in reasons:
         print(f"{FLAGGED}: {reason}")
-    text = f"NOT SCORED: the speed above cannot be trusted: 0 of {points:g} points"
-    if verdict is None:
-        print(text)
-    else:
-        publish_verdict(replace(verdict, flags=tuple(reasons)), text)
+    print(f"NOT SCORED: the speed above cannot be trusted: 0 of {points:g} points")
     return 0.0
-
-
-def score_verdict(verdict: Verdict, points: float) -> float:
-    """Publish `verdict` with the cell's score: full points when it passed, else 0."""
-    if verdict.passed:
-        publish_verdict(verdict, f"PASS {verdict.line()}: {points:g} of {points:g} points")
-        return float(points)
-    publish_verdict(verdict, f"NOT YET {verdict.line()}: 0 of {points:g} points")
-    return 0.0
-
-
-def grade_speedup(
-    candidate: Callable[[], object],
-    baseline: Callable[[], object],
-    *,
-    at_least: float,
-    points: float,
-    names: tuple[str, str] = ("yours", "baseline"),
-    verify: Callable[[], None] | None = None,
-    inputs: Sequence[torch.Tensor] = (),
-    bytes_moved: float | None = None,
-    flops: float | None = None,
-    dtype: torch.dtype | None = None,
-    kernels: Sequence[str] = (),
-    out: torch.Tensor | None = None,
-) -> float:
-    """Full points when candidate is at least `at_least` times as fast as baseline, else 0.
-    `inputs` change before every call (`versions_of`); `verify` checks the output against them
-    as they are (`compare`). With `bytes_moved`, the candidate's bandwidth may not
-    exceed a copy of those bytes timed now; with `flops` (and the inputs' `dtype`), its FLOP rate
-    may not exceed the higher of cuBLAS's (`matmul_ceiling`) and the baseline's on the same
-    problem in this run; beyond either, the cell is flagged. With `kernels` and `out`, the
-    candidate's result must be those kernels' work before and after timing (`own_work_flags`)."""
-    if not device.current().grades_speed:
-        return not_graded_here(points)
-    mine = own_work_flags(candidate, kernels, inputs, out, verify)
-    if mine:
-        return flagged(mine, points, Verdict(names[1], None, at_least))
-    result = compare(candidate, baseline, names=names, verify=verify, before=versions_of(inputs))
-    if not (result.candidate.rounds and result.baseline.rounds):  # stopped: output wrong
-        return flagged(result.flags, points, Verdict(names[1], None, at_least))
-    print(result)
-    reasons = list(result.flags) + own_work_flags(candidate, kernels, inputs, out, verify)
-    if not reasons:
-        copy = timing.bench(copy_baseline(int(bytes_moved))) if bytes_moved else None
-        matmul = None
-        if flops:  # the baseline computes the same product: its rate in this run counts too
-            matmul = max(
-                matmul_ceiling(dtype or torch.float32),
-                (f"{names[1]} on this problem", result.baseline.per_second(flops)),
-                key=lambda ceiling: ceiling[1],
-            )
-        reasons += ceiling_flags(
-            result.candidate, bytes_moved=bytes_moved, copy=copy, flops=flops, matmul=matmul
-        )
-    verdict = Verdict(names[1], result.speedup, at_least)
-    if reasons:
-        return flagged(reasons, points, verdict)
-    return score_verdict(verdict, points)
-
-
-def grade_bandwidth(
-    candidate: Callable[[], object],
-    *,
-    bytes_moved: int,
-    at_least: float,
-    points: float,
-    name: str = "yours",
-    verify: Callable[[], None] | None = None,
-    inputs: Sequence[torch.Tensor] = (),
-    kernels: Sequence[str] = (),
-    out: torch.Tensor | None = None,
-) -> float:
-    """Full points when candidate moves its bytes at `at_least` of the copy bandwidth measured
-    now, on a copy of the same number of bytes; flagged above that bandwidth (BANDWIDTH_MARGIN).
-    `inputs` change before every call (`versions_of`); `verify` checks the output against them
-    as they are (`compare`). With `kernels` and `out`, the candidate's result must be those
-    kernels' work before and after timing (`own_work_flags`)."""
-    if not device.current().grades_speed:
-        return not_graded_here(points)
-    mine = own_work_flags(candidate, kernels, inputs, out, verify)
-    if mine:
-        return flagged(mine, points, Verdict("copy bandwidth", None, 100 * at_least, "%"))
-    result = compare(
-        candidate,
-        copy_baseline(bytes_moved),
-        names=(name, "device copy"),
-        verify=verify,
-        before=versions_of(inputs),
-    )
-    fraction = result.speedup  # same bytes: time ratio is bandwidth ratio
-    if not (result.candidate.rounds and result.baseline.rounds):  # stopped: output wrong
-        return flagged(result.flags, points, Verdict("copy bandwidth", None, 100 * at_least, "%"))
-    print(result)
-    print(
-        f"{name}: {result.candidate.per_second(bytes_moved) / 1e9:.0f} GB/s, "
-        f"copy: {result.baseline.per_second(bytes_moved) / 1e9:.0f} GB/s"
-    )
-    reasons = list(result.flags) or ceiling_flags(
-        result.candidate, bytes_moved=bytes_moved, copy=result.baseline
-    )
-    reasons += own_work_flags(candidate, kernels, inputs, out, verify)
-    verdict = Verdict("copy bandwidth", 100 * fraction, 100 * at_least, "%")
-    if reasons:
-        return flagged(reasons, points, verdict)
-    return score_verdict(verdict, points)
 
 
 timing.watch(
     sys.modules[__name__],
     [
-        "compare",
-        "grade_speedup",
-        "grade_bandwidth",
+        "compare_all",
+        "grade",
+        "measure",
+        "score",
         "ceiling_flags",
         "own_work_flags",
+        "census_flags",
+        "identity_flags",
         "matmul_ceiling",
         "flagged",
     ],
     "grader.runtime.perf",
 )
 timing.watch(launches, ["kernel_work", "recording", "verify"], "grader.runtime.launches")
+timing.watch(census, ["attribute", "foreign", "Census"], "grader.runtime.census")

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 00 · Setup
 #
-# *Reading time: about 7 minutes.*
+# *Reading time: about 8 minutes.*
 #
 # Every notebook runs in one of two places. On an NVIDIA GPU, your Triton kernels compile to
 # machine code and are timed against PyTorch and the hardware's limits. On a laptop with no GPU,
@@ -308,18 +308,26 @@ else:
 # ### Speed (graded on a GPU)
 #
 # Your kernel must reach at least 80% of the copy bandwidth measured in the same run, on 64 Mi
-# float32 elements. The input changes before every timed call and the output is checked against
-# it; a bandwidth above the copy's is flagged and scores 0. Off the GPU this cell scores 0 and
-# says so, without touching your correctness points.
+# float32 elements. Every speed cell of the course takes the same path (`perf.grade`):
+#
+# - the input is drawn afresh before every timed call, and outputs are checked against it;
+# - before and after timing, `out` is poisoned and must be written by `relu_kernel`;
+# - every GPU kernel the timed calls run is recorded: one that is not yours (a library's, say) is
+#   named, and the cell is flagged;
+# - a bandwidth above the copy's, or a timer at odds with the host clock, is flagged.
+#
+# A flagged cell scores 0 and says why. Off the GPU this cell scores 0 and says so, without
+# touching your correctness points: your instructor grades speed on a GPU.
 
 # %% nbgrader={"grade": true, "grade_id": "speed-relu", "points": 1}
 x_speed = torch.randn(DEVICE.pick(gpu=BENCH_ELEMENTS, interpreter=1024),
                       device=DEVICE.torch_device)
 out_speed = torch.empty_like(x_speed)
-perf.grade_bandwidth(lambda: relu(x_speed, out_speed), bytes_moved=2 * x_speed.nbytes,
-                     at_least=0.8, points=1, name="relu", inputs=(x_speed,),
+perf.grade(perf.Case(lambda: relu(x_speed, out_speed), kernels=["relu_kernel"],
+                     inputs=(x_speed,), out=out_speed,
                      verify=lambda: checks.compare(out_speed, relu_reference(x_speed)),
-                     kernels=["relu_kernel"], out=out_speed)
+                     baselines=[perf.copy_bandwidth(2 * x_speed.nbytes, at_least=0.8)]),
+           points=1)
 
 # %% [markdown]
 # ## Summary

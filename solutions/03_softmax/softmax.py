@@ -453,22 +453,22 @@ out_speed = torch.empty_like(x_speed)
 
 
 def verify_speed():
-    expected = softmax_reference(x_speed.double())
-    checks.compare(out_speed, expected, context="after a timed call")
-    kernel_only(softmax)(x_speed, out=out_speed)
-    checks.compare(out_speed, expected, context="after timing")
+    checks.compare(out_speed, softmax_reference(x_speed.double()), context="after a timed call")
 
 
-perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: softmax_eager(x_speed),
-                   at_least=2.5, points=1, names=("softmax_kernel", "eager (5 operations)"),
-                   verify=verify_speed, inputs=(x_speed,),
-                   bytes_moved=2 * x_speed.nbytes, kernels=["softmax_kernel"], out=out_speed)
+def softmax_case(baseline):
+    """softmax_kernel on the speed matrix, timed against `baseline`."""
+    return perf.Case(lambda: softmax(x_speed, out_speed), kernels=["softmax_kernel"],
+                     inputs=(x_speed,), out=out_speed, verify=verify_speed, baselines=[baseline],
+                     bytes_moved=2 * x_speed.nbytes)
+
+
+perf.grade(softmax_case(perf.Baseline("eager (5 operations)", lambda: softmax_eager(x_speed),
+                                      at_least=2.5)), points=1)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-softmax-vs-torch", "points": 1}
-perf.grade_speedup(lambda: softmax(x_speed, out_speed), lambda: torch.softmax(x_speed, dim=1),
-                   at_least=0.9, points=1, names=("softmax_kernel", "torch.softmax"),
-                   verify=verify_speed, inputs=(x_speed,),
-                   bytes_moved=2 * x_speed.nbytes, kernels=["softmax_kernel"], out=out_speed)
+perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_speed, dim=1),
+                                      at_least=0.9)), points=1)
 
 # %% [markdown]
 # The kernel's time is recorded for the roofline of all your kernels in notebook 08, counting 5

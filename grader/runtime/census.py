@@ -1,0 +1,148 @@
+"""A census of the GPU's work during a speed cell's calls: every kernel, copy and fill the device
+ran for the code under test, with its name, read from torch's profiler (Kineto, over CUPTI's
+activity records).
+
+A speed cell proves its speed is its own kernel's: the timed calls must run the exercise's Triton
+kernels and nothing else. A library computing the result while the student's kernel only copies
+it (cuDNN's attention, cuBLAS's matmul) keeps every value right and every launch check happy; it
+shows here, by name: "`cudnn_generated_fort_native_sdpa_...` ran inside the timed calls".
+
+How a kernel is attributed: the profiler records each call of the code under test as a window on
+the host's timeline (`record_function`), and each GPU activity with the correlation id of the
+host call that launched it (`cudaLaunchKernel`, or `cuLaunchKernelEx` for Triton's launches). An
+activity belongs to a window when its launch happened inside it, whatever the thread or stream:
+the harness's own work between calls (new inputs, the L2 flush, the output checks) falls outside
+every window. Read from the trace as data (`export_chrome_trace`), never from printed tables.
+
+The profiler is torch's public API; it runs in the notebook's own process, so code that looks for
+it can tell it is on. That is why the census covers the timed calls themselves, not a rehearsal
+of them, and why a census that saw none of the exercise's kernels cannot vouch for anything.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "course.census:"  # the name of a window's record_function
+LAUNCHES = ("cuda_runtime", "cuda_driver")  # trace categories of the host's launch calls
+ACTIVITIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what the device ran
+
+
+class CensusUnavailable(RuntimeError):
+    """The profiler could not take the census; the message says why."""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One activity of the device, attributed to the window whose call launched it."""
+
+    name: str  # a kernel's name, or the profiler's "Memcpy DtoD (Device -> Device)", "Memset"
+    window: str  # the window's label
+    call: int  # which window: its index among all windows, in the order they opened
+
+
+def windows(trace: dict) -> list[tuple[str, float, float]]:
+    """The census windows of a Chrome trace: (label, start, stop) in the order they opened."""
+    found = [
+        (e["name"].removeprefix(PREFIX), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        for e in trace.get("traceEvents", [])
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(PREFIX)
+    ]
+    return sorted(found, key=lambda window: window[1])
+
+
+def attribute(trace: dict) -> list[Seen]:
+    """Every GPU activity of a Chrome trace (torch.profiler's `export_chrome_trace`) launched
+    inside one of its census windows, in launch order."""
+    events = trace.get("traceEvents", [])
+    opened = windows(trace)
+    launched = {
+        e["args"]["correlation"]: float(e["ts"])
+        for e in events
+        if e.get("cat") in LAUNCHES and "correlation" in e.get("args", {})
+    }
+    found = []
+    for e in events:
+        if e.get("cat") not in ACTIVITIES:
+            continue
+        at = launched.get(e.get("args", {}).get("correlation"))
+        if at is None:
+            continue
+        for call, (label, start, stop) in enumerate(opened):
+            if start <= at <= stop:
+                found.append((at, Seen(str(e["name"]), label, call)))
+                break
+    return [seen for _, seen in sorted(found, key=lambda pair: pair[0])]
+
+
+class Census:
+    """`with Census() as census:` profiles the block; calls made through `census.watch(fn,
+    label)` are windows. After the block, `census.seen` lists what the device ran in them."""
+
+    def __init__(self):
+        self.seen: list[Seen] = []
+        self.calls: list[str] = []  # the label of every window, in the order they opened
+        self._profile = None
+
+    def __enter__(self) -> Census:
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            self._profile = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self._profile.__enter__()
+        except Exception as exc:  # CUPTI missing, or taken by another profiler in this process
+            raise CensusUnavailable(
+                f"torch's profiler could not start ({type(exc).__name__}: {exc}); it records "
+                "which GPU kernels the timed code runs. Is another profiler running in this "
+                "notebook?"
+            ) from exc
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._profile.__exit__(*exc_info)
+        if exc_info[0] is not None:
+            return
+        with tempfile.TemporaryDirectory(prefix="census-") as tmp:
+            path = Path(tmp) / "trace.json"
+            self._profile.export_chrome_trace(str(path))
+            trace = json.loads(path.read_text())
+        self.calls = [label for label, _, _ in windows(trace)]
+        self.seen = attribute(trace)
+
+    @contextmanager
+    def window(self, label: str) -> Iterator[None]:
+        from torch.profiler import record_function
+
+        with record_function(PREFIX + label):
+            yield
+
+    def watch(self, fn: Callable[[], object], label: str) -> Callable[[], object]:
+        """`fn`, each of its calls a window named `label`."""
+
+        def watched():
+            with self.window(label):
+                return fn()
+
+        return watched
+
+    def names(self, label: str) -> list[str]:
+        """What the device ran in the windows named `label`, in order, repeats included."""
+        return [s.name for s in self.seen if s.window == label]
+
+    def without(self, label: str, names: Iterable[str]) -> tuple[int, int]:
+        """(calls, of which ran none of `names`) among the windows named `label`."""
+        names = set(names)
+        ran = {s.call for s in self.seen if s.window == label and s.name in names}
+        calls = [i for i, window in enumerate(self.calls) if window == label]
+        return len(calls), sum(1 for i in calls if i not in ran)
+
+
+def foreign(seen: Iterable[str], allowed: Iterable[str]) -> list[str]:
+    """The names in `seen` that are not in `allowed`, each once, in order of first appearance."""
+    allowed = set(allowed)
+    return list(dict.fromkeys(name for name in seen if name not in allowed))

@@ -1,0 +1,120 @@
+"""The one speed path (grader.runtime.perf.measure) on the CPU, where timing runs on the host
+clock and no census can be taken, and the census's reading of a trace recorded on an H200: each
+check of the path catches its cheat, and an honest kernel passes them all."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from grader.runtime import census, checks, device, perf, timing
+from tests import launch_kernels as lk
+
+DEV = device.current().torch_device
+TRACE = Path(__file__).parent / "data" / "census-trace-h200.json"
+
+
+def case(launcher, *baselines, x=None):
+    x = torch.randn(300, device=DEV) if x is None else x
+    out = torch.empty_like(x)
+    baselines = baselines or (perf.Baseline("torch", lambda: torch.mul(x, 2.0), at_least=1.0),)
+    return perf.Case(
+        lambda: launcher(x, out),
+        ["double_kernel"],
+        (x,),
+        out,
+        lambda: checks.compare(out, 2 * x.double(), context="after a timed call"),
+        baselines,
+    )
+
+
+def measure(c):
+    return perf.measure(c, sampler=timing.cpu_sampler)
+
+
+def test_an_honest_kernel_is_timed_and_raises_no_flag():
+    found = measure(case(lk.honest))
+    assert found.flags == ()
+    assert found.candidate_ms > 0 and found.speedup("torch") > 0
+    assert found.lines and found.lines[0].startswith("this problem: ")
+
+
+def test_a_result_torch_computed_is_flagged_before_timing():
+    found = measure(case(lk.torch_only))
+    assert found.candidate_ms is None
+    assert "returned without launching double_kernel" in found.flags[0]
+
+
+def test_a_result_kept_from_an_earlier_call_is_flagged():
+    kept = {}
+
+    def caches(x, out):  # computes once, then hands back what it had
+        if "out" not in kept:
+            kept["out"] = lk.honest(x, out).clone()
+        out.copy_(kept["out"])
+        lk.launch(x[:0], out[:0])
+
+    found = measure(case(caches))
+    assert found.candidate_ms is None and found.flags
+
+
+def test_an_output_equal_to_a_distinct_library_baseline_is_flagged():
+    x = torch.randn(300, device=DEV)
+    library = perf.Baseline("a library", lambda: x * 2.0, at_least=None, distinct=True)
+    (flag,) = perf.identity_flags(case(lk.honest, library, x=x))
+    assert "equals a library's bit for bit" in flag
+    other = perf.Baseline("a library", lambda: x * 2.0 + 1e-3, at_least=None, distinct=True)
+    assert perf.identity_flags(case(lk.honest, other, x=x)) == []
+
+
+def recorded(timed: list[str]) -> census.Census:
+    """The census of the recorded trace, with the windows named in `timed` as timed calls."""
+    trace = json.loads(TRACE.read_text())
+    seen = census.Census()
+    seen.calls = [perf.TIMED if w in timed else w for w, _, _ in census.windows(trace)]
+    seen.seen = [
+        census.Seen(s.name, perf.TIMED if s.window in timed else s.window, s.call)
+        for s in census.attribute(trace)
+    ]
+    return seen
+
+
+def attention_case():
+    q = torch.zeros(1)
+    return perf.Case(
+        lambda: None, ["attn_fwd_kernel"], (q,), q, lambda: None,
+        [perf.Baseline("SDPA flash", lambda: None, at_least=1.1)],
+    )  # fmt: skip
+
+
+def test_the_recorded_census_attributes_each_kernel_to_the_call_that_launched_it():
+    seen = {s.window: [] for s in census.attribute(json.loads(TRACE.read_text()))}
+    for s in census.attribute(json.loads(TRACE.read_text())):
+        seen[s.window].append(s.name)
+    assert seen["triton_add"] == ["add_kernel"]
+    assert seen["flash07"] == ["attn_fwd_kernel"]
+    assert seen["gemm05"] == ["matmul_kernel_persistent"]
+    assert any(n.startswith("nvjet_sm90") for n in seen["cublas"])
+    assert any(n.startswith("cudnn_generated") for n in seen["cheat"])
+    assert "Memcpy DtoD (Device -> Device)" in seen["cheat"]
+    # the harness's own kernel between windows belongs to none
+    assert sum(len(v) for v in seen.values()) == len(
+        census.attribute(json.loads(TRACE.read_text()))
+    )
+
+
+def test_the_census_passes_an_honest_call_and_names_a_library_computing_the_result():
+    assert perf.census_flags(recorded(["flash07"]), attention_case(), set()) == []
+    flags = perf.census_flags(recorded(["flash07", "cheat"]), attention_case(), set())
+    named = [f for f in flags if f.startswith("`")]
+    assert any(f.startswith("`cudnn_generated_fort_native_sdpa_sm90") for f in named)
+    assert any(f.startswith("`Memcpy DtoD") for f in named)
+    assert "1 of 2 timed calls launched none of attn_fwd_kernel" in flags[-1]
+
+
+def test_a_census_that_saw_no_exercise_kernel_vouches_for_nothing():
+    (flag,) = perf.census_flags(recorded(["triton_add"]), attention_case(), {"add_kernel"})
+    assert "saw no launch of attn_fwd_kernel" in flag
+    assert perf.census_flags(recorded([]), attention_case(), set())[-1].endswith(
+        "it cannot vouch for them"
+    )
