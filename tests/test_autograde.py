@@ -76,13 +76,16 @@ def make_class(release, source):
     cell(tampered, "test-relu-visible").source = "pass  # nothing to see"
     tampered.cells.remove(cell(tampered, "test-relu-hidden"))
     warns = copy.deepcopy(right)  # a library warning during the graded call costs nothing
-    (launcher,) = [c for c in warns.cells if c.source.startswith("def relu(")]
-    launcher.source = edited(
-        launcher.source,
-        "    n = x.numel()",
-        "    import warnings\n    warnings.warn('a library is deprecating something')\n"
-        "    n = x.numel()",
+    kernel = cell(warns, "relu-kernel")
+    kernel.source += (  # each launch warns, as a deprecated library call would
+        "\n\nimport warnings\n\n\nclass _Warns:\n    def __init__(self, kernel):\n"
+        "        self.kernel = kernel\n\n    def __getitem__(self, grid):\n"
+        "        warnings.warn('a library is deprecating something', DeprecationWarning)\n"
+        "        return self.kernel[grid]\n\n\nrelu_kernel = _Warns(relu_kernel)\n"
     )
+    edits = copy.deepcopy(right)  # a given launcher edited: grading runs the release's
+    (launcher,) = [c for c in edits.cells if c.source.startswith("def relu(")]
+    launcher.source = edited(launcher.source, "    n = x.numel()", "    return out")
     shrunk = copy.deepcopy(right)  # wrong past 16384 elements, and sizes that stop short of it
     kernel = cell(shrunk, "relu-kernel")
     kernel.source = edited(kernel.source, "y, mask=mask)", "y, mask=mask & (offsets < 16384))")
@@ -99,6 +102,7 @@ def make_class(release, source):
         "late": {"setup.ipynb": right, "timestamp.txt": b"2026-01-11 20:00:00.000000 UTC"},
         "partial": {"setup.ipynb": partial},
         "warns": {"setup.ipynb": warns},
+        "edits-given": {"setup.ipynb": edits, "gemm.py": b"x = 1", "notes.txt": b"mine"},
         "blank": {"setup.ipynb": release},
         "crash-kernel": {"setup.ipynb": prefixed(right, "import os\nos._exit(1)")},
         "hang-cell": {
@@ -126,8 +130,9 @@ EXPECTED = {
     "hang-cell": {"cell-timeout"},
     "hang-stuck": {"timed-out"},
     "memory-hog": {"out-of-memory"},
-    "tampered": {"tampered"},
-    "shrunk-sizes": {"parameters"},
+    "edits-given": set(),
+    "tampered": {"zero-score"},
+    "shrunk-sizes": set(),
     "cheater": {"cheating"},
     "not-json": {"not-a-notebook"},
     "pdf": {"not-a-notebook"},
@@ -138,6 +143,7 @@ EXACT = {
     "late",
     "partial",
     "warns",
+    "edits-given",
     "shrunk-sizes",
 }  # nothing else may be said about these
 DETAIL = {  # words the reason must contain
@@ -146,8 +152,7 @@ DETAIL = {  # words the reason must contain
     "hang-cell": "relu-kernel",
     "hang-stuck": "ignored the interrupt",
     "memory-hog": "allocate memory",
-    "tampered": "test-relu-visible edited, test-relu-hidden deleted",
-    "shrunk-sizes": "graded with the release's instead",
+    "tampered": "no solution filled in",
     "cheater": "replaces grader.runtime.checks.check",
     "not-json": "not valid JSON",
     "pdf": "PDF",
@@ -218,9 +223,10 @@ def test_good_scores_are_exact(graded):
         "correct": full,
         "late": full,  # no penalty unless the instructor configures one
         "partial": {**full, "test-relu-hidden": 0.0},
-        # its parameters would let the partial kernel pass: nbgrader restored the release's
+        # its parameters would let the partial kernel pass: grading ran the release's
         "shrunk-sizes": {**full, "test-relu-hidden": 0.0},
         "warns": full,  # stderr with only a warning on it is not a failure
+        "edits-given": full,  # its edit of the launcher never ran
         "cheater": full,  # what nbgrader gives; the flag below is what catches it
     }
     recorded = gradebook.grades(url, ASSIGNMENT)
@@ -251,6 +257,28 @@ def test_every_bad_submission_is_explained(graded):
         if student in DETAIL:
             assert DETAIL[student] in review, (student, review)
     assert "| correct |" not in report and "| partial |" not in report
+
+
+DROPPED = {  # what grading left out, as the CSV says it
+    "edits-given": "given cells edited: setup-",
+    "shrunk-sizes": "given cells edited: parameters-setup",
+    "tampered": "given cells edited: test-relu-visible",
+}
+
+
+def test_what_did_not_run_is_listed_and_changes_no_score(graded):
+    root, _, _ = graded
+    rows = report_rows(root)
+    report = (root / "grading" / ASSIGNMENT / "report.md").read_text()
+    for student, words in DROPPED.items():
+        assert words in rows[student]["dropped_at_grading"], (student, rows[student])
+        assert f"| {student} |" in report.split("## Dropped at grading")[1], student
+    assert "files beside the notebook: gemm.py, notes.txt" in rows["edits-given"][
+        "dropped_at_grading"]  # fmt: skip
+    assert rows["correct"]["dropped_at_grading"] == ""
+    autograded = root / "autograded" / "edits-given" / ASSIGNMENT
+    assert not (autograded / "notes.txt").exists()  # nothing but the release's files ran
+    assert (autograded / "gemm.py").exists() is False
 
 
 def test_report_says_speed_was_not_graded(graded):

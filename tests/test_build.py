@@ -37,6 +37,19 @@ def test_cell_ids_are_grade_ids_or_numbered(tmp_path):
     assert build.nbformat.writes(nb) == build.nbformat.writes(again)
 
 
+def test_every_given_code_cell_is_read_only_and_markdown_is_left_alone(tmp_path):
+    nb = build.to_notebook(write(tmp_path))
+    given = nb.cells[2]
+    assert given.metadata["nbgrader"]["grade_id"] == "example-002"
+    assert given.metadata["nbgrader"]["locked"] and not given.metadata["nbgrader"]["solution"]
+    assert given.metadata["editable"] is False and given.metadata["deletable"] is False
+    assert "nbgrader" not in nb.cells[0].metadata  # markdown cannot change a score
+    for a in build.assignments():
+        for cell in build.to_notebook(a.source).cells:
+            if cell.cell_type == "code":
+                assert "grade_id" in cell.metadata.get("nbgrader", {}), (a.name, cell.id)
+
+
 def test_nbgrader_metadata_is_completed(tmp_path):
     nb = build.to_notebook(write(tmp_path))
     assert nb.cells[1].metadata["nbgrader"] == {

@@ -17,12 +17,16 @@ import nbformat
 import pytest
 
 from grader import cli
-from grader.grading import findings, gradebook
+from grader.grading import assemble, findings, gradebook
 from tests import hostile, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
-ATTACKERS = hostile.everyone()
+EVERYONE = hostile.everyone()
+# The notebooks whose batches are graded on the CPU; an attacker of another notebook must run as
+# its base, which the CPU checks by assembling both (the GPU grades them: test_hostile_gpu.py).
+CPU_BATCHES = ("00_setup", "02_first_kernels")
+ATTACKERS = [a for a in EVERYONE if a.assignment in CPU_BATCHES and not a.gpu_only]
 HONEST = ("honest-1", "honest-2")
 CELL_TIMEOUT, SUBMISSION_TIMEOUT, MEMORY_GIB, JOBS = 60, 400, 3, 4
 
@@ -38,6 +42,7 @@ def _write(folder, student, assignment, files):
     target = folder / student / assignment
     target.mkdir(parents=True)
     for name, content in files.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, bytes):
             (target / name).write_bytes(content)
         else:
@@ -45,17 +50,25 @@ def _write(folder, student, assignment, files):
 
 
 @functools.cache
-def graded(assignment: str, tmp: Path, registered: Path) -> tuple[hostile.Graded, int, str]:
-    """The batch of one notebook: (what it left, exit code, what it printed)."""
+def graded(
+    assignment: str,
+    tmp: Path,
+    registered: Path,
+    attackers: tuple[hostile.Attacker, ...] = (),
+    honest: tuple[str, ...] = HONEST,
+    options: tuple[str, ...] = ("--mode", "interpreter", "--speed-cell-timeout", str(CELL_TIMEOUT)),
+) -> tuple[hostile.Graded, int, str]:
+    """The batch of one notebook: (what it left, exit code, what it printed). `attackers`: those
+    to grade (by default, the CPU's of that notebook); `options`: the device's."""
     root = shared.copy_course(registered, tmp / "course")
     m = _materials(root, assignment)
     inbox = tmp / "inbox"
-    for student in HONEST:
+    for student in honest:
         _write(inbox, student, assignment, m.files(m.answered()))
     # each distinct base graded once: most attackers' base is the honest answer itself
-    graded_as = {nbformat.writes(m.answered()): HONEST[0]}
+    graded_as = {nbformat.writes(m.answered()): honest[0]}
     bases = {}
-    for a in (a for a in ATTACKERS if a.assignment == assignment):
+    for a in attackers or [a for a in ATTACKERS if a.assignment == assignment]:
         _write(inbox, a.student, assignment, a.files(m))
         if a.base is not None:
             base = a.base(m)
@@ -65,9 +78,8 @@ def graded(assignment: str, tmp: Path, registered: Path) -> tuple[hostile.Graded
             bases[a.student] = student
     argv = [
         "autograde", assignment, "--submissions", str(inbox), "--root", str(root),
-        "--mode", "interpreter", "--jobs", str(JOBS), "--cell-timeout", str(CELL_TIMEOUT),
-        "--speed-cell-timeout", str(CELL_TIMEOUT), "--timeout", str(SUBMISSION_TIMEOUT),
-        "--memory-limit", str(MEMORY_GIB),
+        "--jobs", str(JOBS), "--cell-timeout", str(CELL_TIMEOUT),
+        "--timeout", str(SUBMISSION_TIMEOUT), "--memory-limit", str(MEMORY_GIB), *options,
     ]  # fmt: skip
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -75,9 +87,11 @@ def graded(assignment: str, tmp: Path, registered: Path) -> tuple[hostile.Graded
     url = gradebook.sqlite_url(root / "gradebook.db")
     out = root / "grading" / assignment
     with open(out / "grades.csv", newline="") as f:
-        review = {row["student_id"]: row["needs_review"] for row in csv.DictReader(f)}
+        rows = list(csv.DictReader(f))
+    review = {row["student_id"]: row["needs_review"] for row in rows}
+    dropped = {row["student_id"]: row["dropped_at_grading"] for row in rows}
     scores = {s: g.scores for s, g in gradebook.grades(url, assignment).items()}
-    return hostile.Graded(root, out, scores, review, m, bases), code, printed.getvalue()
+    return hostile.Graded(root, out, scores, review, dropped, m, bases), code, printed.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -131,5 +145,43 @@ def test_attacker(batches, attacker):
         )
     elif attacker.total is not None:
         assert total == attacker.total, (attacker.student, result.scores[attacker.student])
+    if attacker.dropped:
+        assert attacker.dropped in result.dropped[attacker.student], (
+            attacker.student,
+            result.dropped[attacker.student],
+        )
     if attacker.check is not None:
         attacker.check(result)
+
+
+def test_every_attacker_is_graded_somewhere():
+    for a in EVERYONE:
+        assert a.assignment in CPU_BATCHES or a.runs_as_base or a.gpu_only, (
+            f"{a.student}: its notebook is graded on a GPU only; the CPU can check it only by "
+            "assembly (runs_as_base)"
+        )
+
+
+@pytest.mark.parametrize(
+    "attacker", [a for a in EVERYONE if a.runs_as_base], ids=lambda a: a.student
+)
+def test_what_grading_runs_for_an_attacker_is_its_base_byte_for_byte(
+    attacker, registered_course, tmp_path
+):
+    m = _materials(registered_course, attacker.assignment)
+    inbox, staged = tmp_path / "inbox", tmp_path / "staged"
+    _write(inbox, "attacker", attacker.assignment, attacker.files(m))
+    _write(inbox, "base", attacker.assignment, m.files(attacker.base(m)))
+    for who in ("attacker", "base"):
+        written = assemble.stage(inbox / who / attacker.assignment, {m.notebook: m.release},
+                                 staged / who)  # fmt: skip
+        assert written == [m.notebook], (who, written)
+    ran = sorted(p.name for p in (staged / "attacker").iterdir())
+    assert ran == [f"{m.notebook}.ipynb"], ran
+    mine, theirs = (
+        (staged / who / f"{m.notebook}.ipynb").read_bytes() for who in ("attacker", "base")
+    )
+    assert mine == theirs, attacker.student
+    dropped = findings.inspect_submitted(inbox / "attacker" / attacker.assignment,
+                                         {m.notebook: m.release}).dropped  # fmt: skip
+    assert attacker.dropped in dropped.describe(), (attacker.student, dropped.describe())

@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 from grader.authoring import build
-from grader.grading import scan
+from grader.grading import assemble, scan
 from tests.known_wrong import WithGiven
 
 pytestmark = pytest.mark.tooling  # nbgrader's preprocessors make the release
@@ -214,30 +214,19 @@ def test_each_route_is_flagged_with_its_reason(name):
         assert str(found[0]).startswith("cell relu-kernel ")
 
 
-def test_an_added_cell_is_scanned_and_a_locked_one_is_not():
+def test_only_the_answer_cells_are_scanned_for_they_alone_run():
     from nbformat.v4 import new_code_cell
 
     source, release = notebooks("00_setup")
     nb = copy.deepcopy(source)
     nb.cells.insert(3, new_code_cell("import sys\nsys.excepthook = print", id="mine"))
-    (found,) = scan.scan(nb, release)
-    assert (found.cell, found.kind) == ("mine", "hooks")
-    # a test cell edited: nbgrader puts the release's back before grading (and it is flagged
-    # as tampered); what the student wrote there never runs
-    edited = with_cell(source, "test-relu-visible", "import sys\nsys.excepthook = print")
-    assert scan.scan(edited, release) == []
-
-
-def test_a_given_cell_edited_in_place_may_define_its_own_names_again():
-    source, release = notebooks("00_setup")
-    (launcher,) = [c for c in source.cells if c.source.startswith("def relu(")]
-    nb = copy.deepcopy(source)
-    (mine,) = [c for c in nb.cells if c.get("id") == launcher.get("id")]
-    mine.source = mine.source.replace("    n = x.numel()", "    print(x.shape)\n    n = x.numel()")
-    assert mine.source != launcher.source and scan.scan(nb, release) == []
-    mine.source += "\n\nrelu_reference = relu"  # not its own: the tests' reference
-    (found,) = scan.scan(nb, release)
-    assert "rebinds relu_reference" in found.what
+    edited = with_cell(nb, "test-relu-visible", "import sys\nsys.excepthook = print")
+    graded, dropped = assemble.assemble(release, edited)
+    assert dropped.added == 1 and "test-relu-visible" in dropped.edited
+    assert scan.scan(graded, release) == []  # neither runs at grading
+    hooked = with_cell(source, "relu-kernel", "import sys\nsys.excepthook = print")
+    (found,) = scan.scan(assemble.assemble(release, hooked)[0], release)
+    assert (found.cell, found.kind) == ("relu-kernel", "hooks")
 
 
 def test_ordinary_code_is_not_flagged():
@@ -259,7 +248,7 @@ NOTEBOOKS = [a.name for a in build.assignments()]
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_the_reference_solutions_are_clean(name):
     source, release = notebooks(name)
-    assert scan.student_cells(source, release), "the scan saw no solution cell"
+    assert scan.answer_cells(source), "the scan saw no answer cell"
     assert scan.scan(source, release) == []
 
 

@@ -36,10 +36,13 @@ NBGRADER_DEFAULTS = {
     "readonly": {"grade": False, "locked": True, "solution": False, "task": False},
 }
 SCHEMA_VERSION = 3
-# The cell tagged `parameters` becomes a read-only nbgrader cell, `parameters-<topic>` (grade ids
-# are unique across the course): students may edit it while they work (the build leaves it
-# editable), and nbgrader puts the release's version back before it grades, so hidden tests always
-# run at the sizes the course chose.
+# Every code cell that is not an answer is given: a read-only nbgrader cell (locked, with the
+# checksum nbgrader computes for locked cells), so that the student's own hand-in check
+# (grader.runtime.handin) can tell given cells, edited or not, from cells the student added. At
+# grading only the answer cells come from the submission (grader.grading.assemble).
+# The cell tagged `parameters` is one, `parameters-<topic>` (grade ids are unique across the
+# course): students may edit it while they work (the build leaves it editable); grading runs the
+# release's version, so hidden tests always run at the sizes the course chose.
 PARAMETERS_PREFIX = "parameters-"
 # A markdown image of a notebook's own figures/ folder: ![alt](figures/stem.svg)
 FIGURE_LINK = re.compile(r"!\[[^\]]*\]\((figures/[^)\s]+)\)")
@@ -100,6 +103,8 @@ def to_notebook(source: Path) -> nbformat.NotebookNode:
         parameters = "parameters" in meta.get("tags", [])
         if parameters and nbgrader_meta is None:
             nbgrader_meta = {"grade_id": PARAMETERS_PREFIX + stem}  # restored before grading
+        elif cell.cell_type == "code" and nbgrader_meta is None:
+            nbgrader_meta = {"grade_id": f"{stem}-{i:03d}"}  # given code: read-only, checksummed
         if nbgrader_meta is not None:
             meta["nbgrader"] = _nbgrader_metadata(nbgrader_meta, f"{source}: cell {i}")
             if _kind(meta["nbgrader"]) == "readonly":

@@ -7,8 +7,10 @@ how it fits with the rest of nbgrader.
 2. Submissions come in: a folder in nbgrader's layout (<student>/<assignment>/<notebook>.ipynb) is
    copied into submitted/; an LMS download (a zip, or a folder of its files) goes through
    `nbgrader zip_collect`.
-3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
-   side on the CPU and one per GPU on GPUs (speed cells time kernels; grader.grading.devices),
+3. Each student's notebooks are assembled (grader.grading.assemble): the release with the
+   student's answer cells, nothing else they handed in. `nbgrader autograde <assignment>
+   --student=<id>` grades those, one subprocess per student, several side by side on the CPU
+   and one per GPU on GPUs (speed cells time kernels; grader.grading.devices),
    or one Slurm task per student (a `Grader`: grader.grading.slurm), each in
    grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
    alone, and every score already in the gradebook stays there. The Jupyter kernel that runs
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from grader.authoring import build, nbgrader_main
 from grader.grading import (
+    assemble,
     classreport,
     devices,
     findings,
@@ -49,6 +52,7 @@ from grader.grading import (
     nbgrader_policy,
     sandbox,
 )
+from grader.grading.findings import printable
 
 NBGRADER_VERSION = "0.9"
 KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
@@ -218,13 +222,6 @@ class Refused:
 
     student: str
     reason: str
-
-
-def printable(name: str) -> str:
-    """`name` as text a report can hold: bytes that are not UTF-8 as \\xNN escapes, control
-    characters as \\uNNNN."""
-    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 def student_id_problem(name: str) -> str | None:
@@ -463,10 +460,17 @@ def _from_lms(batch: Batch, source: Path, regexp: str | None, notes: list[Refuse
 
 
 def fingerprint(folder: Path, mode: str) -> str:
-    """A hash of every file of a submission and the grading device: unchanged means graded."""
+    """A hash of every plain file of a submission (a link by its target's name, never read
+    through) and the grading device: unchanged means graded."""
     h = hashlib.sha256(mode.encode())
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            content = b"link:" + os.fsencode(os.readlink(path))
+        elif path.is_file():
+            content = assemble.read_plain(path, MAX_FILE_BYTES) or b"unreadable"
+        else:
+            continue
+        h.update(str(path.relative_to(folder)).encode() + b"\0" + content)
     return h.hexdigest()
 
 
@@ -484,28 +488,32 @@ def _save(batch: Batch, student: str, run: findings.Run) -> findings.Run:
     return run
 
 
-def _timestamp(folder: Path) -> str | None:
-    stamp = folder / "timestamp.txt"
-    return (stamp.read_text().strip() or None) if stamp.is_file() else None
-
-
 def grade_one(
     batch: Batch, student: str, given: dict[str, object], gpu: devices.Gpu | None = None
 ) -> findings.Run:
     """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given; the
-    outcome, also saved as JSON. A submission without one readable notebook is recorded with
-    zeros without running it."""
+    outcome, also saved as JSON. What runs is assembled on this side (grader.grading.assemble):
+    each released notebook with the student's answer cells, and nothing else of theirs. A
+    submission without one readable notebook is recorded with zeros without running it."""
     folder = batch.folder("submitted", student)
-    submitted = findings.inspect_submitted(folder, given)
-    unread = [*submitted.missing, *submitted.unreadable]
-    if len(unread) == len(given):
-        gradebook.record_ungraded(batch.url, batch.assignment, student, unread, _timestamp(folder))
+    staged = batch.folder(assemble.ASSEMBLED, student)
+    written = assemble.stage(folder, given, staged)
+    if not written:
+        unread = list(given)
+        stamp = assemble.timestamp(folder)
+        gradebook.record_ungraded(batch.url, batch.assignment, student, unread, stamp)
         return _save(batch, student, findings.Run("not-graded", detail="no readable notebook"))
     log = batch.out / "logs" / f"{student}.log"
     data_limit = None
     if batch.mode != "gpu":  # see grader.grading.sandbox: leave the resident slack to the watchdog
         data_limit = batch.memory_limit - min(sandbox.GIB, batch.memory_limit // 4)
-    command = nbgrader_command(batch, "autograde", batch.assignment, f"--student={student}")
+    command = nbgrader_command(
+        batch,
+        "autograde",
+        batch.assignment,
+        f"--student={student}",
+        f"--CourseDirectory.submitted_directory={assemble.ASSEMBLED}",
+    )
     for _ in range(1 + LOCK_RETRIES):
         with kernel_sandbox(batch, gpu) as (options, env):
             finished = sandbox.run(
@@ -797,6 +805,7 @@ def _inspect(
         graded.shown += one.shown
         graded.doubts += one.doubts
     row.speed = graded.speed
+    row.dropped = submitted.dropped.describe()
     return findings.classify(
         run=run,
         submitted=submitted,

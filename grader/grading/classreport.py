@@ -34,6 +34,7 @@ class StudentRow:
     speed: list[Speed] = field(default_factory=list)
     seconds_late: float = 0.0
     penalty: float = 0.0
+    dropped: str = ""  # what of the submission did not run (grader.grading.assemble.Dropped)
 
     @property
     def total(self) -> float:
@@ -88,17 +89,22 @@ def markdown_text(text: str) -> str:
 
 def write_csv(results: ClassResults, path: Path) -> Path:
     """One row per student: id, score (after any late penalty), max, a column per graded cell,
-    the late penalty, and the reasons for a human look (empty when none)."""
+    the late penalty, the reasons for a human look (empty when none), and what of the
+    submission did not run at grading (empty when nothing)."""
     cells = list(results.max_scores)
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["student_id", "score", "max_score", *cells, "late_penalty", "needs_review"])
+        w.writerow(
+            ["student_id", "score", "max_score", *cells, "late_penalty", "needs_review"]
+            + ["dropped_at_grading"]
+        )
         for s in sorted(results.students, key=lambda s: s.student):
             per_cell = [_number(s.scores[c]) if s.scores.get(c) is not None else "" for c in cells]
             review = "; ".join(str(f) for f in s.findings)
             w.writerow(
                 [spreadsheet_text(s.student), _number(s.total), _number(results.max_total)]
                 + [*per_cell, _number(s.penalty), spreadsheet_text(review)]
+                + [spreadsheet_text(s.dropped)]
             )
     return path
 
@@ -288,6 +294,25 @@ def _review_section(results: ClassResults) -> list[str]:
     return lines
 
 
+def _dropped_section(results: ClassResults) -> list[str]:
+    rows = sorted((s for s in results.students if s.dropped), key=lambda s: s.student)
+    if not rows:
+        return ["Nothing: every submission held its answers alone."]
+    lines = [
+        "Grading ran the released notebook with each student's answer cells; what these students "
+        "wrote elsewhere did not run, so it cannot have changed a score. Their notebooks warned "
+        "them before they handed in (the hand-in check).",
+        "",
+        "| student | score | did not run |",
+        "|---|---:|---|",
+    ]
+    for s in rows:
+        lines.append(
+            f"| {markdown_text(s.student)} | {_number(s.total)} | {markdown_text(s.dropped)} |"
+        )
+    return lines
+
+
 UNSANDBOXED = (
     "> **Graded without the sandbox** (`--sandbox none`): each student's code ran with the "
     "grader's own rights, able to read and write the course directory, the gradebook, the hidden "
@@ -343,6 +368,7 @@ def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> st
     lines += _cell_table(results)
     lines += ["", "## Speed", ""] + _speed_section(results, figures.get("speed"))
     lines += ["", "## Needs a human look", ""] + _review_section(results)
+    lines += ["", "## Dropped at grading", ""] + _dropped_section(results)
     return "\n".join(lines) + "\n"
 
 

@@ -6,12 +6,11 @@ scores nbgrader recorded."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import hidden_tests, nbgrader_policy, scan, tells, verdicts
+from grader.grading import assemble, hidden_tests, nbgrader_policy, scan, tells, verdicts
 from grader.grading.nbgrader_policy import grade_id_of
 
 # Every reason a submission needs a human look, in the order the report lists them.
@@ -23,9 +22,6 @@ KINDS = {
     "timed-out": "timed out",
     "out-of-memory": "out of memory",
     "cell-timeout": "a cell timed out",
-    "tampered": "graded cells tampered with",
-    "parameters": "parameters changed",
-    "stray-cells": "graded cells repeated or unknown",
     "output-cut": "output cut",
     "cheating": "cheating flagged",
     "hidden-tests": "hidden tests printed",
@@ -38,7 +34,7 @@ KINDS = {
     "no-feedback": "no feedback page",
 }
 GRADER_TROUBLE = ("grader-error", "no-feedback")  # the grader's own failures, not the student's
-MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file larger than this is not read, nor graded
+MAX_NOTEBOOK_BYTES = assemble.MAX_NOTEBOOK_BYTES
 OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
 OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 OUTPUT_CUT = nbgrader_policy.OUTPUT_CUT.format(limit=nbgrader_policy.OUTPUT_LIMIT >> 20)
@@ -92,15 +88,14 @@ class Speed:
 
 @dataclass
 class Submitted:
-    """What the student handed in, compared with the released notebooks."""
+    """What the student handed in, compared with the released notebooks: which notebooks could
+    not be read, what of the rest grading left out (grader.grading.assemble), and what the answer
+    cells, the only code of theirs that runs, do to the cells after them."""
 
     unreadable: dict[str, str] = field(default_factory=dict)  # notebook -> why
     missing: list[str] = field(default_factory=list)
-    other_files: list[str] = field(default_factory=list)
-    tampered: list[str] = field(default_factory=list)
+    dropped: assemble.Dropped = field(default_factory=assemble.Dropped)
     patches: list[scan.Route] = field(default_factory=list)  # what its code does to later cells
-    parameters: list[str] = field(default_factory=list)  # lines of the parameters cell changed
-    stray: list[str] = field(default_factory=list)  # graded cells repeated or unknown
     unchanged_solutions: bool = False
 
 
@@ -129,115 +124,28 @@ class Run:
 # -- reading files ---------------------------------------------------------------------------
 
 
-def read_notebook(path: Path):
-    """(notebook, None), or (None, why it is not a notebook)."""
-    import nbformat
+def printable(name: str) -> str:
+    """`name` as text a report can hold: bytes that are not UTF-8 as \\xNN escapes, control
+    characters as \\uNNNN."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
+
+def read_notebook(path: Path):
+    """(notebook, None), or (None, why it is not a notebook). A link is not followed."""
+    if path.is_symlink():
+        return None, "a symbolic link, not read"
     size = path.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
         return None, f"{size / (1 << 20):.0f} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit"
-    data = path.read_bytes()
-    if data.startswith(b"%PDF"):
-        return None, "a PDF file with an .ipynb name"
-    if data.startswith(b"PK\x03\x04"):
-        return None, "a zip archive with an .ipynb name"
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, "a binary file, not text"
-    nested = "JSON nested too deeply to read (hundreds of levels, in its metadata or elsewhere)"
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-    except RecursionError:
-        return None, nested
-    if not isinstance(raw, dict) or "cells" not in raw:
-        return None, "JSON, but not a Jupyter notebook (no cells)"
-    try:
-        nb = nbformat.reads(text, as_version=4)
-    except RecursionError:
-        return None, nested
-    except Exception as exc:  # nbformat's own reasons, whichever they are
-        return None, f"not a readable Jupyter notebook ({_short(str(exc))})"
-    return nb, None
+    data = assemble.read_plain(path, MAX_NOTEBOOK_BYTES)
+    if data is None:
+        return None, "not a plain file"
+    return assemble.parse_notebook(data)
 
 
 def cell_label(cell, index: int) -> str:
     return grade_id_of(cell) or cell.get("id") or f"#{index}"
-
-
-def _locked(nb) -> dict:
-    from nbgrader import utils
-
-    return {
-        c.metadata.nbgrader["grade_id"]: c
-        for c in nb.cells
-        if "grade_id" in c.get("metadata", {}).get("nbgrader", {}) and utils.is_locked(c)
-    }
-
-
-def stray_cells(submitted, released) -> list[str]:
-    """Cells of `submitted` with nbgrader metadata that nbgrader cannot grade as they are: a
-    grade_id unknown to `released` or missing, or one a later cell repeats.
-    notebook_guards.StrayGradeIds runs them as plain code."""
-    known = {grade_id_of(c) for c in released.cells} - {None}
-    seen, found = set(), []
-    for i in reversed(range(len(submitted.cells))):
-        cell = submitted.cells[i]
-        if "nbgrader" not in cell.get("metadata", {}):
-            continue
-        grade_id = grade_id_of(cell)
-        if grade_id not in known:
-            found.append(f"{grade_id or 'a cell without a grade_id'} unknown (cell #{i})")
-        elif grade_id in seen:
-            found.append(f"{grade_id} repeated (cell #{i}; the last one was graded)")
-        seen.add(grade_id)
-    return found[::-1]
-
-
-def tampered_cells(submitted, released) -> list[str]:
-    """The locked cells (tests and read-only cells) of `released` that `submitted` changed or
-    lost, compared with nbgrader's checksums (source, type, flags and points). The parameters
-    cell is left to `changed_parameters`: students may edit it while they work."""
-    from nbgrader import utils
-
-    mine = {
-        c.metadata.nbgrader["grade_id"]: c
-        for c in submitted.cells
-        if "grade_id" in c.get("metadata", {}).get("nbgrader", {})
-    }
-    found = []
-    for grade_id, cell in _locked(released).items():
-        if "parameters" in cell.metadata.get("tags", []):
-            continue
-        if grade_id not in mine:
-            found.append(f"{grade_id} deleted")
-        elif utils.compute_checksum(mine[grade_id]) != utils.compute_checksum(cell):
-            found.append(f"{grade_id} edited")
-    return found
-
-
-def changed_parameters(submitted, released) -> list[str]:
-    """The lines of the cell tagged `parameters` that differ from the release. The build makes
-    that cell read-only for nbgrader, which grades with the release's version; the student's own
-    runs used these lines."""
-
-    def lines(nb) -> list[str]:
-        for c in nb.cells:
-            if "parameters" in c.get("metadata", {}).get("tags", []):
-                return [line.strip() for line in c.source.splitlines() if line.strip()]
-        return []
-
-    given = lines(released)
-    if not given:
-        return []
-    mine = lines(submitted)
-    if not mine:
-        return ["the parameters cell was removed"]
-    return [line for line in mine if line not in given] or (
-        ["lines removed"] if mine != given else []
-    )
 
 
 def solutions_unchanged(submitted, released) -> bool:
@@ -256,26 +164,28 @@ def solutions_unchanged(submitted, released) -> bool:
 
 
 def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
-    """Compare a student's submission folder with the released notebooks {name: notebook}."""
+    """Compare a student's submission folder with the released notebooks {name: notebook}: each
+    readable notebook is assembled as grading assembles it, and its answer cells scanned."""
     result = Submitted()
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     expected = {f"{name}.ipynb" for name in released}
-    result.other_files = [p for p in present if p not in expected and p != "timestamp.txt"]
+    result.dropped.files = [
+        printable(p) for p in present if p not in expected and p != assemble.TIMESTAMP
+    ]
     unchanged = []
     for name, release in released.items():
         path = folder / f"{name}.ipynb"
-        if not path.is_file():
+        if not path.is_file() and not path.is_symlink():
             result.missing.append(name)
             continue
         nb, why = read_notebook(path)
         if nb is None:
             result.unreadable[name] = why
             continue
-        result.tampered += tampered_cells(nb, release)
-        result.patches += scan.scan(nb, release)
-        result.parameters += changed_parameters(nb, release)
-        result.stray += stray_cells(nb, release)
-        unchanged.append(solutions_unchanged(nb, release))
+        graded, dropped = assemble.assemble(release, nb)
+        result.dropped.merge(dropped)
+        result.patches += scan.scan(graded, release)
+        unchanged.append(solutions_unchanged(graded, release))
     result.unchanged_solutions = bool(unchanged) and all(unchanged)
     return result
 
@@ -371,7 +281,8 @@ def classify(
     for name, why in submitted.unreadable.items():
         found.append(Finding("not-a-notebook", f"{name}.ipynb is {why}"))
     for name in submitted.missing:
-        others = f"; handed in: {', '.join(submitted.other_files)}" if submitted.other_files else ""
+        files = submitted.dropped.files
+        others = f"; handed in: {', '.join(files)}" if files else ""
         found.append(Finding("missing-notebook", f"no {name}.ipynb{others}"))
     readable = not submitted.unreadable and not submitted.missing
     if run is not None and run.status == "timeout":
@@ -396,33 +307,12 @@ def classify(
     faults = [e for e in errors if any(t in e.evalue.lower() for t in GPU_FAULT_TEXT)]
     if faults:
         found.append(Finding("crashed", _short(f"{faults[0]} (the GPU context is lost after it)")))
-    if submitted.tampered:
-        found.append(
-            Finding(
-                "tampered",
-                f"{', '.join(submitted.tampered)} (nbgrader graded the released version)",
-            )
-        )
-    if submitted.stray:
-        found.append(
-            Finding(
-                "stray-cells",
-                _short("; ".join(submitted.stray) + " (run as plain code; the rest was graded)"),
-            )
-        )
     if graded is not None and graded.cut:
         found.append(
             Finding(
                 "output-cut",
                 f"over {nbgrader_policy.OUTPUT_LIMIT >> 20} MiB of output, from cell "
                 f"{graded.cut[0]} on; the rest was dropped, errors and results kept",
-            )
-        )
-    if submitted.parameters:
-        found.append(
-            Finding(
-                "parameters",
-                _short("; ".join(submitted.parameters) + " (graded with the release's instead)"),
             )
         )
     cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]

@@ -35,13 +35,13 @@ c.Execute.kernel_name = "python3"
 # teardown took 2-3 s a student on an H100; results/2026-11-24-h100-grading-cost.md).
 c.Execute.shutdown_kernel = "immediate"
 
-# One student's notebook cannot fail its whole grading through its nbgrader metadata (a graded
-# cell duplicated, a grade_id the assignment does not have: those cells run as plain code), nor
-# hold unbounded output (kept up to nbgrader_policy.OUTPUT_LIMIT). grader.grading.findings flags
-# both for a human look.
+# What nbgrader grades is the notebook grader.grading.assemble made: the release, with the
+# student's answer cells (its metadata and every other cell are the release's). nbgrader's
+# OverwriteCells then puts the hidden tests into the test cells, from the gradebook. One
+# student's notebook cannot hold unbounded output (kept up to nbgrader_policy.OUTPUT_LIMIT);
+# grader.grading.findings flags a notebook that passed it for a human look.
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
-    "grader.grading.notebook_guards.StrayGradeIds",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "nbgrader.preprocessors.OverwriteCells",
@@ -61,11 +61,8 @@ c.Autograde.autograde_preprocessors = [
 c.IgnorePattern.enabled = True  # off by default in nbgrader 0.9.6
 c.IgnorePattern.pattern = nbgrader_policy.STDERR_NOISE
 
-# A graded cell deleted from a submission is put back (from the gradebook) and graded.
-c.OverwriteCells.add_missing_cells = True
-
-# Read-only cells: nbgrader restores any that a student changed before it grades. The build marks
-# them non-editable itself, all but the parameters cell, which students may change while they work
+# Read-only cells: grading runs the release's, whatever the student changed. The build marks them
+# non-editable itself, all but the parameters cell, which students may change while they work
 # (grader/authoring/build.py); nbgrader's own locking would make that one non-editable too.
 c.LockCells.lock_readonly_cells = False
 

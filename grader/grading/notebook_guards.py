@@ -1,11 +1,6 @@
-"""nbgrader preprocessors that keep one student's notebook from failing or swamping its own grading;
-grader/grading/nbgrader_config.py installs them in `nbgrader autograde`.
+"""An nbgrader preprocessor that keeps one student's notebook from swamping its own grading;
+grader/grading/nbgrader_config.py installs it in `nbgrader autograde`.
 
-- `StrayGradeIds`: nbgrader refuses a whole notebook with nbgrader metadata it cannot place (a
-  grade_id the assignment does not have, or none), and every cell of it scores 0. Such cells, and
-  every cell but the last of a grade_id repeated (the one nbgrader's DeduplicateIds keeps), lose
-  their nbgrader metadata here and run as plain code; a graded cell deleted nbgrader puts back.
-  grader.grading.findings flags the notebook for a human look.
 - `CappedExecute`: nbclient keeps every output in memory and in the graded notebook. Past
   nbgrader_policy.OUTPUT_LIMIT bytes of output, what cells print or display is dropped; errors and
   results are kept, cut short, so that each cell scores as it would have; a cell that lost output
@@ -18,38 +13,11 @@ import json
 import time
 from contextlib import contextmanager
 
-from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import Execute
 
 from grader.grading import cost, nbgrader_policy
 
 KEPT_CHARS = 2000  # of an error's or a result's text, once the output limit is passed
-
-
-class StrayGradeIds(NbGraderPreprocessor):
-    """Plain code (or markdown) for every cell whose grade_id is missing, unknown to the gradebook,
-    or repeated by a later cell."""
-
-    def preprocess(self, nb, resources):
-        info = resources["nbgrader"]
-        with Gradebook(info["db_url"]) as gb:
-            try:
-                notebook = gb.find_notebook(info["notebook"], info["assignment"])
-            except MissingEntry:
-                return nb, resources
-            known = {cell.name for cell in notebook.source_cells}
-        seen = set()
-        for cell in reversed(nb.cells):
-            meta = cell.get("metadata", {})
-            if "nbgrader" not in meta:
-                continue
-            grade_id = nbgrader_policy.grade_id_of(cell)
-            if grade_id in known and grade_id not in seen:
-                seen.add(grade_id)
-                continue
-            self.log.warning("cell %r: nbgrader metadata dropped (unknown or repeated)", grade_id)
-            del meta["nbgrader"]
-        return nb, resources
 
 
 def _cut(text: str) -> str:

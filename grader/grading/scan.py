@@ -1,6 +1,7 @@
 """What a student's code can do to the cells that run after it, read from its source (`ast`),
-never run. Every solution cell and every cell the student added or changed runs in the same
-kernel as the test cells that follow, so each is scanned for:
+never run. The answer cells are the only code of the student's that grading runs (the rest of
+the notebook is the release's: grader.grading.assemble), in the same kernel as the test cells
+that follow, so each is scanned for:
 
 - hooks ("changes how later cells run"): IPython's input transformers, event hooks, custom
   exception handlers, the display of results (formatters, display hooks), sys.excepthook,
@@ -668,48 +669,30 @@ def _stores(tree) -> set[str]:
     }
 
 
-def student_cells(submitted, released) -> list[tuple[str, object]]:
-    """(label, cell) of each code cell whose code runs as the student wrote it: solution
-    cells and cells added or changed, not the release's own cells, and not its locked cells,
-    which nbgrader puts back before grading."""
-    given = {c.source.strip() for c in released.cells if c.cell_type == "code"}
-    locked = {
-        _meta(c).get("grade_id")
-        for c in released.cells
-        if _meta(c).get("grade_id")
-        and not _meta(c).get("solution")
-        and (_meta(c).get("grade") or _meta(c).get("locked"))
-    }
-    found = []
-    for i, cell in enumerate(submitted.cells):
-        if cell.cell_type != "code" or cell.source.strip() in given:
-            continue
-        grade_id = _meta(cell).get("grade_id")
-        if grade_id in locked:
-            continue
-        found.append((grade_id or cell.get("id") or f"#{i}", cell))
-    return found
+def answer_cells(graded) -> list[tuple[str, object]]:
+    """(label, cell) of each answer cell of an assembled notebook (grader.grading.assemble): the
+    only code of the student's that grading runs."""
+    return [
+        (_meta(c).get("grade_id") or c.get("id") or f"#{i}", c)
+        for i, c in enumerate(graded.cells)
+        if c.cell_type == "code" and _meta(c).get("solution")
+    ]
 
 
-def scan(submitted, released) -> list[Route]:
-    """Every route by which the student's code in `submitted` reaches the cells after it."""
+def scan(graded, released) -> list[Route]:
+    """Every route by which the answer cells of `graded`, the notebook assembled from the
+    release and the student's answers, reach the cells after them."""
     names = Names()
-    trees = [_parse(c.source) for c in submitted.cells if c.cell_type == "code"]
+    trees = [_parse(c.source) for c in graded.cells if c.cell_type == "code"]
     for _ in range(2):  # functions that return a module, defined after their first use
         for tree in trees:
             if tree is not None:
                 names.learn(tree)
     protected, imported = protected_names(released)
-    own = {  # a given cell edited in place may define again what it defined
-        c.get("id"): {name for name, _, _ in _top_bindings(tree)}
-        for c in released.cells
-        if c.cell_type == "code" and c.get("id") and (tree := _parse(c.source)) is not None
-    }
     found = []
-    for label, written in student_cells(submitted, released):
+    for label, written in answer_cells(graded):
         source = written.source
-        mine = {k: v for k, v in protected.items() if k not in own.get(written.get("id"), set())}
-        cell = _Cell(names, label, mine, imported)
+        cell = _Cell(names, label, protected, imported)
         for magic in magics(source):
             cell.add("hooks", f"runs the magic %{magic}: it can change how later cells run")
         tree = _parse(source)

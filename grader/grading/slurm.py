@@ -3,8 +3,9 @@
 The trusted side (`python -m grader autograde ... --slurm`, on a host that can submit jobs)
 writes a job folder on a filesystem the compute nodes share: `job.json` (the assignment, the
 limits, the students by task index), `course/` (the assignment's source and release and a
-gradebook holding only the assignment) and `inbox/<student>/` (a copy of each submission). It
-submits one array (`sbatch --array`), waits for it, and merges.
+gradebook holding only the assignment) and `inbox/<student>/` (each submission as grading runs
+it, assembled here: grader.grading.assemble). It submits one array (`sbatch --array`), waits for
+it, and merges.
 
 Each task (`python -m grader.grading.slurm JOB_FOLDER`, its student from SLURM_ARRAY_TASK_ID)
 grades its one student exactly as a batch on one host does (grader.grading.autograde.grade_one:
@@ -35,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.authoring import build
-from grader.grading import autograde, devices, findings, gradebook, jail
+from grader.grading import assemble, autograde, devices, findings, gradebook, jail
 
 SBATCH, SQUEUE, SCANCEL = "sbatch", "squeue", "scancel"
 INSTALL = "apt-get install slurm-client (Debian's slurm-wlm for a whole cluster)"
@@ -162,8 +163,9 @@ def write_job(batch: autograde.Batch, todo: list[str], folder: Path) -> None:
     shutil.copytree(batch.folder("source") / batch.assignment, course / "source" / batch.assignment)
     template = autograde.Batch(batch.assignment, batch.mode, root=course, out=folder / "grading")
     autograde.prepare(template)  # generate_assignment: the release and a gradebook of its own
-    for student in todo:
-        shutil.copytree(batch.folder("submitted", student), folder / "inbox" / student)
+    given = autograde.released(batch)
+    for student in todo:  # what grading runs, assembled here: nothing else leaves this host
+        assemble.stage(batch.folder("submitted", student), given, folder / "inbox" / student)
     job = Job(
         batch.assignment,
         batch.mode,
@@ -305,7 +307,7 @@ def _take(batch, student, given, locked, out: Path, inbox: Path) -> findings.Run
                 read.seek(max(0, log.stat().st_size - MAX_LOG_BYTES))
                 f.write(read.read(MAX_LOG_BYTES))
         f.write(f"\n[merged from Slurm task output {out}]\n".encode())
-    stamp = autograde._timestamp(batch.folder("submitted", student))
+    stamp = assemble.timestamp(batch.folder("submitted", student))
     gradebook.record_ungraded(batch.url, batch.assignment, student, [], stamp)
     run, why = read_result(out, student)
     if run is None:

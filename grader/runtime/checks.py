@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import torch
 
-from grader.runtime import device, launches, precision, stubs
+from grader.runtime import device, handin, launches, precision, stubs
 from grader.runtime import hints as hints_
 
 # Tolerances follow torch.testing.assert_close's defaults for each dtype; the reference is float64.
@@ -237,8 +237,10 @@ def _describe(args) -> str:
 
 
 def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
-    """Call student code, turning nbgrader's unfilled stub into one plain sentence."""
+    """Call student code, turning nbgrader's unfilled stub into one plain sentence; first, say
+    if an answer leans on a cell that grading will not run (grader.runtime.handin)."""
     __tracebackhide__ = True
+    handin.advise()
     try:
         return fn(*args, **kwargs)
     except Exception as exc:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader.runtime import checks, integrity
+from grader.runtime import checks, handin, integrity
 
 INT32_MAX = 2**31 - 1
 
@@ -130,6 +130,7 @@ def taxonomy_table() -> str:
 def check_defect_names(answer: Mapping, draft: str) -> set[str]:
     """The set of defect ids named for `draft`, after checking its form; raises AssertionError
     with a plain message when the answer is not a non-empty set of known ids."""
+    handin.advise()
     __tracebackhide__ = True
     if not isinstance(answer, Mapping):
         raise AssertionError(f"DEFECTS must be a dict of sets, got {type(answer).__name__}")
@@ -449,6 +450,7 @@ def audit(
     offset_review) is added to the report and counts toward `passed`. `seed` fixes the seeds
     (for reproducing a failure); by default every run draws fresh ones.
     """
+    handin.advise()
     forbid = frozenset(forbid)
     results = []
     lost = None  # the case after which the GPU context was unusable

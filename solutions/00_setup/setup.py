@@ -85,6 +85,15 @@ print(report)
 # An exercise's heading states its points: the sum of its test and speed cells.
 
 # %% [markdown]
+# **What grading runs.** The notebook as released, with the code of your answer cells and nothing
+# else of yours. A given cell you edit runs as released; a cell you add does not run; files you
+# hand in beside the notebook are not there. Try things out in cells of your own as much as you
+# like, but put everything an answer needs inside the answer cell. The course's checks read your
+# saved notebook while you work and warn (`HAND-IN CHECK: ...`) when an answer uses a name defined
+# only in a cell that grading would not run; `handin.check()` (from `grader.runtime`) lists
+# everything that will not run.
+
+# %% [markdown]
 # The correctness checks keep a wrong kernel from passing by luck:
 #
 # - **fresh random inputs** on every call (a failure prints the seed, to reproduce it);

@@ -79,8 +79,17 @@ class Materials:
         self.cell(nb, grade_id).source += "\n\n" + code
         return nb
 
-    def files(self, nb) -> dict[str, object]:
-        return {f"{self.notebook}.ipynb": nb}
+    def added(self, nb, after: str, code: str) -> nbformat.NotebookNode:
+        """A copy of `nb` with a code cell of `code` added after the one cell that holds
+        `after`, as a student adds one (no nbgrader metadata)."""
+        nb = copy.deepcopy(nb)
+        (cell,) = [c for c in nb.cells if after in c.source]
+        nb.cells.insert(nb.cells.index(cell) + 1, nbformat.v4.new_code_cell(code))
+        return nb
+
+    def files(self, nb, **beside: bytes) -> dict[str, object]:
+        """The notebook, and files beside it ({path: bytes}, written as the student's)."""
+        return {f"{self.notebook}.ipynb": nb, **beside}
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ class Graded:
     out: Path  # root/grading/<assignment>
     scores: dict[str, dict[str, float]]  # {student: {grade_id: score}} from the gradebook
     review: dict[str, str]  # {student: the CSV's needs_review}
+    dropped: dict[str, str]  # {student: the CSV's dropped_at_grading}
     materials: Materials
     bases: dict[str, str] = field(default_factory=dict)  # {attacker: student graded as its base}
 
@@ -100,7 +110,12 @@ class Attacker:
     """One synthetic student. `flags` are finding kinds (grader.grading.findings.KINDS) that
     must be reported for it, with `detail` in the reason where given. `total` is the score it
     must get, or None where only the flag is asserted; "base" means the score of `base(m)`, its
-    honest self, which the test grades beside it."""
+    honest self, which the test grades beside it. `dropped`: words the class report's
+    "dropped at grading" must say of it (what it wrote outside its answers). Where
+    `runs_as_base` is set, the notebook grading runs for it must be byte for byte its base's
+    (grader.grading.assemble): checked on the CPU for every such attacker, and graded end to
+    end where its notebook's batch runs (00 on the CPU; 05 and 07 on a GPU:
+    tests/test_hostile_gpu.py)."""
 
     student: str
     assignment: str
@@ -110,10 +125,13 @@ class Attacker:
     total: float | str | None = "base"
     base: Callable[[Materials], nbformat.NotebookNode] | None = None
     check: Callable[[Graded], None] | None = field(default=None, compare=False)
+    dropped: str | None = None
+    runs_as_base: bool = False
+    gpu_only: bool = False  # an attack on speed: graded on a GPU alone (tests/test_hostile_gpu.py)
 
     def __post_init__(self):
-        if self.total == "base" and self.base is None:
-            raise ValueError(f"{self.student}: total='base' needs base")
+        if (self.total == "base" or self.runs_as_base) and self.base is None:
+            raise ValueError(f"{self.student}: total='base' and runs_as_base need base")
 
 
 def on_blank_00(student: str, code: str, flags: frozenset[str], detail: str) -> Attacker:

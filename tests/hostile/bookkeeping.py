@@ -1,10 +1,10 @@
 """Class 8 of the attacks on grading, in the notebook: what nbgrader's own bookkeeping used to
 turn into a zero for the whole notebook ("crashed"), or hold without limit. A graded cell
-repeated, a grade_id the assignment does not have, or nbgrader metadata without one: nbgrader
-refused the notebook. Now those cells run as plain code, the rest is graded (full marks for an
-answered notebook) and the notebook is flagged. Output without end (300 MB, or 20 MiB here to
-keep the test short): kept up to nbgrader_policy.OUTPUT_LIMIT, the cells still scored as they
-ran, and flagged."""
+repeated, a grade_id the assignment does not have, or nbgrader metadata without one: grading now
+runs the release with the answer cells (grader.grading.assemble), so none of these cells runs,
+the answered notebook earns full marks and the report lists what did not run. Output without
+end (300 MB, or 20 MiB here to keep the test short): kept up to nbgrader_policy.OUTPUT_LIMIT,
+the cells still scored as they ran, and flagged."""
 
 import copy
 
@@ -63,8 +63,7 @@ ATTACKERS = [
         "repeated-graded-cell",
         "00_setup",
         lambda m: _with_cell(m, None),
-        flags=frozenset({"stray-cells"}),
-        detail=f"{KERNEL} repeated (cell #",
+        dropped=f"answer cells repeated (the last one ran): {KERNEL}",
         total=None,
         check=_full_marks("repeated-graded-cell"),
     ),
@@ -72,8 +71,7 @@ ATTACKERS = [
         "unknown-grade-id",
         "00_setup",
         _bonus,
-        flags=frozenset({"stray-cells"}),
-        detail="bonus unknown",
+        dropped="1 code cell added",
         total=None,
         check=_full_marks("unknown-grade-id"),
     ),
@@ -81,8 +79,7 @@ ATTACKERS = [
         "grade-id-missing",
         "00_setup",
         lambda m: _with_cell(m, {"grade": True, "points": 5, "schema_version": 3}),
-        flags=frozenset({"stray-cells"}),
-        detail="a cell without a grade_id unknown",
+        dropped="1 code cell added",
         total=None,
         check=_full_marks("grade-id-missing"),
     ),

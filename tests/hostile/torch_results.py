@@ -1,14 +1,31 @@
 """Class 3 of the attacks on grading: a launcher whose result does not come from the kernel it
-launches. The launcher computes the output with torch (the kernel left blank), or launches a
-wrong kernel once on a placeholder tensor, so that a launch is seen, and computes the output
-with torch. Each honest base is the same notebook without the attack: the blank release, or the
-same wrong kernel behind the launcher as given; the attack must earn nothing more, and the
-failed integrity check is flagged for a human look."""
+launches. From the answer cell (the only code of the student's that grading runs), the kernel's
+name is bound to an object whose launch computes the output with torch, or a wrong kernel is
+launched once on a placeholder tensor, so that a launch is seen, and the output computed with
+torch. Each honest base is the same notebook without the attack: the blank release, or the same
+wrong kernel behind the launcher as given; the attack must earn nothing more, and the failed
+integrity check is flagged for a human look."""
 
 from tests.hostile import Attacker
 
-RELU_LAUNCH = "    relu_kernel[grid](x, out, n, BLOCK=block)\n"
-ADD_LAUNCH = "    add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)\n"
+# The kernel's name bound, in its own answer cell, to an object that launches nothing.
+BY_TORCH = """
+
+class _ByTorch:
+    def __init__(self, compute):
+        self.compute = compute
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.compute(*args)
+
+
+{kernel} = _ByTorch(lambda {args}: {compute})
+"""
+
+
+def _by_torch(kernel, args, compute):
+    return BY_TORCH.format(kernel=kernel, args=args, compute=compute)
+
 
 # A fused kernel that copies x to out: it runs, and it is wrong.
 COPYING_KERNEL = """\
@@ -35,7 +52,13 @@ ATTACKERS = [
     Attacker(
         "relu-by-torch",
         "00_setup",
-        lambda m: m.files(m.rewritten(m.release, RELU_LAUNCH, "    out.copy_(torch.relu(x))\n")),
+        lambda m: m.files(
+            m.appended(
+                m.release,
+                "relu-kernel",
+                _by_torch("relu_kernel", "x, out, n", "out.copy_(x.relu())"),
+            )
+        ),
         flags=frozenset({"cheating"}),
         detail="returned without launching relu_kernel",
         base=lambda m: m.release,
@@ -43,7 +66,13 @@ ATTACKERS = [
     Attacker(
         "add-by-torch",
         "02_first_kernels",
-        lambda m: m.files(m.rewritten(m.release, ADD_LAUNCH, "    torch.add(x, y, out=out)\n")),
+        lambda m: m.files(
+            m.appended(
+                m.release,
+                "add-kernel",
+                _by_torch("add_kernel", "x, y, out, n", "torch.add(x, y, out=out)"),
+            )
+        ),
         flags=frozenset({"cheating"}),
         detail="returned without launching add_kernel",
         base=lambda m: m.release,

@@ -1,0 +1,254 @@
+"""Before you hand in: what grading will run of your notebook, and what it will not.
+
+Grading runs the notebook as it was released, with the code of your answer cells (the cells that
+held `# YOUR CODE HERE`) and nothing else of yours: a given cell you edited runs as released, a
+cell you added does not run, and files beside the notebook are not there. `check()` reads your
+saved notebook and says where that matters:
+
+- an answer cell that uses a name (a helper, an import, a constant) defined only in a cell that
+  grading does not run: your answer would fail there, so move that code into the answer cell;
+- given cells you edited, and added cells: fine for trying things out, but they do not run;
+- answer cells missing or repeated.
+
+The course's checks call `advise()` each time they call your code: in JupyterLab it prints, once,
+anything `check()` would ask you to fix, so a visible test tells you before you hand in.
+
+The notebook is found through JupyterLab (the variable `JPY_SESSION_NAME` it gives the kernel),
+or from the path you pass. Given cells are recognised by the checksum nbgrader stored in their
+metadata when the notebook was released (the same recipe as `nbgrader.utils.compute_checksum`,
+which the course's tests hold this module to). Nothing here runs your code or changes a grade.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "In", "Out", "__session__"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One code cell of the saved notebook, as the check sees it."""
+
+    index: int  # 1-based, as people count cells
+    kind: str  # "answer", "given", "edited" (a given cell changed) or "added"
+    grade_id: str | None
+    source: str
+    parameters: bool = False
+
+
+@dataclass
+class Report:
+    """What `check` found: the notebook read, and what to fix or know, as sentences."""
+
+    notebook: Path | None
+    fix: list[str] = field(default_factory=list)  # an answer that will fail at grading
+    note: list[str] = field(default_factory=list)  # what does not run, harmlessly
+
+    @property
+    def ok(self) -> bool:
+        return self.notebook is not None and not self.fix
+
+
+def _text(source) -> str:
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def checksum(cell: dict) -> str:
+    """nbgrader's checksum of a cell with nbgrader metadata (its `compute_checksum`)."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    solution, grade = bool(meta.get("solution")), bool(meta.get("grade"))
+    locked = False if solution else True if grade else bool(meta.get("locked", False))
+    m = hashlib.md5()
+    for part in (_text(cell.get("source", "")), cell.get("cell_type", ""), str(grade)):
+        m.update(part.encode("utf-8"))
+    m.update(str(solution).encode("utf-8"))
+    m.update(str(locked).encode("utf-8"))
+    m.update(str(meta["grade_id"]).encode("utf-8"))
+    if grade:
+        m.update(str(float(meta["points"])).encode("utf-8"))
+    return m.hexdigest()
+
+
+def cells(nb: dict) -> list[Cell]:
+    """The code cells of a notebook (its JSON), each told apart as answer, given, edited or
+    added."""
+    found = []
+    for i, cell in enumerate(nb.get("cells", []), start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        parameters = "parameters" in cell.get("metadata", {}).get("tags", [])
+        if not grade_id:
+            kind = "added"
+        elif meta.get("solution"):
+            kind = "answer"
+        elif meta.get("checksum") and meta["checksum"] != checksum(cell):
+            kind = "edited"
+        else:
+            kind = "given"
+        found.append(Cell(i, kind, grade_id, _text(cell.get("source", "")), parameters))
+    return found
+
+
+def _tree(source: str) -> ast.Module | None:
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def defined(source: str) -> set[str]:
+    """The names a cell binds at its top level (functions, classes, imports, assignments)."""
+    tree = _tree(source)
+    if tree is None:
+        return set()
+    names = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(stmt.name)
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in stmt.names if a.name != "*"}
+        else:
+            names |= {
+                n.id
+                for n in ast.walk(stmt)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+    return names
+
+
+def used(source: str) -> set[str]:
+    """The names a cell reads that it does not bind itself anywhere (its free names)."""
+    tree = _tree(source)
+    if tree is None:
+        return set()
+    loads, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+    return loads - bound - BUILTINS
+
+
+def review(nb: dict) -> tuple[list[str], list[str]]:
+    """(what to fix, what to know) of a notebook's JSON, as sentences."""
+    found = cells(nb)
+    runs = set()  # names that the cells grading runs define (as you wrote them, for answers)
+    for c in found:
+        if c.kind in ("answer", "given"):
+            runs |= defined(c.source)
+    added: dict[str, list[int]] = {}
+    edited: dict[str, list[int]] = {}
+    for c in found:
+        for name in defined(c.source) if c.kind in ("added", "edited") else ():
+            (added if c.kind == "added" else edited).setdefault(name, []).append(c.index)
+    fix, note = [], []
+    for c in found:
+        if c.kind != "answer":
+            continue
+        needs = used(c.source)
+        for name in sorted(needs & set(added) - runs):
+            fix.append(
+                f"your answer in cell {c.index} ({c.grade_id}) uses `{name}`, defined only in "
+                f"cell {_cells(added[name])}, which grading does not run: define it in the "
+                "answer cell itself"
+            )
+        for name in sorted(needs & set(edited) - set(added) - runs):
+            note.append(
+                f"your answer in cell {c.index} ({c.grade_id}) uses `{name}` from cell "
+                f"{_cells(edited[name])}, a given cell you edited: at grading it gets the "
+                f"released `{name}`, if that cell defines one"
+            )
+    answers = [c.grade_id for c in found if c.kind == "answer"]
+    for grade_id in sorted({g for g in answers if answers.count(g) > 1}):
+        fix.append(f"the answer cell {grade_id} appears twice: grading runs the last one only")
+    for c in (c for c in found if c.kind == "edited"):
+        what = "your sizes are for your own runs" if c.parameters else "your edits there"
+        note.append(f"cell {c.index} is a given cell you edited: grading runs it as released "
+                    f"({what} do not count)")  # fmt: skip
+    mine = [c.index for c in found if c.kind == "added" and c.source.strip()]
+    if mine:
+        note.append(
+            f"{'cells' if len(mine) > 1 else 'cell'} {_cells(mine)} "
+            f"{'are' if len(mine) > 1 else 'is'} your own: fine for trying things out, but "
+            f"grading does not run {'them' if len(mine) > 1 else 'it'}"
+        )
+    return fix, note
+
+
+def _cells(indices: list[int]) -> str:
+    return ", ".join(str(i) for i in indices)
+
+
+def _notebook(path: str | os.PathLike | None) -> Path | None:
+    if path is not None:
+        return Path(path)
+    session = os.environ.get("JPY_SESSION_NAME")
+    if not session:
+        return None
+    for candidate in (Path(session), Path.cwd() / Path(session).name):
+        if candidate.suffix == ".ipynb" and candidate.is_file():
+            return candidate
+    return None
+
+
+def check(path: str | os.PathLike | None = None) -> Report:
+    """Read the saved notebook (`path`, else the one JupyterLab runs this kernel for) and print
+    what grading will and will not run of it. Save the notebook first (Ctrl-S): the check reads
+    the file, not what is on the screen."""
+    notebook = _notebook(path)
+    if notebook is None or not notebook.is_file():
+        print("Hand-in check: no saved notebook to read here. In JupyterLab it finds the "
+              "notebook itself; elsewhere pass its path: handin.check('setup.ipynb').")  # fmt: skip
+        return Report(None)
+    fix, note = review(json.loads(notebook.read_text(encoding="utf-8")))
+    age = time.time() - notebook.stat().st_mtime
+    saved = f"saved {age / 60:.0f} min ago" if age >= 60 else "saved just now"
+    print(f"Hand-in check of {notebook.name} ({saved}; save first if you changed it since).")
+    print("Grading runs the notebook as released, with the code of your answer cells only.")
+    for line in fix:
+        print(f"  FIX: {line}")
+    for line in note:
+        print(f"  note: {line}")
+    if not fix:
+        print("Your answers stand on their own: nothing they need is left out at grading.")
+    return Report(notebook, fix, note)
+
+
+_told: set[str] = set()  # what advise() has said in this session
+_read: dict[tuple, list[str]] = {}  # (path, mtime, size) -> what to fix, for the saved file
+
+
+def advise() -> None:
+    """Print each thing `check()` would ask to fix, once a session, where JupyterLab names the
+    notebook (silent elsewhere: at grading, in scripts) and only as the saved file says."""
+    notebook = _notebook(None)
+    if notebook is None:
+        return
+    info = notebook.stat()
+    key = (str(notebook), info.st_mtime_ns, info.st_size)
+    if key not in _read:
+        try:
+            _read.clear()
+            _read[key] = review(json.loads(notebook.read_text(encoding="utf-8")))[0]
+        except (OSError, ValueError):  # being saved right now: read it at the next call
+            return
+    for line in _read[key]:
+        if line not in _told:
+            _told.add(line)
+            print(f"HAND-IN CHECK: {line} (handin.check() says more)")

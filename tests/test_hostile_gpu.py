@@ -1,0 +1,96 @@
+"""The hostile class on a GPU: 05's and 07's attackers graded end to end by `python -m grader
+autograde --mode gpu`, each student's kernel in its sandbox on a GPU of its own, beside an honest
+student and each attacker's honest base, speed cells included. Every attack on speed
+(tests/hostile/speed_routes.py) must be flagged with its speed cells at 0; every attack outside
+the answer cells (tests/hostile/outside_answers.py) must score its base, speed included. What each
+student scored is kept in build/report/hostile_gpu.json, the record of a GPU run. Needs a GPU (two
+are used when there are two) and bubblewrap, as `make autograde` does."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.grading import findings, gradebook
+from tests import hostile
+from tests.test_hostile import EVERYONE, graded
+
+pytestmark = pytest.mark.gpu
+
+GPU_BATCHES = ("05_autotuning", "07_flash_attention")
+ATTACKERS = [a for a in EVERYONE if a.assignment in GPU_BATCHES]
+RECORD = Path(__file__).parent.parent / "build" / "report" / "hostile_gpu.json"
+SPEED_CELL_TIMEOUT = 600
+
+
+def _options() -> tuple[str, ...]:
+    gpus = ",".join(str(i) for i in range(min(2, torch.cuda.device_count())))
+    return ("--mode", "gpu", "--gpus", gpus, "--speed-cell-timeout", str(SPEED_CELL_TIMEOUT))
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory, registered_course):
+    base, done = tmp_path_factory.getbasetemp(), {}
+
+    def batch(assignment: str) -> tuple[hostile.Graded, int, str]:
+        mine = tuple(a for a in ATTACKERS if a.assignment == assignment)
+        done[assignment] = graded(
+            assignment, base / f"gpu-{assignment}", registered_course, mine, ("honest-1",),
+            _options(),
+        )  # fmt: skip
+        return done[assignment]
+
+    yield batch
+    RECORD.parent.mkdir(parents=True, exist_ok=True)
+    RECORD.write_text(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(),
+                "gpus": torch.cuda.device_count(),
+                "torch": torch.__version__,
+                "batches": {
+                    name: {
+                        "exit": code,
+                        "scores": result.scores,
+                        "needs_review": result.review,
+                        "dropped": result.dropped,
+                        "bases": result.bases,
+                    }
+                    for name, (result, code, _) in done.items()
+                },
+            },
+            indent=1,
+        )
+    )
+
+
+@pytest.mark.parametrize("assignment", GPU_BATCHES)
+def test_the_honest_student_earns_every_point_speed_included(batches, assignment):
+    result, code, printed = batches(assignment)
+    assert code == 0, printed[-3000:]
+    url = gradebook.sqlite_url(result.root / "gradebook.db")
+    full = gradebook.max_scores(url, assignment)
+    assert result.scores["honest-1"] == full, result.scores["honest-1"]
+    assert result.review["honest-1"] == "", result.review["honest-1"]
+
+
+@pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda a: a.student)
+def test_attacker_on_a_gpu(batches, attacker):
+    result, _, _ = batches(attacker.assignment)
+    review = result.review[attacker.student]
+    said = {k for k, label in findings.KINDS.items() if f"{label}: " in review}
+    assert attacker.flags <= said, f"{attacker.student}: expected {attacker.flags}, got {review!r}"
+    if attacker.detail:
+        assert attacker.detail in review, (attacker.student, review)
+    if attacker.total == "base" or attacker.runs_as_base:
+        base = result.bases[attacker.student]
+        assert result.scores[attacker.student] == result.scores[base], (
+            attacker.student,
+            result.scores[attacker.student],
+            result.scores[base],
+        )
+    if attacker.dropped:
+        assert attacker.dropped in result.dropped[attacker.student]
+    if attacker.check is not None:
+        attacker.check(result)
