@@ -6,8 +6,9 @@ how it fits with the rest of nbgrader.
    the gradebook; `make release` makes both, and what is missing is generated here.
 2. Submissions come in: a folder in nbgrader's layout (<student>/<assignment>/<notebook>.ipynb) is
    copied into submitted/; an LMS download (a zip, or a folder of its files) goes through
-   `nbgrader zip_collect`. A folder of submitted/ that holds a link or a file past the size
-   limit is not graded, however it got there (`untrusted`).
+   `nbgrader zip_collect`; an nbgrader exchange's inbound/ is read by grader.grading.exchange,
+   in place of `nbgrader collect`. A folder of submitted/ that holds a link or a file past the
+   size limit is not graded, however it got there (`untrusted`).
 3. `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several side by
    side on the CPU and one per GPU on GPUs (speed cells time kernels; grader.grading.devices),
    or one Slurm task per student (a `Grader`: grader.grading.slurm), each in
@@ -37,6 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.authoring import build, nbgrader_main
 from grader.grading import (
@@ -50,6 +52,9 @@ from grader.grading import (
     nbgrader_policy,
     sandbox,
 )
+
+if TYPE_CHECKING:
+    from grader.grading import exchange
 
 NBGRADER_VERSION = "0.9"
 KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
@@ -858,9 +863,11 @@ def autograde(
     device: str,
     grades_speed: bool,
     grade: Grader | None = None,
+    inbound: exchange.Inbound | None = None,
 ) -> tuple[classreport.ClassResults, dict[str, Path]]:
-    """The whole batch: prepare, import, grade (with `grade`, default `grade_here`), feedback,
-    report. Returns the class's results and the files written."""
+    """The whole batch: prepare, import (from `submissions`, or from an nbgrader exchange's
+    `inbound`), grade (with `grade`, default `grade_here`), feedback, report. Returns the class's
+    results and the files written."""
     require_nbgrader()
     prepare(batch)
     if duedate:
@@ -868,11 +875,20 @@ def autograde(
     if submissions is not None:
         found = import_submissions(batch, submissions, regexp)
         print(f"{len(found)} submissions of {batch.assignment} imported from {submissions}")
+    elif inbound is not None:
+        from grader.grading import exchange  # it builds on this module's import
+
+        found = exchange.import_exchange(batch, inbound)
+        print(
+            f"{len(found)} submissions of {batch.assignment} imported from {inbound.folder}; "
+            f"every entry is listed in {batch.out / exchange.LISTING}"
+        )
     names = students(batch)
     if not names:
         raise AutogradeError(
             f"no submissions of {batch.assignment} in {batch.folder('submitted')}: pass "
-            "--submissions (a folder <student>/<assignment>/<notebook>.ipynb, or an LMS zip)"
+            "--submissions (a folder <student>/<assignment>/<notebook>.ipynb, or an LMS zip) "
+            "or --exchange"
         )
     runs = grade_all(batch, names, grade)
     given = released(batch)
