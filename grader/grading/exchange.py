@@ -231,18 +231,7 @@ def import_exchange(batch: Batch, inbound: Inbound) -> list[str]:
     """Import the newest acceptable entry of each student from the exchange into submitted/, as
     the module's docstring says. Returns the students imported; what was refused goes to
     refused.json, every entry to exchange.json."""
-    inbound_fd = os.open(inbound.root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in (inbound.course_id, "inbound"):  # every student may write into the root
-            opened = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=inbound_fd)
-            os.close(inbound_fd)
-            inbound_fd = opened
-    except OSError as exc:
-        os.close(inbound_fd)
-        raise AutogradeError(
-            f"{inbound.folder}: cannot be opened ({exc.strerror}); it must be the folder that "
-            "`nbgrader release_assignment` made, not a link, and readable by this user"
-        ) from None
+    inbound_fd = _open(inbound)
     notes: list[Refused] = []
     listed: list[Listed] = []
     try:
@@ -276,8 +265,28 @@ def import_exchange(batch: Batch, inbound: Inbound) -> list[str]:
         os.close(inbound_fd)
     batch.out.mkdir(parents=True, exist_ok=True)
     autograde._refused_path(batch).write_text(json.dumps([asdict(n) for n in notes], indent=1))
+    listed.sort(key=lambda e: e.entry)
     (batch.out / LISTING).write_text(json.dumps([asdict(e) for e in listed], indent=1))
     return sorted(e.student for e in listed if e.outcome == "imported")
+
+
+def _open(inbound: Inbound) -> int:
+    """A descriptor of the inbound folder. Below the root, which every student may write into,
+    no link is followed: the course's folder and inbound/ must be the ones nbgrader made."""
+    try:
+        fd = os.open(inbound.root, os.O_RDONLY | os.O_DIRECTORY)
+        for part in (inbound.course_id, "inbound"):
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            finally:
+                os.close(fd)
+            fd = inner
+    except OSError as exc:
+        raise AutogradeError(
+            f"{inbound.folder}: cannot be opened ({exc.strerror}); it must be the folder that "
+            "`nbgrader release_assignment` made, not a link, and readable by this user"
+        ) from None
+    return fd
 
 
 def _refuse(notes, listed, name: str, student: str, refusal: _Refusal, claimants: set[str]):
