@@ -266,6 +266,8 @@ outputs, in --out (default: <root>/grading/<assignment>/, so build/grading/00_se
   feedback/<student>/<notebook>.html   nbgrader's feedback (hidden tests stay hidden)
   logs/<student>.log, runs/<student>.json   each student's nbgrader run and its outcome
   feedback.log      nbgrader generate_feedback's output
+  exchange.json     with --exchange: every entry of the exchange's inbound/, its time and what
+                    became of it (imported, older, refused: the report lists the refused)
 Exit status: 0 all written; 1 graded, but the grader failed at a step for some students (no
 feedback page, a grader error: the report says which); 2 not graded; 130 interrupted.
 Scores go to nbgrader's gradebook (<root>/gradebook.db, or --db). Grading is resumable: an
