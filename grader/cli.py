@@ -166,7 +166,7 @@ def _grading_device(args: argparse.Namespace):
 
 
 def _autograde(args: argparse.Namespace) -> int:
-    from grader.grading import autograde, devices, jail, sandbox, slurm
+    from grader.grading import autograde, devices, exchange, jail, sandbox, slurm
     from grader.runtime import device
 
     try:
@@ -215,6 +215,12 @@ def _autograde(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
+        inbound = None
+        if args.exchange is not None:  # nbgrader reads config from the course directory too
+            batch.root.mkdir(parents=True, exist_ok=True)
+            inbound = exchange.configured(
+                batch.root, Path(args.exchange) if args.exchange else None
+            )
         graded, written = autograde.autograde(
             batch,
             submissions=args.submissions,
@@ -223,6 +229,7 @@ def _autograde(args: argparse.Namespace) -> int:
             device=described,
             grades_speed=grades_speed,
             grade=grade,
+            inbound=inbound,
         )
     except (autograde.AutogradeError, slurm.SlurmError) as problem:
         print(f"autograde: {problem}", file=sys.stderr)
@@ -259,6 +266,8 @@ outputs, in --out (default: <root>/grading/<assignment>/, so build/grading/00_se
   feedback/<student>/<notebook>.html   nbgrader's feedback (hidden tests stay hidden)
   logs/<student>.log, runs/<student>.json   each student's nbgrader run and its outcome
   feedback.log      nbgrader generate_feedback's output
+  exchange.json     with --exchange: every entry of the exchange's inbound/, its time and what
+                    became of it (imported, older, refused: the report lists the refused)
 Exit status: 0 all written; 1 graded, but the grader failed at a step for some students (no
 feedback page, a grader error: the report says which); 2 not graded; 130 interrupted.
 Scores go to nbgrader's gradebook (<root>/gradebook.db, or --db). Grading is resumable: an
@@ -375,12 +384,23 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     a.add_argument("assignment", help="the assignment, e.g. 00_setup")
-    a.add_argument(
+    given = a.add_mutually_exclusive_group()
+    given.add_argument(
         "--submissions",
         type=Path,
         help="a folder <student>/<assignment>/<notebook>.ipynb (nbgrader's submitted/), or an "
         "LMS download (a .zip, or a folder of its files) for `nbgrader zip_collect`; "
         "default: what <root>/submitted/ already holds",
+    )
+    given.add_argument(
+        "--exchange",
+        nargs="?",
+        const="",
+        metavar="ROOT",
+        help="import from nbgrader's exchange (in place of `nbgrader collect`): each student's "
+        "newest entry in <ROOT>/<course_id>/inbound/ that is hers, with no link, timed by the "
+        "file system; ROOT and course_id default to nbgrader's config (Exchange.root, "
+        "CourseDirectory.course_id)",
     )
     a.add_argument("--root", type=Path, default=Path("build"), help="course directory (build)")
     a.add_argument("--db", help="gradebook, any SQLAlchemy URL (default: <root>/gradebook.db)")

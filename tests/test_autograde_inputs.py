@@ -245,6 +245,37 @@ def test_folders_that_are_not_student_ids_or_are_links_are_listed_not_graded(cou
         assert log.count("Autograding ") == 1, log[-2000:]
 
 
+def test_a_submitted_folder_with_a_link_or_a_large_file_is_not_read(course, tmp_path):
+    """What already sits in submitted/ (an `nbgrader collect` run anyway, a copy by hand) is not
+    believed: a folder whose notebook is a link to the instructor's source, or that holds a file
+    past the size limit, is listed with the reason and not graded; the others are graded."""
+    batch = fresh(course, tmp_path)
+    notebook = answered(course)
+    _write(batch.folder("submitted", "honest"), {f"{NOTEBOOK}.ipynb": notebook})
+    linked = batch.folder("submitted", "linked")
+    linked.mkdir(parents=True)
+    (linked / f"{NOTEBOOK}.ipynb").symlink_to(
+        batch.root / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
+    )
+    large = batch.folder("submitted", "large")
+    _write(large, {f"{NOTEBOOK}.ipynb": notebook})
+    with open(large / "data.bin", "wb") as f:
+        f.truncate(autograde.MAX_FILE_BYTES + 1)
+
+    code, printed = _autograde(batch)
+    assert code == 0, printed[-3000:]
+    rows = _csv(batch)
+    assert set(rows) == {"honest", "linked", "large"}
+    where = f"submitted/linked/{ASSIGNMENT}/{NOTEBOOK}.ipynb: a symbolic link, not followed"
+    assert rows["linked"]["needs_review"].startswith(f"not imported: {where}")
+    where = f"submitted/large/{ASSIGNMENT}/data.bin: {autograde.TOO_LARGE}"
+    assert rows["large"]["needs_review"].startswith(f"not imported: {where}")
+    assert set(gradebook.grades(batch.url, ASSIGNMENT)) == {"honest"}
+    assert rows["honest"]["needs_review"] == ""
+    assert sorted(p.name for p in (batch.out / "logs").iterdir()) == ["honest.log"]
+    assert sorted(p.name for p in batch.folder("autograded").iterdir()) == ["honest"]
+
+
 def as_from_a_terminal() -> None:
     """In the child before it runs the command: SIGINT with its default action and not blocked,
     as a shell starts a command in the foreground; a test worker's own disposition (which

@@ -1,32 +1,45 @@
 """nbgrader's exchange end to end, as an instructor and a student use it, with the student in
 headless Chromium: the instructor releases 00_setup with `nbgrader release_assignment`; the
 student fetches it in JupyterLab's Assignments tab (nbgrader's lab extension), answers its exercise,
-saves and submits it there; the instructor runs `nbgrader collect` and `python -m grader autograde`,
-and the student's score reaches the gradebook and grades.csv.
+saves and submits it there; the instructor runs `python -m grader autograde --exchange`, and the
+student's score reaches the gradebook and grades.csv.
 
 Both people are on one machine, each with a HOME, Jupyter folders and an nbgrader_config.py of
 their own naming the course (`CourseDirectory.course_id`) and the exchange (`Exchange.root`), a
 folder the test makes as an administrator would. They run as the same system user, so the student
 is known to nbgrader by that user's login name, as on a machine where each student logs in.
 Screenshots go to build/browser/.
+
+Then a class of two real accounts of the machine (made with useradd, removed afterwards): an
+honest student, and one who writes into the exchange's inbound/ by hand, as any student can, with
+links into the instructor's course folder and to /etc/shadow, an entry that is itself a link, an
+entry in the honest student's name, and a late entry whose name and timestamp.txt say it was on
+time. Each is refused or corrected, with a row in the class report.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
+import pwd
 import re
+import secrets
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from grader.authoring import build
-from grader.grading import autograde, gradebook
+from grader.grading import autograde, classreport, exchange, gradebook
 from tests import lab_server
 from tests.test_autograde import answered, solution_cells
 
@@ -108,20 +121,33 @@ def run(user: User, root: Path, *command: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    """The instructor's course directory with 00_setup generated (as tests/test_autograde.py
-    makes one), an empty exchange folder, and two users configured for both."""
-    tmp = tmp_path_factory.mktemp("exchange")
-    instructor, student = User(tmp / "instructor"), User(tmp / "student")
-    root = instructor.home / "course"
+def generated(tmp_path_factory) -> Path:
+    """A course directory with 00_setup generated (as tests/test_autograde.py makes one)."""
+    tmp = tmp_path_factory.mktemp("generated")
+    root = tmp / "course"
     build.build_sources(tmp / "all")
     (root / "source").mkdir(parents=True)
     os.rename(tmp / "all" / "source" / ASSIGNMENT, root / "source" / ASSIGNMENT)
     autograde.prepare(autograde.Batch(ASSIGNMENT, "interpreter", root=root))
-    # made once by an administrator; everyone must be able to write into it
-    exchange = tmp / "srv" / "nbgrader" / "exchange"
-    exchange.mkdir(parents=True)
-    exchange.chmod(0o777)
+    return root
+
+
+def make_exchange(folder: Path) -> Path:
+    """The exchange's folder, as an administrator makes it once (docs/instructors.md): everyone
+    may create in it, no one may rename or remove what another made."""
+    folder.mkdir(parents=True)
+    folder.chmod(0o1777)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory, generated):
+    """The instructor's course directory, an empty exchange folder, and two users configured
+    for both."""
+    tmp = tmp_path_factory.mktemp("exchange")
+    instructor, student = User(tmp / "instructor"), User(tmp / "student")
+    root = shutil.copytree(generated, instructor.home / "course")
+    exchange = make_exchange(tmp / "srv" / "nbgrader" / "exchange")
     for user in (instructor, student):
         user.configure(exchange)
     return Course(instructor, student, root, exchange)
@@ -145,6 +171,10 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+def ctime(path: Path) -> int:
+    return path.lstat().st_ctime_ns
+
+
 def test_release_fetch_submit_collect_and_autograde(course, student_lab, page, console):  # noqa: F811
     # the instructor releases the assignment into the exchange
     instructor, root = course.instructor, course.root
@@ -153,7 +183,7 @@ def test_release_fetch_submit_collect_and_autograde(course, student_lab, page, c
     assert "Permissions for exchange directory" not in printed  # nothing to repair
     assert f"Released as: {COURSE_ID} {ASSIGNMENT}" in printed
     folder = course.exchange / COURSE_ID
-    assert mode(course.exchange) == 0o777
+    assert mode(course.exchange) == 0o1777  # left as the administrator made it
     assert mode(folder) == mode(folder / "outbound") == 0o755
     # students may write into inbound and enter it, but not list it; new files keep its group
     assert mode(folder / "inbound") == 0o2733
@@ -221,14 +251,18 @@ def test_release_fetch_submit_collect_and_autograde(course, student_lab, page, c
     (cached,) = (course.student.jupyter_data / "nbgrader_cache" / COURSE_ID).iterdir()
     assert (cached / f"{NOTEBOOK}.ipynb").read_bytes() == notebook.read_bytes()
 
-    # the instructor collects it and grades the batch
-    printed = run(instructor, root, "nbgrader", "collect", ASSIGNMENT, at)
-    assert f"Collecting submission: {student} {ASSIGNMENT}" in printed
-    assert "cheating attempt" not in printed  # the submission is owned by its student
+    # the instructor grades the batch straight from the exchange, in place of `nbgrader collect`
+    at_root = f"--root={root}"
+    printed = run(instructor, root, "grader", "autograde", ASSIGNMENT, at_root, "--exchange",
+                  "--mode=interpreter")  # fmt: skip
+    assert f"1 submissions of {ASSIGNMENT} imported from {folder / 'inbound'}" in printed
     collected = root / "submitted" / student / ASSIGNMENT
     assert (collected / f"{NOTEBOOK}.ipynb").read_bytes() == notebook.read_bytes()
-    assert (collected / "timestamp.txt").read_text().endswith("UTC")
-    run(instructor, root, "grader", "autograde", ASSIGNMENT, f"--root={root}", "--mode=interpreter")
+    stamp = (collected / "timestamp.txt").read_text()  # from the file system, nbgrader's format
+    assert stamp == exchange.handed_in(max(ctime(p) for p in [inbound, *inbound.rglob("*")]))
+    listed = json.loads((root / "grading" / ASSIGNMENT / exchange.LISTING).read_text())
+    assert [(e["entry"], e["outcome"]) for e in listed] == [(inbound.name, "imported")]
+    assert json.loads((root / "grading" / ASSIGNMENT / "refused.json").read_text()) == []
 
     url = gradebook.sqlite_url(root / "gradebook.db")
     points = gradebook.max_scores(url, ASSIGNMENT)
@@ -241,3 +275,196 @@ def test_release_fetch_submit_collect_and_autograde(course, student_lab, page, c
     assert row["student_id"] == student
     assert float(row["score"]) == sum(full.values()) > 0
     assert row["needs_review"] == ""
+
+
+# -- a hostile student writes into inbound/ by hand -------------------------------------------
+
+# What `nbgrader submit` leaves in inbound/, made by the student's own account as submit would
+# (this machine's Python lies where only root may enter, so the accounts cannot run nbgrader):
+# the folder, the notebook, timestamp.txt and submission_secret.txt, with submit's modes.
+SUBMIT = """
+entry="$INBOUND/$NAME"
+mkdir "$entry"
+cp "$NOTEBOOK" "$entry/setup.ipynb"
+printf '%s' "$STAMP" > "$entry/timestamp.txt"
+head -c 64 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "$entry/submission_secret.txt"
+chmod 644 "$entry"/*
+chmod 777 "$entry"
+"""
+# Entries that `nbgrader collect` would copy through the links (its working directory is the
+# course directory, so /proc/self/cwd is the instructor's course folder), and one that is a link.
+LINKS = """
+entry="$INBOUND/$NAME"
+mkdir "$entry"
+ln -s /proc/self/cwd/source/00_setup/setup.ipynb "$entry/setup.ipynb"
+ln -s /etc/shadow "$entry/shadow"
+ln -s "$COURSE" "$entry/course"
+ln -s "$COURSE/source/00_setup" "$INBOUND/$LINKED"
+"""
+
+
+def nbgrader_time(when: datetime) -> str:
+    return when.strftime(exchange.TIMESTAMP_FORMAT)
+
+
+def entry_name(student: str, when: str) -> str:
+    return f"{student}+{ASSIGNMENT}+{when}+{secrets.token_urlsafe(9)}"
+
+
+def as_student(account: pwd.struct_passwd, script: str, **variables: str) -> None:
+    """Run the shell `script` as `account`, with nothing of root's (no supplementary groups)."""
+    done = subprocess.run(
+        ["sh", "-euc", script],
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[],
+        env={"PATH": "/usr/bin:/bin", **variables},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"as {account.pw_name}: {done.stderr}"
+
+
+@pytest.fixture
+def accounts():
+    """Two accounts of this machine, as a JupyterHub gives each student: an honest student and
+    a hostile one. Removed afterwards."""
+    suffix = secrets.token_hex(3)
+    names = {"honest": f"ada{suffix}", "hostile": f"eve{suffix}"}
+    made = []
+    try:
+        for name in names.values():
+            subprocess.run(
+                ["useradd", "--no-create-home", "--home-dir", "/nonexistent",
+                 "--shell", "/usr/sbin/nologin", "--user-group", name],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            made.append(name)
+        yield {role: pwd.getpwnam(name) for role, name in names.items()}
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], capture_output=True)
+
+
+@pytest.fixture
+def shared_folder():
+    """A folder every account can reach (pytest's own are root's alone), removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="course-exchange-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("useradd") is None,
+    reason="makes accounts of the machine: needs root and useradd (CI runs as root on Debian)",
+)
+def test_entries_written_into_inbound_by_hand_are_refused_or_corrected(
+    generated, tmp_path, accounts, shared_folder
+):
+    instructor = User(tmp_path / "instructor")
+    root = shutil.copytree(generated, instructor.home / "course")
+    exchange_root = make_exchange(shared_folder / "exchange")
+    instructor.configure(exchange_root)
+    at = f"--CourseDirectory.root={root}"
+    run(instructor, root, "nbgrader", "release_assignment", ASSIGNMENT, at)
+    inbound = exchange_root / COURSE_ID / "inbound"
+    release = nbformat.read(root / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
+    source = nbformat.read(root / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
+    notebooks = shared_folder / "notebooks"  # what the students wrote, readable by them
+    notebooks.mkdir()
+    nbformat.write(answered(release, source), notebooks / "right.ipynb")
+    nbformat.write(release, notebooks / "blank.ipynb")
+    for path in [notebooks, *notebooks.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    ada, eve = accounts["honest"], accounts["hostile"]
+    common = {"INBOUND": str(inbound), "COURSE": str(root)}
+
+    # ada submits in time
+    stamp = nbgrader_time(datetime.now(UTC))
+    mine = entry_name(ada.pw_name, stamp)
+    right = str(notebooks / "right.ipynb")
+    as_student(ada, SUBMIT, **common, NAME=mine, STAMP=stamp, NOTEBOOK=right)
+    # the due date passes
+    due = datetime.fromtimestamp(int(time.time()) + 2, UTC)
+    time.sleep(max(0.0, due.timestamp() - time.time()) + 0.5)
+    # eve writes into inbound/ by hand, after it
+    early = "2020-01-01 00:00:00.000000 UTC"
+    later = nbgrader_time(datetime.now(UTC))
+    links, linked = entry_name(eve.pw_name, later), entry_name(eve.pw_name, later)
+    as_student(eve, LINKS, **common, NAME=links, LINKED=linked)
+    in_her_name = entry_name(ada.pw_name, later)
+    blank = str(notebooks / "blank.ipynb")
+    as_student(eve, SUBMIT, **common, NAME=in_her_name, STAMP=later, NOTEBOOK=blank)
+    late = entry_name(eve.pw_name, early)
+    as_student(eve, SUBMIT, **common, NAME=late, STAMP=early, NOTEBOOK=right)
+
+    due_date = due.strftime("%Y-%m-%d %H:%M:%S UTC")
+    printed = run(instructor, root, "grader", "autograde", ASSIGNMENT, f"--root={root}",
+                  "--exchange", "--mode=interpreter", f"--duedate={due_date}")  # fmt: skip
+    assert f"2 submissions of {ASSIGNMENT} imported from {inbound}" in printed
+
+    # each student graded on her own entry, and only on what she wrote herself
+    submitted = root / "submitted"
+    assert sorted(p.name for p in submitted.iterdir()) == sorted([ada.pw_name, eve.pw_name])
+    for account in (ada, eve):
+        folder = submitted / account.pw_name / ASSIGNMENT
+        files = sorted(p.name for p in folder.rglob("*"))
+        assert files == ["setup.ipynb", "submission_secret.txt", "timestamp.txt"], files
+        assert (folder / "setup.ipynb").read_bytes() == Path(right).read_bytes()
+    url = gradebook.sqlite_url(root / "gradebook.db")
+    points = gradebook.max_scores(url, ASSIGNMENT)
+    full = {g: (0.0 if g.startswith("speed-") else p) for g, p in points.items()}  # on the CPU
+    recorded = gradebook.grades(url, ASSIGNMENT)
+    assert set(recorded) == {ada.pw_name, eve.pw_name}
+    assert recorded[ada.pw_name].scores == full and recorded[ada.pw_name].seconds_late == 0
+    # eve's late entry is late: its time comes from the file system, not from what she wrote
+    assert recorded[eve.pw_name].seconds_late > 0
+    stamp_taken = (submitted / eve.pw_name / ASSIGNMENT / "timestamp.txt").read_text()
+    assert stamp_taken != early and stamp_taken > nbgrader_time(due)
+
+    # every entry is listed with what became of it; each refusal is a row of the report
+    out = root / "grading" / ASSIGNMENT
+    listed = {e["entry"]: e for e in json.loads((out / exchange.LISTING).read_text())}
+    outcomes = {name: listed[name]["outcome"] for name in listed}
+    assert outcomes == {
+        mine: "imported", late: "imported",
+        links: "refused", linked: "refused", in_her_name: "refused",
+    }  # fmt: skip
+    refused = json.loads((out / "refused.json").read_text())
+    rows = {
+        (r["student"], name): r["reason"]
+        for r in refused
+        for name in listed
+        if r["reason"].startswith(f"inbound/{name}: ")
+    }
+    assert len(rows) == len(refused) == 4, refused
+    assert rows[eve.pw_name, linked].endswith(
+        f": the entry is a symbolic link (to {root}/source/00_setup), not followed"
+    )
+    assert "is a symbolic link (to " in rows[eve.pw_name, links]
+    theirs = f"the entry belongs to {eve.pw_name}, not to {ada.pw_name}"
+    assert rows[ada.pw_name, in_her_name].endswith(theirs)
+    assert rows[eve.pw_name, in_her_name].endswith(theirs)  # she wrote it
+    with open(out / "grades.csv", newline="") as f:
+        review = {row["student_id"]: row["needs_review"] for row in csv.DictReader(f)}
+    assert f"not imported: inbound/{in_her_name}: " in review[ada.pw_name]
+    assert review[eve.pw_name].count("not imported: ") == 3
+    assert "late: " in review[eve.pw_name] and "late: " not in review[ada.pw_name]
+    report = (out / "report.md").read_text()
+    for reason in rows.values():
+        assert classreport.markdown_text(f"not imported: {reason}") in report
+
+    # nothing of /etc/shadow or of the course folder reached what grading wrote
+    shadow = Path("/etc/shadow").read_text().splitlines()[0].encode()
+    for folder in ("submitted", "autograded", "feedback", "grading"):
+        for path in (root / folder).rglob("*"):
+            assert not path.is_symlink(), path
+            if path.is_file():
+                data = path.read_bytes()
+                assert shadow not in data, path
+                assert b"### BEGIN SOLUTION" not in data, path  # the source notebook's

@@ -3,8 +3,9 @@ and one node daemon on this host (Debian's slurm-wlm, `AuthType=auth/none`), sta
 module from a slurm.conf of its own and stopped after it, whatever happens. A class of two
 00_setup students (one right, one with a wrong kernel) is graded once by a local batch and once
 through the array; the gradebooks, the CSVs and the reasons for a human look must be the same.
-The checks on what a task leaves (it is data the trusted side must not believe) run without
-Slurm."""
+A student whose task Slurm stops at its time limit is reported as timed out, and no task leaves
+anything in the node's temporary folder. The checks on what a task leaves (it is data the
+trusted side must not believe) run without Slurm."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -155,8 +158,9 @@ def course(tmp_path_factory):
     shutil.copytree(build.SOLUTIONS / ASSIGNMENT, tmp / "solutions" / ASSIGNMENT)
     build.build_sources(tmp / "local", tmp / "solutions")
     autograde.prepare(autograde.Batch(ASSIGNMENT, "interpreter", root=tmp / "local"))
-    shutil.copytree(tmp / "local", tmp / "slurm")
-    roots = {"local": tmp / "local", "slurm": tmp / "slurm"}
+    for other in ("slurm", "limit"):
+        shutil.copytree(tmp / "local", tmp / other)
+    roots = {name: tmp / name for name in ("local", "slurm", "limit")}
     release = nbformat.read(tmp / "local" / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
     source = nbformat.read(tmp / "local" / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
     inbox = tmp / "inbox"
@@ -177,7 +181,9 @@ def _rows(batch):
 
 
 @needs_slurm
-def test_a_class_graded_through_slurm_gets_the_local_grades(cluster, course, tmp_path, monkeypatch):
+def test_a_class_graded_through_slurm_gets_the_local_grades(
+    cluster, course, tmp_path, monkeypatch, node_tmp
+):
     """The local batch on two GPUs (fake ones: the interpreter ignores them, the scheduler hands
     them out), then `python -m grader autograde --slurm` on the same class."""
     roots, inbox = course
@@ -194,6 +200,7 @@ def test_a_class_graded_through_slurm_gets_the_local_grades(cluster, course, tmp
         "--slurm", "--jobs", "2", "--slurm-folder", str(tmp_path / "jobs"), "--sbatch", "-t 20",
     ]  # fmt: skip
     assert cli.main(argv) == 0
+    assert list(node_tmp.iterdir()) == []  # nothing of the course left on the node
     remote = autograde.Batch(ASSIGNMENT, "interpreter", root=roots["slurm"])
     mine = gradebook.grades(remote.url, ASSIGNMENT)
     theirs = gradebook.grades(local.url, ASSIGNMENT)
@@ -211,6 +218,7 @@ def test_a_class_graded_through_slurm_gets_the_local_grades(cluster, course, tmp
     # each student was a task of one array, with its own output folder; nothing ran in the merge
     (job,) = (tmp_path / "jobs").iterdir()
     assert sorted(p.name for p in (job / "out").iterdir()) == ["right", "wrong"]
+    assert not (job / "work").exists()  # the tasks' course directories are gone
     assert len(list(job.glob("slurm-*_*.out"))) == 2
     merged = (job / "merge" / "merge.log").read_text()
     assert "Autograding" in merged and "Kernel" not in merged and "Unrecognized" not in merged
@@ -231,6 +239,56 @@ def test_a_class_graded_through_slurm_gets_the_local_grades(cluster, course, tmp
     assert not (job / "merge" / "merge.log").exists()  # nothing left to record
     after = gradebook.grades(remote.url, ASSIGNMENT)
     assert {s: g.scores for s, g in after.items()} == {s: g.scores for s, g in mine.items()}
+
+
+@pytest.fixture
+def node_tmp(monkeypatch):
+    """An empty temporary folder for the tasks (TMPDIR, which sbatch hands them with the rest of
+    its environment), with a short path as the sandbox's Unix sockets need; removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="node-"))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+@needs_slurm
+def test_a_task_stopped_at_slurms_time_limit_is_timed_out_and_leaves_nothing(
+    cluster, course, tmp_path, monkeypatch, node_tmp
+):
+    """A submission whose answer sleeps, with Slurm's time limit (1 minute) below the grader's
+    own (15): Slurm stops the task (SIGTERM, then SIGKILL), and the student is reported as timed
+    out, not as crashed; neither the node's temporary folder nor the job folder keeps the task's
+    course directory (the hidden tests)."""
+    roots, inbox = course
+    release = nbformat.read(roots["limit"] / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
+    source = nbformat.read(roots["limit"] / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
+    nb = _answered(release, source, broken=False)
+    (kernel,) = [c for c in nb.cells if findings.grade_id_of(c) == "relu-kernel"]
+    kernel.source += "\n\nimport time\n\ntime.sleep(900)\n"
+    (tmp_path / "slow" / "sleeper" / ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "slow" / "sleeper" / ASSIGNMENT / f"{NOTEBOOK}.ipynb")
+    monkeypatch.setenv(hostlock.FOLDER_VARIABLE, str(tmp_path / "locks"))
+    argv = [
+        "autograde", ASSIGNMENT, "--submissions", str(tmp_path / "slow"),
+        "--root", str(roots["limit"]), "--mode", "interpreter", "--memory-limit", "3",
+        "--cell-timeout", "900", "--speed-cell-timeout", "900", "--timeout", "900",
+        "--slurm", "--slurm-folder", str(tmp_path / "jobs"), "--sbatch=--time=1",
+    ]  # fmt: skip
+    assert cli.main(argv) == 0
+    batch = autograde.Batch(ASSIGNMENT, "interpreter", root=roots["limit"])
+    run = json.loads((batch.out / "runs" / "sleeper.json").read_text())
+    assert run["status"] == "timeout", run
+    assert "Slurm stopped the task at its time limit (1:00)" in run["detail"], run
+    review = _rows(batch)["sleeper"]["needs_review"]
+    assert review.startswith("timed out: Slurm stopped the task"), review
+    (job,) = (tmp_path / "jobs").iterdir()
+    (output,) = job.glob("slurm-*_0.out")
+    assert "DUE TO TIME LIMIT" in output.read_text()  # Slurm's own limit stopped it
+    assert not (job / "out" / "sleeper" / slurm.RESULT).exists()
+    assert list(node_tmp.iterdir()) == []
+    assert not (job / "work").exists()
 
 
 # -- what a task leaves is checked, without Slurm ----------------------------------------

@@ -6,7 +6,9 @@ how it fits with the rest of nbgrader.
    the gradebook; `make release` makes both, and what is missing is generated here.
 2. Submissions come in: a folder in nbgrader's layout (<student>/<assignment>/<notebook>.ipynb) is
    copied into submitted/; an LMS download (a zip, or a folder of its files) goes through
-   `nbgrader zip_collect`.
+   `nbgrader zip_collect`; an nbgrader exchange's inbound/ is read by grader.grading.exchange,
+   in place of `nbgrader collect`. A folder of submitted/ that holds a link or a file past the
+   size limit is not graded, however it got there (`untrusted`).
 3. Each student's notebooks are assembled (grader.grading.assemble): the release with the
    student's answer cells, nothing else they handed in. `nbgrader autograde <assignment>
    --student=<id>` grades those, one subprocess per student, several side by side on the CPU
@@ -38,6 +40,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.authoring import build, nbgrader_main
 from grader.grading import (
@@ -53,6 +56,9 @@ from grader.grading import (
     sandbox,
 )
 from grader.grading.findings import printable
+
+if TYPE_CHECKING:
+    from grader.grading import exchange
 
 NBGRADER_VERSION = "0.9"
 KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
@@ -243,8 +249,8 @@ def _refused_path(batch: Batch) -> Path:
 
 
 def refused(batch: Batch) -> list[Refused]:
-    """What the last import left out, and every folder of submitted/ whose name is not a
-    student id the batch can use."""
+    """What the last import left out, every folder of submitted/ whose name is not a student id
+    the batch can use, and every one that `untrusted` leaves out."""
     path = _refused_path(batch)
     found = [Refused(**r) for r in json.loads(path.read_text())] if path.is_file() else []
     submitted = batch.folder("submitted")
@@ -252,19 +258,59 @@ def refused(batch: Batch) -> list[Refused]:
         problem = student_id_problem(d.name)
         if problem and (d / batch.assignment).is_dir():
             found.append(Refused(printable(d.name), f"submitted/{printable(d.name)}: {problem}"))
+    found += [Refused(s, why) for s, why in untrusted(batch).items()]
     return list(dict.fromkeys(found))
 
 
+def _folder_problem(folder: Path, shown: str) -> str | None:
+    """Why grading must not read the folder `folder` (`shown` is how a report names it): it is,
+    or holds, a symbolic link; it holds something other than plain files and folders, or a file
+    over MAX_FILE_BYTES. None when it holds plain files within the limit."""
+    if folder.is_symlink() or folder.parent.is_symlink():
+        return f"{shown}: a symbolic link, not followed"
+    for where, folders, files in os.walk(folder):  # never into a link
+        for name in sorted([*folders, *files]):
+            path = Path(where, name)
+            mode = path.lstat()
+            relative = f"{shown}/{printable(str(path.relative_to(folder)))}"
+            if stat.S_ISLNK(mode.st_mode):
+                return f"{relative}: a symbolic link, not followed"
+            if not stat.S_ISDIR(mode.st_mode) and not stat.S_ISREG(mode.st_mode):
+                return f"{relative}: not a plain file or folder"
+            if stat.S_ISREG(mode.st_mode) and mode.st_size > MAX_FILE_BYTES:
+                return f"{relative}: {TOO_LARGE}"
+    return None
+
+
+def untrusted(batch: Batch) -> dict[str, str]:
+    """{student: why} for each student folder of submitted/ that grading does not trust, however
+    it got there (`nbgrader collect`, a copy by hand): one that is or holds a symbolic link, or
+    holds anything but plain files within the size limit. Its student is not graded, and nothing
+    of it is read."""
+    submitted = batch.folder("submitted")
+    found = {}
+    for d in sorted(submitted.iterdir()) if submitted.is_dir() else []:
+        if student_id_problem(d.name) is None and (d / batch.assignment).is_dir():
+            where = f"submitted/{d.name}/{batch.assignment}"
+            problem = _folder_problem(d / batch.assignment, where)
+            if problem:
+                found[d.name] = f"{problem}; not graded (import it again)"
+    return found
+
+
 def students(batch: Batch) -> list[str]:
-    """Every student with a submission folder for the assignment in submitted/ and a name the
-    batch can use as a student id (`refused` lists the others)."""
+    """Every student with a submission folder for the assignment in submitted/, a name the
+    batch can use as a student id, and a folder grading may read (`refused` lists the others)."""
     submitted = batch.folder("submitted")
     if not submitted.is_dir():
         return []
+    left_out = untrusted(batch)
     return sorted(
         d.name
         for d in submitted.iterdir()
-        if (d / batch.assignment).is_dir() and student_id_problem(d.name) is None
+        if (d / batch.assignment).is_dir()
+        and student_id_problem(d.name) is None
+        and d.name not in left_out
     )
 
 
@@ -753,7 +799,7 @@ def results(
     points = {g: points[g] for g in [*order, *(g for g in points if g not in order)]}
     recorded = gradebook.grades(batch.url, batch.assignment)
     left_out = refused(batch)
-    here = set(students(batch)) | set(recorded)
+    here = set(students(batch)) | (set(recorded) - set(untrusted(batch)))
     hidden = {
         n: hidden_tests.Hidden.from_gradebook(batch.url, batch.assignment, n, nb)
         for n, nb in given.items()
@@ -826,9 +872,11 @@ def autograde(
     device: str,
     grades_speed: bool,
     grade: Grader | None = None,
+    inbound: exchange.Inbound | None = None,
 ) -> tuple[classreport.ClassResults, dict[str, Path]]:
-    """The whole batch: prepare, import, grade (with `grade`, default `grade_here`), feedback,
-    report. Returns the class's results and the files written."""
+    """The whole batch: prepare, import (from `submissions`, or from an nbgrader exchange's
+    `inbound`), grade (with `grade`, default `grade_here`), feedback, report. Returns the class's
+    results and the files written."""
     require_nbgrader()
     prepare(batch)
     if duedate:
@@ -836,11 +884,20 @@ def autograde(
     if submissions is not None:
         found = import_submissions(batch, submissions, regexp)
         print(f"{len(found)} submissions of {batch.assignment} imported from {submissions}")
+    elif inbound is not None:
+        from grader.grading import exchange  # it builds on this module's import
+
+        found = exchange.import_exchange(batch, inbound)
+        print(
+            f"{len(found)} submissions of {batch.assignment} imported from {inbound.folder}; "
+            f"every entry is listed in {batch.out / exchange.LISTING}"
+        )
     names = students(batch)
     if not names:
         raise AutogradeError(
             f"no submissions of {batch.assignment} in {batch.folder('submitted')}: pass "
-            "--submissions (a folder <student>/<assignment>/<notebook>.ipynb, or an LMS zip)"
+            "--submissions (a folder <student>/<assignment>/<notebook>.ipynb, or an LMS zip) "
+            "or --exchange"
         )
     runs = grade_all(batch, names, grade)
     given = released(batch)

@@ -10,8 +10,24 @@ it, and merges.
 Each task (`python -m grader.grading.slurm JOB_FOLDER`, its student from SLURM_ARRAY_TASK_ID)
 grades its one student exactly as a batch on one host does (grader.grading.autograde.grade_one:
 nbgrader, the student's kernel in the sandbox, on the task's GPU alone), in a course directory
-of its own on the node's local disk, and leaves in `out/<student>/` the outcome
-(`result.json`), nbgrader's log and the graded notebooks.
+of its own, and leaves in `out/<student>/` the outcome (`result.json`), nbgrader's log and the
+graded notebooks.
+
+That course directory (the hidden tests and a gradebook) is `work/<task>/` in the job folder, not
+on the node's disk, because no task can be relied on to clean up after itself: Slurm ends a task
+past its time limit with SIGTERM and, KillWait seconds later, SIGKILL; the kernel's OOM killer or
+a failing node send nothing at all; and a folder that the node's next task would remove waits
+for a next task that may never come. In the job folder it sits beside the copy it was made from,
+under the same protection (mode 0700, the instructor's), whatever ends the task; the task removes
+it when it ends, and the trusted side removes what a killed task left once it has merged. On the
+node's disk a task keeps only the sandbox's folder while it runs (grader.grading.jail: the
+student runtime, the submission's own files, the kernel's Unix sockets, which need a short local
+path, and nothing of the hidden tests); the task turns Slurm's SIGTERM into an orderly exit, so
+that folder is removed too before the SIGKILL.
+
+How a task ended is Slurm's to say, not the task's: the trusted side reads each task's last
+state from `squeue` while it waits, and a task Slurm stopped at its time limit is reported as
+timed out.
 
 What a task leaves is data the trusted side checks before it uses any of it: `result.json` must
 name the task's student and an outcome it knows; a graded notebook must read as a notebook within
@@ -28,6 +44,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,6 +64,12 @@ MAX_TEXT = 2000  # characters of a task's outcome's detail
 SLACK_SECONDS = 600  # the array's default time limit: a student's --timeout and this
 KNOWN_STATUSES = {"ok", "failed", "timeout", "memory", "not-graded"}
 POLL_SECONDS = 5.0
+# the states of a task that has ended (squeue --states=all lists them for MinJobAge, 300 s)
+ENDED = {
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+    "PREEMPTED", "TIMEOUT",
+}  # fmt: skip
+TIME_LIMIT = "TIMEOUT"
 
 
 class SlurmError(RuntimeError):
@@ -65,6 +88,14 @@ class Job:
     timeout: int
     memory_limit: int
     jailed: bool
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How Slurm last reported a task: its state and its time limit, as squeue shows them."""
+
+    state: str
+    time_limit: str
 
 
 @dataclass
@@ -148,12 +179,15 @@ class Array:
         job_id = submit(batch, folder, len(todo), self.options)
         print(f"Slurm job {job_id}: {len(todo)} tasks; job folder {folder}")
         try:
-            wait(job_id, self.options.poll)
+            ended = wait(job_id, self.options.poll)
         except KeyboardInterrupt:
             subprocess.run([SCANCEL, job_id], capture_output=True)
             print(f"interrupted: Slurm job {job_id} cancelled; run again to grade the rest")
             raise
-        return merge(batch, todo, given, folder)
+        states = {todo[i]: e for i, e in ended.items() if 0 <= i < len(todo)}
+        runs = merge(batch, todo, given, folder, states)
+        shutil.rmtree(folder / "work", ignore_errors=True)  # what a killed task left
+        return runs
 
 
 def write_job(batch: autograde.Batch, todo: list[str], folder: Path) -> None:
@@ -192,18 +226,24 @@ def submit(batch: autograde.Batch, folder: Path, count: int, options: Options) -
     return done.stdout.strip().split(";")[0]
 
 
-def wait(job_id: str, poll: float) -> None:
-    """Return once no task of the job is left in Slurm's queue."""
+def wait(job_id: str, poll: float) -> dict[int, Ended]:
+    """Return once every task of the job has ended (or Slurm no longer knows the job), with the
+    last state Slurm reported of each task it listed, by task index."""
+    ended: dict[int, Ended] = {}
     while True:
         done = subprocess.run(
-            [SQUEUE, "--noheader", f"--jobs={job_id}", "--format=%i %T"],
+            [SQUEUE, "--noheader", "--array", "--states=all", f"--jobs={job_id}",
+             "--format=%K|%T|%l"],
             capture_output=True,
             text=True,
-        )
+        )  # fmt: skip
         if done.returncode != 0 and "Invalid job id" not in done.stderr:
             raise SlurmError(f"squeue failed: {done.stderr.strip()}")
-        if done.returncode != 0 or not done.stdout.strip():
-            return
+        tasks = [line.strip().split("|") for line in done.stdout.splitlines() if line.strip()]
+        tasks = [t for t in tasks if len(t) == 3]  # task index (or a pending range), state, limit
+        ended.update((int(t[0]), Ended(t[1], t[2])) for t in tasks if t[0].isdigit())
+        if done.returncode != 0 or all(t[1] in ENDED for t in tasks):
+            return ended
         time.sleep(poll)
 
 
@@ -266,16 +306,22 @@ def checked_notebook(path: Path, locked: dict[str, str]):
 
 
 def merge(
-    batch: autograde.Batch, todo: list[str], given: dict[str, object], folder: Path
+    batch: autograde.Batch,
+    todo: list[str],
+    given: dict[str, object],
+    folder: Path,
+    states: dict[str, Ended] | None = None,
 ) -> dict[str, findings.Run]:
     """Read what each task left, check it, record the scores in the gradebook with nbgrader,
-    and save each student's outcome as grade_one does."""
+    and save each student's outcome as grade_one does. `states`: how Slurm reported each
+    student's task as it ended (`wait`), which says why a task left no result."""
     locked = locked_sources(batch.url, batch.assignment)
     inbox = folder / "merge" / "submitted"
     runs: dict[str, findings.Run] = {}
     for student in todo:
+        out, state = folder / "out" / student, (states or {}).get(student)
         try:
-            runs[student] = _take(batch, student, given, locked, folder / "out" / student, inbox)
+            runs[student] = _take(batch, student, given, locked, out, inbox, state)
         except Exception as exc:  # the grader's own trouble with this output: go on
             runs[student] = findings.Run("failed", detail=f"not merged: {exc}"[:MAX_TEXT])
     scored = [s for s in todo if (inbox / s).is_dir()]
@@ -292,10 +338,11 @@ def merge(
     return {s: autograde._save(batch, s, r) for s, r in runs.items()}
 
 
-def _take(batch, student, given, locked, out: Path, inbox: Path) -> findings.Run:
-    """One task's output: its log copied, its outcome read, its graded notebooks checked and
-    put in `inbox` for `rescore` when the outcome is ok. Makes sure the student's submission is
-    in the gradebook, with its time handed in, as nbgrader does before it runs a notebook."""
+def _take(batch, student, given, locked, out: Path, inbox: Path, state: Ended | None):
+    """One task's output: its log copied, its outcome read (where there is none, Slurm's
+    `state` says why), its graded notebooks checked and put in `inbox` for `rescore` when the
+    outcome is ok. Makes sure the student's submission is in the gradebook, with its time handed
+    in, as nbgrader does before it runs a notebook."""
     import nbformat
 
     log = out / "log.txt"
@@ -310,8 +357,17 @@ def _take(batch, student, given, locked, out: Path, inbox: Path) -> findings.Run
     stamp = assemble.timestamp(batch.folder("submitted", student))
     gradebook.record_ungraded(batch.url, batch.assignment, student, [], stamp)
     run, why = read_result(out, student)
+    if run is None and state is not None and state.state == TIME_LIMIT:
+        limit = autograde.printable(state.time_limit)
+        return findings.Run(
+            "timeout",
+            detail=f"Slurm stopped the task at its time limit ({limit}), before the grader's "
+            f"own limit of {batch.timeout} s: give the array more time (--sbatch --time=MINUTES)",
+            limit=f"Slurm's time limit {limit}",
+        )
     if run is None:
-        return findings.Run("failed", detail=why)
+        ended = f" (Slurm's state: {autograde.printable(state.state)})" if state else ""
+        return findings.Run("failed", detail=why + ended)
     if run.status != "ok":
         return run
     checked = {n: checked_notebook(out / "autograded" / f"{n}.ipynb", locked[n]) for n in given}
@@ -367,22 +423,31 @@ def rescore(batch: autograde.Batch, folder: Path, inbox: Path) -> None:
 # -- a task of the array -------------------------------------------------------------------
 
 
+def _stopped(signum, frame) -> None:
+    """SIGTERM, which Slurm sends before its SIGKILL: leave through every `finally` in time."""
+    raise SystemExit(128 + signum)
+
+
 def task(folder: Path, index: int) -> None:
-    """Grade the student of task `index` in a course directory of its own on this node; leave
-    its outcome, log and graded notebooks in out/<student>/."""
+    """Grade the student of task `index` in a course directory of its own, work/<index>/ of the
+    job folder (the module's docstring says why there), removed as the task ends; leave its
+    outcome, log and graded notebooks in out/<student>/."""
+    signal.signal(signal.SIGTERM, _stopped)
     job = Job(**json.loads((folder / "job.json").read_text()))
     student = job.students[index]
     out = folder / "out" / student
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="course-task-") as tmp:
-        root = Path(tmp) / "course"
+    work = folder / "work" / str(index)
+    shutil.rmtree(work, ignore_errors=True)  # an earlier run of this task (Slurm requeued it)
+    try:
+        root = work / "course"
         shutil.copytree(folder / "course", root)
         shutil.copytree(folder / "inbox" / student, root / "submitted" / student / job.assignment)
         batch = autograde.Batch(
             job.assignment,
             job.mode,
             root=root,
-            out=Path(tmp) / "grading",
+            out=work / "grading",
             cell_timeout=job.cell_timeout,
             speed_cell_timeout=job.speed_cell_timeout,
             timeout=job.timeout,
@@ -400,6 +465,8 @@ def task(folder: Path, index: int) -> None:
         log = batch.out / "logs" / f"{student}.log"
         if log.is_file():
             shutil.copy(log, out / "log.txt")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     (out / RESULT).write_text(json.dumps({"student": student, "run": asdict(run)}))
 
 
