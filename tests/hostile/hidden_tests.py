@@ -74,13 +74,11 @@ def leaked(graded: Graded, student: str) -> list[str]:
     return [line for line in hidden_lines(m) if line in text]
 
 
-def _redacted(student: str):
-    def check(graded: Graded):
-        from grader.grading import hidden_tests
+def _not_in_page(student: str):
+    """No hidden line on the page; the flag the attacker must also raise shows the attack ran."""
 
+    def check(graded: Graded):
         assert not leaked(graded, student), (student, leaked(graded, student))
-        page = graded.out / "feedback" / student / f"{graded.materials.notebook}.html"
-        assert hidden_tests.REMOVED in page_text(page.read_text()), student
 
     return check
 
@@ -112,7 +110,7 @@ ATTACKERS = [
         flags=frozenset({"hidden-tests"}),
         detail="test-relu-hidden",
         base=Materials.answered,
-        check=_redacted("print-hidden-tests"),
+        check=_not_in_page("print-hidden-tests"),
     ),
     Attacker(
         "raise-hidden-tests",
@@ -121,7 +119,7 @@ ATTACKERS = [
         flags=frozenset({"hidden-tests"}),
         detail="test-relu-hidden",
         total=None,
-        check=_redacted("raise-hidden-tests"),
+        check=_not_in_page("raise-hidden-tests"),
     ),
     Attacker(
         "write-hidden-tests",
