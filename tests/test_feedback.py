@@ -116,6 +116,8 @@ def test_feedback_shows_no_hidden_test_source(batches, assignment, student):
         result.root / "autograded" / student / assignment / f"{m.notebook}.ipynb", as_version=4
     )
     first = next(i for i, c in enumerate(autograded.cells) if hidden_tests.BEGIN in c.source)
+    copied = autograded.metadata[feedback.SNAPSHOT]["outputs"]
+    assert len(copied) == first, "the copy was not taken as the first hidden-test cell started"
     hidden = [c for c in autograded.cells if hidden_tests.BEGIN in c.source]
     failed = [c for c in hidden if errors(c)]
     assert failed, f"{student}: no hidden-test cell failed; the class no longer tests anything"

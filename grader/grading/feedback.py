@@ -10,24 +10,24 @@ produced once it could have seen a hidden test:
 - `snapshot`, called by grader.grading.notebook_guards.CappedExecute in the trusted nbgrader
   process, copies every cell's outputs as the first cell holding hidden tests starts (a cell
   whose source holds nbgrader's `### BEGIN HIDDEN TESTS`, as OverwriteCells restored it from the
-  gradebook), into the notebook's metadata under SNAPSHOT. The kernel reaches the notebook only
-  through messages, which nbclient turns into outputs, prompt numbers and widget state, never
-  other metadata; the folder it works in is a copy of its own (grader.grading.jail); and a
-  SNAPSHOT the submission brought is dropped before the run. Before that cell the kernel has
-  never been sent a hidden line (its sandbox holds no notebook), so the copy needs no filter.
-  (nbgrader lists ClearMetadataPreprocessor after execution; it is off unless configured, and
-  were it on, the page would show no output of the student's process at all.)
+  gradebook), into the notebook's metadata under SNAPSHOT. The kernel cannot write there: nbclient
+  turns its messages into outputs, prompt numbers, cell timings and widget state, nothing else;
+  the folder it works in is a copy of its own (grader.grading.jail); and a SNAPSHOT the
+  submission brought is dropped before the run. Until that cell starts, the kernel has never been
+  sent a hidden line (its sandbox holds no notebook), so the copy needs no filter. (nbgrader
+  lists ClearMetadataPreprocessor after execution; it is off unless configured, and were it on,
+  the page would show no output of the student's process at all.)
 - `page`, through `FeedbackPage`, the last of GenerateFeedback's preprocessors, shows the cells
   before that one with their copied outputs, and from it on only the trusted side's own words:
   for each graded cell its score and points from the gradebook (nbgrader's GetGrades), a status
   and, for a speed cell, its verdict; for every other code cell, a note that its output is not
-  shown. Widget state and prompt numbers, which later cells can set, are left out.
+  shown. Widget state, prompt numbers and cell timings, which later cells can set, are left out.
 
 What the student's process still chooses is a few words of a fixed vocabulary: the status
 (passed, failed, timed out, not run, or the error raised, named where its class is one of
-ERRORS, else "an error"), whether a speed cell passed or was flagged, and its figure furthest
-from (or closest to) its threshold, both rounded to 2 significant digits; scores are rounded to
-2 decimals, as nbgrader's page shows them. That is a channel of a few bits a cell, too narrow to
+ERRORS, else "an error"), whether a speed cell passed or was flagged, and the figure and
+threshold of its worst comparison, rounded to 2 significant digits; scores are rounded to 2
+decimals, as nbgrader's page shows them. That is a channel of a few bits a cell, too narrow to
 copy a test through. The autograded notebook, the instructor's copy, keeps every output, and
 grader.grading.findings flags hidden-test source shown plainly there.
 """
