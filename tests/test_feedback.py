@@ -290,7 +290,7 @@ def test_the_page_shows_the_copy_then_only_the_graders_words():
             f"{feedback.HIDDEN} {feedback.VISIBLE.format(test='test-add-visible')}\n"
         ],
         [
-            "speed-add: 0 of 1 points; failed.\nSpeed: no verdict was published.\n"
+            f"speed-add: 0 of 1 points; failed.\n{feedback.NO_VERDICT}\n"
             f"{feedback.HIDDEN} {feedback.RUN_IT}\n"
         ],
         [f"[{feedback.HIDDEN} {feedback.RUN_IT}]\n"],
@@ -352,8 +352,8 @@ def _published(measured, needed, unit="x", flags=()):
 @pytest.mark.parametrize(
     "outputs,expected",
     [
-        ([], "Speed: no verdict was published."),
-        ([_stream("PASS 9.99x")], "Speed: no verdict was published."),
+        ([], feedback.NO_VERDICT),
+        ([_stream("PASS 9.99x")], feedback.NO_VERDICT),
         (
             [_published(1.2345, 1.1), _published(3.0, 1.1)],
             "Speed: passed; the closest to its threshold: 1.2x (needs 1.1x).",
@@ -367,8 +367,8 @@ def _published(measured, needed, unit="x", flags=()):
             "Speed: not passed; the furthest below its threshold: 71% (needs 80%).",
         ),
         ([_published(None, 80, "%", ("a side stream ran",))], "Speed: flagged"),
-        ([nbformat.NotebookNode(output_type="display_data", data="forged")], "Speed: no verdict"),
-        ([new_output("display_data", data={SPEED_MIMETYPE: "forged"})], "Speed: no verdict"),
+        ([nbformat.NotebookNode(output_type="display_data", data="forged")], feedback.NO_VERDICT),
+        ([new_output("display_data", data={SPEED_MIMETYPE: "forged"})], feedback.NO_VERDICT),
     ],
     ids=["none", "printed", "passed", "not-passed", "percent", "flagged", "no-data", "malformed"],
 )

@@ -69,6 +69,7 @@ MISSING = (
     "Feedback shows no output of this notebook: the grader kept no copy of its outputs from "
     "before the hidden tests ran."
 )
+NO_VERDICT = "Speed: no verdict (speed is graded only on an NVIDIA GPU, sm_80 or newer)."
 RUN_IT = "Run the notebook to see this cell's output."
 VISIBLE = "{test}, the visible test of this exercise, checks fewer cases: run its checks on more."
 
@@ -131,7 +132,7 @@ def speed(outputs: list) -> str:
     readable = [o for o in outputs if isinstance(o.get("data", {}), dict)]
     records = [r for r in verdicts.published(readable) if isinstance(r, verdicts.Record)]
     if not records:
-        return "Speed: no verdict was published."
+        return NO_VERDICT
     if any(r.flags for r in records):
         return "Speed: flagged, the figures cannot be trusted (the cell says why when you run it)."
     worst = verdicts.worst(records)
