@@ -17,8 +17,9 @@ import nbformat
 import pytest
 
 from grader import cli
-from grader.grading import assemble, findings, gradebook
+from grader.grading import assemble, feedback, findings, gradebook
 from tests import hostile, shared
+from tests.hostile.hidden_tests import page_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
@@ -124,6 +125,34 @@ def test_honest_students_keep_full_marks(batches, assignment):
     for student in HONEST:
         assert _total(result.scores[student]) == full, (student, result.scores[student])
         assert result.review[student] == "", (student, result.review[student])
+
+
+@pytest.mark.parametrize("assignment", sorted({a.assignment for a in ATTACKERS}))
+def test_honest_feedback_shows_messages_then_scores(batches, assignment):
+    """Beside the attackers, an honest page shows what each cell before the first hidden test
+    printed, and from there on each graded cell's score."""
+    result, _, _ = batches(assignment)
+    m = result.materials
+    points = gradebook.max_scores(gradebook.sqlite_url(result.root / "gradebook.db"), assignment)
+    for student in HONEST:
+        ran = result.root / "autograded" / student / assignment / f"{m.notebook}.ipynb"
+        nb = nbformat.read(ran, as_version=4)
+        first = next(i for i, c in enumerate(nb.cells) if feedback.holds_hidden_tests(c))
+        page = page_text((result.out / "feedback" / student / f"{m.notebook}.html").read_text())
+        before = [
+            (c, " ".join(o.text.split()))
+            for c in nb.cells[:first]
+            for o in c.get("outputs", [])
+            if "text" in o
+        ]
+        assert before, "nothing printed before the first hidden test"
+        for cell, text in before:  # as an output, not only in the cell's source
+            assert page.count(text) > " ".join(cell.source.split()).count(text), (student, text)
+        for cell in nb.cells[first:]:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in points:
+                score = f"{result.scores[student][grade_id]:g} of {points[grade_id]:g} points;"
+                assert f"{grade_id}: {score}" in page, (student, grade_id)
 
 
 @pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda a: a.student)

@@ -192,14 +192,14 @@ def _heavy_modules_after(root, code: str) -> list[str]:
 
 def test_nbgrader_processes_start_without_torch(root):
     """What nbgrader imports of the grader in each student's process (its config, the guards,
-    the feedback's filter) leaves torch and Triton out: seconds a student."""
+    the feedback page's preprocessor) leaves torch and Triton out: seconds a student."""
     code = (
         "import runpy\n"
         "from grader.authoring import nbgrader_main\n"
         "nbgrader_main.lean()\n"
         "runpy.run_path('grader/grading/nbgrader_config.py', {'get_config': lambda: __import__("
         "'traitlets.config', fromlist=['Config']).Config()})\n"
-        "import grader.grading.notebook_guards, grader.grading.hidden_tests, grader.grading.cost\n"
+        "import grader.grading.notebook_guards, grader.grading.feedback, grader.grading.cost\n"
     )
     assert _heavy_modules_after(root, code) == []
 

@@ -327,7 +327,7 @@ def classify(
             Finding(
                 "hidden-tests",
                 f"the outputs of {', '.join(graded.shown)} show hidden-test source "
-                "(removed from the feedback)",
+                "(the feedback shows no output from the first hidden test on)",
             )
         )
     for kind in ("hooks", "dynamic-code"):

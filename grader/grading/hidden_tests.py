@@ -1,44 +1,29 @@
-"""Hidden tests kept out of the feedback students receive.
+"""Hidden-test source shown plainly in a graded notebook's outputs, for a human look.
 
-nbgrader's ClearHiddenTests removes the hidden region from a test cell's source, but the cell's
-outputs still quote it: IPython's traceback of a failing check shows the lines around the failing
-call, and a submission's own code can print the source of the cells it ran (an IPython
-`pre_run_cell` hook sees every cell). `HideHiddenTests`, one of GenerateFeedback's preprocessors
-(grader/grading/nbgrader_config.py), cleans every output of the notebook:
-
-- an error in a test cell with hidden tests keeps the failing check's exception type and message
-  (the course's checks write there what to fix) and loses its traceback frames;
-- every output line that holds a line of hidden-test source is replaced by `REMOVED`.
-
-Visible test cells keep their tracebacks: their frames quote the visible test (shown in the
-feedback anyway), the student's own code and the course's runtime, all public; the line check
-still runs on them, so a frame that does quote hidden source loses that line.
+The feedback students receive shows nothing their code produced once it could have read a hidden
+test (grader.grading.feedback), so nothing is filtered here. The autograded notebook, the
+instructor's copy, keeps every output: `shown_by` finds the cells whose outputs quote hidden
+lines (printed by a submission that went looking for the tests: an IPython `pre_run_cell` hook
+sees every cell's source), and grader.grading.findings flags them. What it cannot see is hidden
+source that a submission encodes (base64, an image of it).
 
 The hidden lines come from the gradebook (the source cells nbgrader saved when it generated the
 assignment), never from the student's files. A line is matched with its whitespace squeezed out,
 as written and as decoded (ANSI colors, HTML tags and entities, repr and JSON escapes), so
 indentation, quoting and traceback prefixes do not hide it; lines that also appear outside the
-hidden regions, and lines too short to tell anything (`try:`, `)`), are not secrets. What this
-cannot see is hidden source that a submission encodes (base64, an image of it); `shown_by` finds
-the cells whose outputs hold it plainly, and grader.grading.findings lists them for a human look.
+hidden regions, and lines too short to tell anything (`try:`, `)`), are not secrets.
 """
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"  # nbgrader's ClearHiddenTests delimiters
 MIN_CHARS = 8  # a line of fewer word characters (`finally:`, `return []`) reveals nothing
-REMOVED = "[a line of the hidden tests was removed here]"
-NO_TRACEBACK = (
-    "(the traceback of a cell with hidden tests is not shown; the message above says what failed)"
-)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TAG = re.compile(r"<[^>]*>")
 _ESCAPED = re.compile(r"\\(['\"\\])")  # \' \" \\ as repr and JSON write them
@@ -105,10 +90,6 @@ class Hidden:
         """Whether one line of output holds a hidden line."""
         return any(secret in form for form in _forms(line) for secret in self.lines)
 
-    def redact(self, text: str) -> str:
-        """`text` with each line that holds a hidden line replaced by REMOVED."""
-        return "\n".join(REMOVED if self.leaks(line) else line for line in text.split("\n"))
-
     def shows(self, text: str) -> bool:
         return any(self.leaks(line) for line in text.split("\n"))
 
@@ -121,30 +102,6 @@ def _texts(output) -> list[str]:
         return [output.get("ename", ""), output.get("evalue", ""), *output.get("traceback", [])]
     data = output.get("data", {})
     return [v if isinstance(v, str) else json.dumps(v) for v in data.values()]
-
-
-def clean_output(output, hidden: Hidden, hidden_cell: bool) -> None:
-    """Redact one output in place; an error of a cell with hidden tests keeps only its message."""
-    kind = output.get("output_type")
-    if kind == "stream":
-        output["text"] = hidden.redact(output.get("text", ""))
-    elif kind == "error":
-        output["ename"] = hidden.redact(output.get("ename", ""))
-        output["evalue"] = hidden.redact(output.get("evalue", ""))
-        if hidden_cell:
-            message = f"\x1b[0;31m{output['ename']}\x1b[0m: {output['evalue']}"
-            output["traceback"] = [message, NO_TRACEBACK]
-        else:
-            output["traceback"] = [hidden.redact(t) for t in output.get("traceback", [])]
-    elif "data" in output:
-        data = output["data"]
-        for mime, value in list(data.items()):
-            if isinstance(value, str):
-                data[mime] = hidden.redact(value)
-            elif hidden.shows(json.dumps(value)):
-                del data[mime]
-        if not data:
-            data["text/plain"] = REMOVED
 
 
 def _grade_id(cell) -> str | None:
@@ -162,52 +119,3 @@ def shown_by(cell, hidden: Hidden) -> bool:
         if any(hidden.shows(t) for t in texts):
             return True
     return False
-
-
-def clean(nb, hidden: Hidden) -> None:
-    """Redact every output of `nb` in place, and drop its saved widget state (which feedback pages
-    embed) where that shows hidden-test source."""
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            clean_output(output, hidden, _grade_id(cell) in hidden.cells)
-    if hidden.shows(json.dumps(nb.metadata.get("widgets", {}))):
-        del nb.metadata["widgets"]
-
-
-@functools.cache
-def _preprocessor():
-    """HideHiddenTests, made on first use: nbgrader is imported only where it runs."""
-    import nbformat
-    from nbgrader.coursedir import CourseDirectory
-    from nbgrader.preprocessors import NbGraderPreprocessor
-
-    class HideHiddenTests(NbGraderPreprocessor):
-        """Feedback without hidden-test source in any output (see grader.grading.hidden_tests)."""
-
-        def preprocess(self, nb, resources):
-            info = resources["nbgrader"]
-            hidden = Hidden.from_gradebook(
-                info["db_url"], info["assignment"], info["notebook"], self._release(info)
-            )
-            clean(nb, hidden)
-            return nb, resources
-
-        def _release(self, info):
-            """The released notebook, from the course directory."""
-            coursedir = CourseDirectory(config=self.config)
-            folder = coursedir.format_path(coursedir.release_directory, ".", info["assignment"])
-            path = Path(folder) / f"{info['notebook']}.ipynb"
-            if not path.is_file():
-                raise FileNotFoundError(
-                    f"{path}: feedback needs the released notebook, to tell the hidden tests from "
-                    f"what students saw; run `nbgrader generate_assignment {info['assignment']}`"
-                )
-            return nbformat.read(path, as_version=4)
-
-    return HideHiddenTests
-
-
-def __getattr__(name: str):
-    if name == "HideHiddenTests":  # the name nbgrader_config.py gives GenerateFeedback
-        return _preprocessor()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

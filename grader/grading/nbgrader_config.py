@@ -66,14 +66,16 @@ c.IgnorePattern.pattern = nbgrader_policy.STDERR_NOISE
 # (grader/authoring/build.py); nbgrader's own locking would make that one non-editable too.
 c.LockCells.lock_readonly_cells = False
 
-# Feedback shows the autograded notebook; keep the hidden tests hidden there too, as in course/:
-# ClearHiddenTests clears the test cells' source, HideHiddenTests what their outputs quote of it
-# (tracebacks, and whatever a submission printed; see grader/grading/hidden_tests.py).
+# Feedback is made from the autograded notebook and keeps the hidden tests hidden, as course/
+# does: ClearHiddenTests clears them from the test cells' source, and FeedbackPage shows the
+# outputs only of the cells before the first hidden test, as CappedExecute copied them then; from
+# there on, the scores GetGrades read from the gradebook and the grader's own words on each
+# (see grader/grading/feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "grader.grading.hidden_tests.HideHiddenTests",
+    "grader.grading.feedback.FeedbackPage",
 ]
 
 # LMS downloads (`nbgrader zip_collect`): the file-name pattern, Canvas's by default; see

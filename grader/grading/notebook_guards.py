@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from nbgrader.preprocessors import Execute
 
-from grader.grading import cost, nbgrader_policy
+from grader.grading import cost, feedback, nbgrader_policy
 
 KEPT_CHARS = 2000  # of an error's or a result's text, once the output limit is passed
 
@@ -25,13 +25,18 @@ def _cut(text: str) -> str:
 
 
 class CappedExecute(Execute):
-    """nbgrader's Execute, keeping at most nbgrader_policy.OUTPUT_LIMIT bytes of output."""
+    """nbgrader's Execute, keeping at most nbgrader_policy.OUTPUT_LIMIT bytes of output, and the
+    copy of the outputs that the feedback page shows: taken as the first cell holding hidden
+    tests starts, or after the last cell where none does (grader.grading.feedback)."""
 
     def preprocess(self, nb, resources, km=None):
         self._kept = 0
         self._noted: set[tuple[int, str]] = set()
         self._timer = cost.Recorder(str(resources.get("unique_key", "")))
+        nb.metadata.pop(feedback.SNAPSHOT, None)  # one the submission brought is not the grader's
         done = super().preprocess(nb, resources, km)
+        if feedback.SNAPSHOT not in nb.metadata:
+            feedback.snapshot(nb, len(nb.cells))
         self._timer.save()
         return done
 
@@ -47,6 +52,8 @@ class CappedExecute(Execute):
         self._timer.times.kernel_stop = time.perf_counter() - started
 
     def preprocess_cell(self, cell, resources, index):
+        if feedback.SNAPSHOT not in self.nb.metadata and feedback.holds_hidden_tests(cell):
+            feedback.snapshot(self.nb, index)
         started = time.perf_counter()
         done = super().preprocess_cell(cell, resources, index)
         if cell.cell_type == "code":

@@ -1,11 +1,19 @@
-"""Attacks on grading that show the hidden tests. The solution cell registers an IPython
-`pre_run_cell` hook, which sees the source of every later cell, hidden tests included, and puts
-it in that cell's outputs (printed, or as the message of an error), or in files beside the
-notebook, which nbgrader copies into the feedback folder. Outputs that show the hidden tests
-must be flagged for a human look, and no feedback file may hold a line of them."""
+"""Attacks on grading that show the hidden tests. A solution cell reads the hidden tests where the
+student's process holds them: an IPython `pre_run_cell` hook sees the source of every later cell;
+the running test cell's source is in its frame's file, as IPython's line cache holds it, and in
+the `In` history. The attacker puts it in the outputs, plainly (printed, or as the message of an
+error: flagged for a human look) or compressed and base64-encoded, which no filter tells from
+noise: printed in the same cell or a later one, written into a display an earlier cell made,
+into a widget's value, or into an error's message or its class name. Or it writes files beside
+the notebook, which nbgrader copies into the feedback folder. No feedback file may hold a line
+of the hidden tests, plain or decoded; the instructor's copy must show that each attack ran."""
 
+import base64
+import binascii
 import html
+import json
 import re
+import zlib
 
 import nbformat
 
@@ -38,6 +46,125 @@ def _show(info):
 
 get_ipython().events.register("pre_run_cell", _show)
 """
+
+
+# The encoded attacks' common part: where the student's process holds the hidden tests while they
+# run, and the payload scheme (zlib, then base64), which the checks below decode.
+READS = """
+import base64, linecache, sys, zlib
+
+_MARKER = "BEGIN HIDDEN" + " TESTS"  # not spelled out: this cell's own source must not hold it
+
+
+def _packed(text):
+    return base64.b64encode(zlib.compress(text.encode())).decode()
+
+
+def _running_hidden_cell():
+    # the running cell's source, where it holds hidden tests: a frame's file, in the line cache
+    frame = sys._getframe(1)
+    while frame is not None:
+        source = "".join(linecache.getlines(frame.f_code.co_filename))
+        if _MARKER in source:
+            return source
+        frame = frame.f_back
+    return None
+
+
+def _hidden_history():
+    # every cell run so far that held hidden tests, from IPython's `In` history
+    return "\\n".join(c for c in get_ipython().user_ns["In"] if _MARKER in c)
+"""
+
+# the course's checker, wrapped: it runs inside the hidden-test cell, whose source it reads
+WRAPS_CHECK = """
+import grader.runtime.checks as _checks
+
+_check, _sent = _checks.check, set()
+
+
+def _checking(*args, **kwargs):
+    source = _running_hidden_cell()
+    if source is not None and source not in _sent:
+        _sent.add(source)
+        {act}
+    return _check(*args, **kwargs)
+
+
+_checks.check = _checking
+"""
+SAME_CELL = READS + WRAPS_CHECK.format(act='print("payload", _packed(source))')
+ERROR_MESSAGE = READS + WRAPS_CHECK.format(act='raise AssertionError("payload " + _packed(source))')
+ERROR_CLASS = READS + WRAPS_CHECK.format(act="raise type(_packed(source), (AssertionError,), {})()")
+
+LATER_CELL = (
+    READS
+    + """
+def _later(info):
+    history = _hidden_history()
+    if history and _MARKER not in info.raw_cell and not getattr(_later, "sent", 0):
+        _later.sent = 1
+        print("payload", _packed(history))
+
+
+get_ipython().events.register("pre_run_cell", _later)
+"""
+)
+
+# a display made now, in the solution cell, rewritten once the hidden tests have run
+DISPLAY = (
+    READS
+    + """
+from IPython.display import display
+
+_handle = display({"text/plain": "a display " + "made early"}, raw=True, display_id=True)
+
+
+def _rewrite(result):
+    if _hidden_history():
+        _handle.update({"text/plain": "payload " + _packed(_hidden_history())}, raw=True)
+
+
+get_ipython().events.register("post_run_cell", _rewrite)
+"""
+)
+
+WIDGET = (
+    READS
+    + """
+import ipywidgets
+from IPython.display import display
+
+_box = ipywidgets.Textarea(value="a widget " + "made early")
+display(_box)
+
+
+def _fill(result):
+    if _hidden_history():
+        _box.value = "payload " + _packed(_hidden_history())
+
+
+get_ipython().events.register("post_run_cell", _fill)
+"""
+)
+
+# the prompt numbers of the cells after the hidden tests: 7 bytes of a hidden line each
+PROMPT_BYTES = 7
+PROMPT_NUMBER = (
+    READS
+    + f"""
+def _number(result):
+    lines = _hidden_history().split(_MARKER, 1)[1:]
+    if lines:
+        line = lines[0].split("\\n")[1].strip()
+        n = int.from_bytes(line[:{PROMPT_BYTES}].encode(), "big")
+        get_ipython().execution_count = n  # Out[n] of the next result
+        get_ipython().kernel.execution_count = n - 1  # In[n] of the next cell
+
+
+get_ipython().events.register("post_run_cell", _number)
+"""
+)
 
 
 def page_text(page: str) -> str:
@@ -74,13 +201,86 @@ def leaked(graded: Graded, student: str) -> list[str]:
     return [line for line in hidden_lines(m) if line in text]
 
 
-def _redacted(student: str):
-    def check(graded: Graded):
-        from grader.grading import hidden_tests
+_BASE64 = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
 
+
+def decoded(text: str) -> list[str]:
+    """Every payload of the encoded attacks' scheme (zlib, then base64) in `text`, decoded."""
+    found = []
+    for token in _BASE64.findall(text):
+        try:
+            found.append(zlib.decompress(base64.b64decode(token)).decode())
+        except (binascii.Error, zlib.error, UnicodeDecodeError):
+            continue
+    return found
+
+
+def _hold_hidden(texts: list[str], m: Materials) -> bool:
+    lines = hidden_lines(m)
+    return any(line in " ".join(t.split()) for t in texts for line in lines)
+
+
+def _autograded(graded: Graded, student: str) -> nbformat.NotebookNode:
+    m = graded.materials
+    path = graded.root / "autograded" / student / m.assignment / f"{m.notebook}.ipynb"
+    return nbformat.read(path, as_version=4)
+
+
+def _page(graded: Graded, student: str) -> str:
+    return (graded.out / "feedback" / student / f"{graded.materials.notebook}.html").read_text()
+
+
+def _sealed(student: str, *shown: str):
+    """The attack ran (the instructor's copy carries its payload, with hidden lines, in its
+    outputs or widget state), and the feedback page carries none, plain or decoded; it shows
+    `shown` (the trusted side's verdict, what the solution cell displayed before the hidden
+    tests: text its source does not spell out)."""
+
+    def check(graded: Graded):
+        m, nb = graded.materials, _autograded(graded, student)
+        carried = json.dumps([[c.get("outputs", []) for c in nb.cells], nb.metadata.get("widgets")])
+        assert _hold_hidden(decoded(carried), m), f"{student}: the attack did not run"
+        page = _page(graded, student)
+        assert not _hold_hidden(decoded(page) + decoded(page_text(page)), m), student
         assert not leaked(graded, student), (student, leaked(graded, student))
-        page = graded.out / "feedback" / student / f"{graded.materials.notebook}.html"
-        assert hidden_tests.REMOVED in page_text(page.read_text()), student
+        for text in shown:
+            assert text in page_text(page), (student, text)
+
+    return check
+
+
+def _from_prompt(number: int) -> str:
+    """The text a prompt number carries under PROMPT_NUMBER's scheme."""
+    if not 0 <= number < 1 << (8 * PROMPT_BYTES):
+        return ""
+    return number.to_bytes(PROMPT_BYTES, "big").decode("ascii", errors="replace")
+
+
+def _prompts_sealed(student: str):
+    """The attack ran (the instructor's copy has prompt numbers that spell hidden lines' starts),
+    and the feedback page shows none."""
+
+    def check(graded: Graded):
+        m, nb = graded.materials, _autograded(graded, student)
+        lines = hidden_lines(m)
+
+        def spelled(number: int) -> bool:
+            text = _from_prompt(number)
+            return text.isprintable() and any(line.startswith(text) for line in lines)
+
+        counts = [c.get("execution_count") or 0 for c in nb.cells if c.cell_type == "code"]
+        assert any(spelled(n) for n in counts), f"{student}: the attack did not run: {counts}"
+        shown = re.findall(r"(?:In|Out)\s*\[(\d+)\]", page_text(_page(graded, student)))
+        assert not [n for n in shown if spelled(int(n))], (student, shown)
+
+    return check
+
+
+def _not_in_page(student: str):
+    """No hidden line on the page; the flag the attacker must also raise shows the attack ran."""
+
+    def check(graded: Graded):
+        assert not leaked(graded, student), (student, leaked(graded, student))
 
     return check
 
@@ -112,7 +312,7 @@ ATTACKERS = [
         flags=frozenset({"hidden-tests"}),
         detail="test-relu-hidden",
         base=Materials.answered,
-        check=_redacted("print-hidden-tests"),
+        check=_not_in_page("print-hidden-tests"),
     ),
     Attacker(
         "raise-hidden-tests",
@@ -121,7 +321,7 @@ ATTACKERS = [
         flags=frozenset({"hidden-tests"}),
         detail="test-relu-hidden",
         total=None,
-        check=_redacted("raise-hidden-tests"),
+        check=_not_in_page("raise-hidden-tests"),
     ),
     Attacker(
         "write-hidden-tests",
@@ -129,5 +329,65 @@ ATTACKERS = [
         lambda m: m.files(m.appended(m.release, "relu-kernel", WRITES)),
         total=None,
         check=_only_pages("write-hidden-tests"),
+    ),
+]
+
+PASSED = "test-relu-hidden: 2 of 2 points; passed."
+FAILED = "test-relu-hidden: 0 of 2 points; failed:"
+
+
+def _answered_with(code: str):
+    return lambda m: m.files(m.appended(m.answered(), "relu-kernel", code))
+
+
+ATTACKERS += [
+    Attacker(
+        "encoded-same-cell",
+        "00_setup",
+        _answered_with(SAME_CELL),
+        base=Materials.answered,
+        check=_sealed("encoded-same-cell", PASSED),
+    ),
+    Attacker(
+        "encoded-later-cell",
+        "00_setup",
+        _answered_with(LATER_CELL),
+        base=Materials.answered,
+        check=_sealed("encoded-later-cell", PASSED),
+    ),
+    Attacker(
+        "encoded-display-update",
+        "00_setup",
+        _answered_with(DISPLAY),
+        base=Materials.answered,
+        check=_sealed("encoded-display-update", PASSED, "a display made early"),
+    ),
+    Attacker(
+        "encoded-widget",
+        "00_setup",
+        _answered_with(WIDGET),
+        base=Materials.answered,
+        check=_sealed("encoded-widget", PASSED, "Textarea(value='a widget made early')"),
+    ),
+    Attacker(  # the hidden tests fail on the error it raises: only the visible point is left
+        "encoded-error-message",
+        "00_setup",
+        _answered_with(ERROR_MESSAGE),
+        total=1.0,
+        check=_sealed("encoded-error-message", f"{FAILED} raised AssertionError."),
+    ),
+    Attacker(
+        "encoded-error-class",
+        "00_setup",
+        _answered_with(ERROR_CLASS),
+        total=1.0,
+        check=_sealed("encoded-error-class", f"{FAILED} raised an error."),
+    ),
+    Attacker(
+        "encoded-prompt-number",
+        "00_setup",
+        _answered_with(PROMPT_NUMBER),
+        base=Materials.answered,
+        check=_prompts_sealed("encoded-prompt-number"),
     ),
 ]
