@@ -5,6 +5,7 @@ check of the path catches its cheat, and an honest kernel passes them all."""
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from grader.runtime import census, checks, device, perf, timing
@@ -118,3 +119,26 @@ def test_a_census_that_saw_no_exercise_kernel_vouches_for_nothing():
     assert perf.census_flags(recorded([]), attention_case(), set())[-1].endswith(
         "it cannot vouch for them"
     )
+
+
+@pytest.mark.gpu
+def test_the_census_names_every_kernel_a_timed_call_ran_on_a_gpu():
+    x = torch.randn(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+
+    def with_cublas():
+        torch.matmul(a, a)  # a library's kernel inside the call
+        lk.honest(x, out)
+
+    with census.Census() as seen:
+        x.add_(0)  # the harness's own work, between calls, belongs to no call
+        seen.watch(lambda: lk.honest(x, out), perf.TIMED)()
+        x.add_(0)
+        seen.watch(with_cublas, perf.TIMED)()
+        seen.watch(lambda: None, perf.TIMED)()
+    names = seen.names(perf.TIMED)
+    assert names.count("double_kernel") == 2, names
+    library = census.foreign(names, ["double_kernel"])
+    assert library and not any("elementwise" in n for n in library), library  # no harness work
+    assert seen.without(perf.TIMED, ["double_kernel"]) == (3, 1)

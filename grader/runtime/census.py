@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,8 +94,10 @@ class Census:
         from torch.profiler import ProfilerActivity, profile
 
         try:
-            self._profile = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-            self._profile.__enter__()
+            with warnings.catch_warnings():  # its notes on how it keeps events are not ours
+                warnings.simplefilter("ignore")
+                self._profile = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                self._profile.__enter__()
         except Exception as exc:  # CUPTI missing, or taken by another profiler in this process
             raise CensusUnavailable(
                 f"torch's profiler could not start ({type(exc).__name__}: {exc}); it records "
@@ -104,7 +107,9 @@ class Census:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._profile.__exit__(*exc_info)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._profile.__exit__(*exc_info)
         if exc_info[0] is not None:
             return
         with tempfile.TemporaryDirectory(prefix="census-") as tmp:
