@@ -2,9 +2,9 @@
 autograde --mode gpu`, each student's kernel in its sandbox on a GPU of its own, beside an honest
 student and each attacker's honest base, speed cells included. Every attack on speed
 (tests/hostile/speed_routes.py) must be flagged with its speed cells at 0; every attack outside
-the answer cells (tests/hostile/outside_answers.py) must score its base, speed included. What each
-student scored is kept in build/report/hostile_gpu.json, the record of a GPU run. Needs a GPU (two
-are used when there are two) and bubblewrap, as `make autograde` does."""
+the answer cells (tests/hostile/outside_answers.py) must score its base, speed included. What
+each student scored is kept in build/report/hostile_gpu_<notebook>.json, the record of a GPU
+run. Needs a GPU (two are used when there are two) and bubblewrap, as `make autograde` does."""
 
 import json
 import os
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 GPU_BATCHES = ("05_autotuning", "07_flash_attention")
 ATTACKERS = [a for a in EVERYONE if a.assignment in GPU_BATCHES]
-RECORD = Path(__file__).parent.parent / "build" / "report" / "hostile_gpu.json"
+RECORDS = Path(__file__).parent.parent / "build" / "report"
 SPEED_CELL_TIMEOUT = 600
 
 
@@ -47,27 +47,19 @@ def batches(tmp_path_factory, registered_course):
         return done[assignment]
 
     yield batch
-    RECORD.parent.mkdir(parents=True, exist_ok=True)
-    RECORD.write_text(
-        json.dumps(
-            {
-                "device": torch.cuda.get_device_name(),
-                "gpus": torch.cuda.device_count(),
-                "torch": torch.__version__,
-                "batches": {
-                    name: {
-                        "exit": code,
-                        "scores": result.scores,
-                        "needs_review": result.review,
-                        "dropped": result.dropped,
-                        "bases": result.bases,
-                    }
-                    for name, (result, code, _) in done.items()
-                },
-            },
-            indent=1,
-        )
-    )
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    for name, (result, code, _) in done.items():
+        record = {
+            "device": torch.cuda.get_device_name(),
+            "gpus": _options()[3],
+            "torch": torch.__version__,
+            "exit": code,
+            "scores": result.scores,
+            "needs_review": result.review,
+            "dropped": result.dropped,
+            "bases": result.bases,
+        }
+        (RECORDS / f"hostile_gpu_{name}.json").write_text(json.dumps(record, indent=1))
 
 
 @pytest.mark.parametrize("assignment", GPU_BATCHES)
