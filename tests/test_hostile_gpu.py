@@ -22,7 +22,8 @@ pytestmark = pytest.mark.gpu
 GPU_BATCHES = ("05_autotuning", "07_flash_attention")
 ATTACKERS = [a for a in EVERYONE if a.assignment in GPU_BATCHES]
 RECORDS = Path(__file__).parent.parent / "build" / "report"
-SPEED_CELL_TIMEOUT = 600
+SPEED_CELL_TIMEOUT, SUBMISSION_TIMEOUT = 600, 1200
+MEMORY_GIB = 16  # what make autograde gives a student where the machine has it
 
 
 def _options() -> tuple[str, ...]:
@@ -31,7 +32,10 @@ def _options() -> tuple[str, ...]:
     gpus = os.environ.get("COURSE_TEST_GPUS") or ",".join(
         str(i) for i in range(min(2, torch.cuda.device_count()))
     )
-    return ("--mode", "gpu", "--gpus", gpus, "--speed-cell-timeout", str(SPEED_CELL_TIMEOUT))
+    return (
+        *("--mode", "gpu", "--gpus", gpus, "--speed-cell-timeout", str(SPEED_CELL_TIMEOUT)),
+        *("--timeout", str(SUBMISSION_TIMEOUT), "--memory-limit", str(MEMORY_GIB)),
+    )
 
 
 @pytest.fixture(scope="module")

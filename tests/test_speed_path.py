@@ -106,6 +106,13 @@ def test_the_recorded_census_attributes_each_kernel_to_the_call_that_launched_it
 
 def test_the_census_passes_an_honest_call_and_names_a_library_computing_the_result():
     assert perf.census_flags(recorded(["flash07"]), attention_case(), set()) == []
+    checked = recorded(["flash07"])
+    checked.calls = [perf.CHECKED if w == "cheat" else w for w in checked.calls]
+    checked.seen = [census.Seen(s.name, perf.CHECKED if s.window == "cheat" else s.window, s.call)
+                    for s in checked.seen]  # fmt: skip
+    flags = perf.census_flags(checked, attention_case(), set())
+    assert any("cudnn_generated" in f for f in flags)  # a checked call counts as a timed one
+    assert flags[-1] == "1 of 1 checked calls launched none of attn_fwd_kernel"
     flags = perf.census_flags(recorded(["flash07", "cheat"]), attention_case(), set())
     named = [f for f in flags if f.startswith("`")]
     assert any(f.startswith("`cudnn_generated_fort_native_sdpa_sm90") for f in named)
@@ -131,11 +138,13 @@ def test_the_census_names_every_kernel_a_timed_call_ran_on_a_gpu():
         torch.matmul(a, a)  # a library's kernel inside the call
         lk.honest(x, out)
 
-    with census.Census() as seen:
+    seen = census.Census()
+    with seen.session():
         x.add_(0)  # the harness's own work, between calls, belongs to no call
         seen.watch(lambda: lk.honest(x, out), perf.TIMED)()
         x.add_(0)
         seen.watch(with_cublas, perf.TIMED)()
+    with seen.session():  # a second session adds to the first
         seen.watch(lambda: None, perf.TIMED)()
     names = seen.names(perf.TIMED)
     assert names.count("double_kernel") == 2, names

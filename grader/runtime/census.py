@@ -16,7 +16,9 @@ every window. Read from the trace as data (`export_chrome_trace`), never from pr
 
 The profiler is torch's public API; it runs in the notebook's own process, so code that looks for
 it can tell it is on. That is why the census covers the timed calls themselves, not a rehearsal
-of them, and why a census that saw none of the exercise's kernels cannot vouch for anything.
+of them, and why a census that saw none of the exercise's kernels cannot vouch for anything. It
+is taken in sessions around the code under test alone (the baselines are not profiled), so that
+its trace stays small.
 """
 
 from __future__ import annotations
@@ -82,42 +84,42 @@ def attribute(trace: dict) -> list[Seen]:
 
 
 class Census:
-    """`with Census() as census:` profiles the block; calls made through `census.watch(fn,
-    label)` are windows. After the block, `census.seen` lists what the device ran in them."""
+    """A census taken in sessions: `with census.session():` profiles its block, and calls made
+    through `census.watch(fn, label)` inside one are windows. `census.seen` lists what the
+    device ran in every window of every session so far, `census.calls` every window's label."""
 
     def __init__(self):
         self.seen: list[Seen] = []
         self.calls: list[str] = []  # the label of every window, in the order they opened
-        self._profile = None
 
-    def __enter__(self) -> Census:
+    @contextmanager
+    def session(self) -> Iterator[None]:
         from torch.profiler import ProfilerActivity, profile
 
         try:
             with warnings.catch_warnings():  # its notes on how it keeps events are not ours
                 warnings.simplefilter("ignore")
-                self._profile = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-                self._profile.__enter__()
+                running = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                running.__enter__()
         except Exception as exc:  # CUPTI missing, or taken by another profiler in this process
             raise CensusUnavailable(
                 f"torch's profiler could not start ({type(exc).__name__}: {exc}); it records "
                 "which GPU kernels the timed code runs. Is another profiler running in this "
                 "notebook?"
             ) from exc
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self._profile.__exit__(*exc_info)
-        if exc_info[0] is not None:
-            return
+        try:
+            yield
+        finally:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                running.__exit__(None, None, None)
         with tempfile.TemporaryDirectory(prefix="census-") as tmp:
             path = Path(tmp) / "trace.json"
-            self._profile.export_chrome_trace(str(path))
+            running.export_chrome_trace(str(path))
             trace = json.loads(path.read_text())
-        self.calls = [label for label, _, _ in windows(trace)]
-        self.seen = attribute(trace)
+        first = len(self.calls)
+        self.calls += [label for label, _, _ in windows(trace)]
+        self.seen += [Seen(s.name, s.window, first + s.call) for s in attribute(trace)]
 
     @contextmanager
     def window(self, label: str) -> Iterator[None]:

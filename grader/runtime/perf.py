@@ -5,28 +5,33 @@ calls `measure` in its own process and scores with `score`); no cell times by an
 A cell describes one or more `Case`s: the call under test, the exercise's kernels it must run,
 its inputs and output, a check of the output against the inputs as they are, and the baselines
 to beat, each with its threshold, a ratio measured in the same run on the same device, never an
-absolute time. `measure` then, for each case:
+absolute time. `measure` then, for each case, on a GPU:
 
-1. checks that the call's result is the work of the exercise's kernels (`own_work_flags`: `out`
-   poisoned, every Triton launch recorded, every element written by them);
-2. times the call and the baselines alternately (`compare`), every input drawn afresh before
+1. calls it once (a first call may tune), and once more with `out` poisoned inside a census of
+   the GPU's work (grader.runtime.census), checking the output: with nothing but the exercise's
+   kernels run in that call, every element is their work (`checked_flags`);
+2. times the call and the baselines alternately (`compare_all`), every input drawn afresh before
    every timed call (`Redraw`: independent draws, in the same memory), the output checked after
-   calls drawn at random, the device's host clock beside the CUDA events;
-3. checks the call's own work again, after timing;
-4. compares its output, bit for bit, with each baseline marked `distinct` (a library whose
-   result no Triton kernel reproduces exactly on these shapes: cuDNN's and SDPA's attention);
-5. takes a census of the GPU's work during the timed calls and the second check
-   (grader.runtime.census): a kernel, copy or fill that is neither the exercise's Triton kernels
-   nor another Triton kernel of the student's, recorded launching in the checks, is named;
+   calls drawn at random, the host clock beside the CUDA events, each timed call of the
+   candidate inside the census;
+3. checks the call's own work again after timing, as in 1;
+4. reads the census: a kernel, copy or fill in a checked or timed call that is neither the
+   exercise's kernels nor another Triton kernel the first call launched is named, and so is a
+   timed call that launched none of the exercise's kernels (`census_flags`);
+5. compares the output, bit for bit, with each baseline marked `distinct` (a library whose result
+   no Triton kernel reproduces exactly on these shapes: cuDNN's and SDPA's attention);
 6. flags a bandwidth above a copy of the same bytes timed now, and a FLOP rate above cuBLAS's.
 
 Anything found is a flag: a line beginning with FLAGGED in the cell, the reasons in its published
-verdicts, and 0 points. No figure is scored that the device cannot produce."""
+verdicts, and 0 points. No figure is scored that the device cannot produce. The grader's own
+tests time on the CPU, where the call's own work is checked by recording its Triton launches
+(`own_work_flags`) instead of a census."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -232,8 +237,10 @@ def compare_all(
     before: Callable[[], None] | None = None,
     passes: int = 2,
     sampler: timing.Sampler | None = None,
+    session: Callable[[], AbstractContextManager] = nullcontext,
 ) -> list[Comparison]:
     """Time candidate and each baseline alternately (A B C A B C ...) so drift affects all alike.
+    Each timing of the candidate runs inside `session()` (a census's, in `measure`).
 
     `before()` runs before every call, outside the timed region, to change the inputs (`Redraw`);
     `verify`, when given, must check the output against the inputs as they are now. It runs after
@@ -248,7 +255,8 @@ def compare_all(
     empty = timing.Timing((float("nan"),), 0, False)
     try:
         for _ in range(passes):
-            t = timing.bench(candidate, sampler=sampler, before=before, check=verify)
+            with session():
+                t = timing.bench(candidate, sampler=sampler, before=before, check=verify)
             mine = t if mine is None else mine.pooled(t)
             if verify is not None:
                 verify()
@@ -311,21 +319,17 @@ def own_work_flags(
     inputs: Sequence[torch.Tensor],
     out: torch.Tensor | None,
     verify: Callable[[], None] | None = None,
-    launched: set[str] | None = None,
 ) -> list[str]:
-    """Why the timed code's result is not the work of `kernels` (empty when it is): one untimed
-    call on the case's own inputs, recorded as the correctness checks record theirs
-    (`launches.kernel_work`), then `verify`. With `out`, it is poisoned first and every element
-    must be written by `kernels`; without, the tensor the call returns must have been handed to
-    one of their launches. The names of the Triton kernels the call launched are added to
-    `launched`, when given."""
+    """Why the timed code's result is not the work of `kernels` (empty when it is), where no
+    census can be taken: one untimed call on the case's own inputs, recorded as the correctness
+    checks record theirs (`launches.kernel_work`), then `verify`. With `out`, it is poisoned
+    first and every element must be written by `kernels`; without, the tensor the call returns
+    must have been handed to one of their launches."""
     try:
         if out is not None:
             out.copy_(checks.poisoned(out.shape, out.dtype, out.device.type))
         with launches.recording(kernels, out) as rec:
             result = checks.call_graded(candidate, what="the timed code")
-        if launched is not None:
-            launched.update(launch.kernel for launch in rec.launches)
         returned = result if out is None and isinstance(result, torch.Tensor) else None
         launches.verify(rec, inputs, "the timed code", returned=returned)
         if verify is not None:
@@ -363,12 +367,30 @@ def identity_flags(case: Case) -> list[str]:
     return found
 
 
+def checked_flags(seen: census.Census, case: Case) -> list[str]:
+    """One untimed call inside a census session, its window CHECKED: `out` poisoned first (by
+    the harness, outside the window), the output checked against the inputs afterwards. With the
+    census saying that nothing but the exercise's kernels ran in the window (`census_flags`),
+    every element of `out` is their work: nothing else touched the device."""
+    if case.out is not None:
+        case.out.copy_(checks.poisoned(case.out.shape, case.out.dtype, case.out.device.type))
+    with seen.session():
+        seen.watch(lambda: checks.call_graded(case.candidate, what="the timed code"), CHECKED)()
+    try:
+        case.verify()
+    except checks.KernelCheckError as wrong:
+        first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
+        return [f"the timed code's result is not the work of {' or '.join(case.kernels)}: {first}"]
+    return []
+
+
 def census_flags(seen: census.Census, case: Case, launched: set[str]) -> list[str]:
-    """What the census of the timed calls and the check after them says against the case: GPU
-    work other than the exercise's kernels and the call's own Triton launches, or timed calls
-    that ran none of the exercise's kernels (a census that saw none vouches for nothing)."""
+    """What the census of the timed and checked calls says against the case: GPU work other than
+    the exercise's kernels and the call's own Triton launches, or calls that ran none of the
+    exercise's kernels (a census that saw none vouches for nothing)."""
     ran = seen.names(TIMED) + seen.names(CHECKED)
     allowed = set(case.kernels) | launched
+    kernels = " or ".join(case.kernels)
     found = [
         f"`{name}` ran inside the timed calls: only the exercise's Triton kernels may run "
         "there. Did a library compute the result?"
@@ -377,14 +399,15 @@ def census_flags(seen: census.Census, case: Case, launched: set[str]) -> list[st
     calls, idle = seen.without(TIMED, case.kernels)
     if not calls or idle == calls:
         found.append(
-            f"the census of the GPU's work saw no launch of {' or '.join(case.kernels)} in the "
-            "timed calls: it cannot vouch for them"
+            f"the census of the GPU's work saw no launch of {kernels} in the timed calls: it "
+            "cannot vouch for them"
         )
     elif idle:
-        found.append(
-            f"{idle} of {calls} timed calls launched none of {' or '.join(case.kernels)}: is "
-            "work skipped on some calls?"
-        )
+        found.append(f"{idle} of {calls} timed calls launched none of {kernels}: is work skipped "
+                     "on some calls?")  # fmt: skip
+    checked, idle = seen.without(CHECKED, case.kernels)
+    if idle:
+        found.append(f"{idle} of {checked} checked calls launched none of {kernels}")
     return found
 
 
@@ -480,70 +503,75 @@ def _ceilings(case: Case, comparisons: dict[str, Comparison]) -> list[str]:
 
 def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
     """One case through every check of the module's docstring, timed; never scores. `sampler`
-    replaces the GPU's (the grader's own tests time on the CPU, where no census can be taken)."""
-    label = case.name or "this problem"
+    replaces the GPU's: the grader's own tests time on the CPU, where no census can be taken
+    and the call's own work is checked by recording its Triton launches (`own_work_flags`)."""
+    if sampler is not None:
+        return _measured(case, *_timed_on_the_cpu(case, sampler))
     launched: set[str] = set()
-    flags = own_work_flags(
-        case.candidate, case.kernels, case.inputs, case.out, case.verify, launched
-    )
-    if flags:
-        return Measured(label, flags=tuple(flags))
-    on_gpu = sampler is None
+    with launches.recording() as first:  # the first call, which may tune: its Triton kernels
+        checks.call_graded(case.candidate, what="the timed code")
+    launched.update(launch.kernel for launch in first.launches)
+    seen = census.Census()
     try:
-        with census.Census() if on_gpu else _no_census() as seen:
-            results = compare_all(
-                seen.watch(case.candidate, TIMED),
-                {b.name: b.fn for b in case.baselines},
-                verify=case.verify,
-                before=Redraw(case.inputs),
-                sampler=sampler,
-            )
-            flags = list(results[0].flags)
-            if not flags:
-                flags += own_work_flags(
-                    seen.watch(case.candidate, CHECKED),
-                    case.kernels,
-                    case.inputs,
-                    case.out,
-                    case.verify,
-                    launched,
-                )
+        flags = checked_flags(seen, case)
+        if flags:
+            return Measured(case.name or "this problem", flags=tuple(flags))
+        results = compare_all(
+            seen.watch(case.candidate, TIMED),
+            {b.name: b.fn for b in case.baselines},
+            verify=case.verify,
+            before=Redraw(case.inputs),
+            session=seen.session,
+        )
+        flags = list(results[0].flags)
+        if not flags:
+            flags += checked_flags(seen, case)
     except census.CensusUnavailable as unavailable:
-        return Measured(label, flags=(str(unavailable),))
-    if not (results[0].candidate.rounds and all(c.baseline.rounds for c in results)):
-        return Measured(label, flags=tuple(flags))  # stopped: an output was wrong
-    if on_gpu:
-        flags += census_flags(seen, case, launched)
+        return Measured(case.name or "this problem", flags=(str(unavailable),))
+    if _stopped(results):
+        return Measured(case.name or "this problem", flags=tuple(flags))
+    flags += census_flags(seen, case, launched)
     if not flags:
         flags += identity_flags(case)
-    comparisons = {c.baseline_name: c for c in results}
-    if not flags and on_gpu:
-        flags += _ceilings(case, comparisons)
+    if not flags:
+        flags += _ceilings(case, {c.baseline_name: c for c in results})
+    return _measured(case, results, flags)
+
+
+def _timed_on_the_cpu(case: Case, sampler: timing.Sampler) -> tuple[list[Comparison], list[str]]:
+    flags = own_work_flags(case.candidate, case.kernels, case.inputs, case.out, case.verify)
+    if flags:
+        return [], flags
+    results = compare_all(
+        case.candidate,
+        {b.name: b.fn for b in case.baselines},
+        verify=case.verify,
+        before=Redraw(case.inputs),
+        sampler=sampler,
+    )
+    flags = list(results[0].flags)
+    if not flags and not _stopped(results):
+        flags += own_work_flags(case.candidate, case.kernels, case.inputs, case.out, case.verify)
+    if not flags and not _stopped(results):
+        flags += identity_flags(case)
+    return results, flags
+
+
+def _stopped(results: list[Comparison]) -> bool:
+    """Whether timing stopped (an output was wrong) before every timing was taken."""
+    return not (results[0].candidate.rounds and all(c.baseline.rounds for c in results))
+
+
+def _measured(case: Case, results: list[Comparison], flags: list[str]) -> Measured:
+    label = case.name or "this problem"
+    if not results or _stopped(results):
+        return Measured(label, flags=tuple(flags))
     mine = results[0].candidate
     lines = [f"{label}: {mine}"] + [
-        f"{name}: {c.baseline} (yours {c.speedup:.2f}x)" for name, c in comparisons.items()
+        f"{c.baseline_name}: {c.baseline} (yours {c.speedup:.2f}x)" for c in results
     ]
-    return Measured(
-        label,
-        mine.median_ms,
-        {name: c.baseline.median_ms for name, c in comparisons.items()},
-        tuple(flags),
-        tuple(lines),
-    )
-
-
-class _no_census:
-    """Stands in for census.Census where none can be taken (the grader's own tests on a CPU):
-    calls are not watched."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        return None
-
-    def watch(self, fn: Callable[[], object], label: str) -> Callable[[], object]:
-        return fn
+    baselines = {c.baseline_name: c.baseline.median_ms for c in results}
+    return Measured(label, mine.median_ms, baselines, tuple(flags), tuple(lines))
 
 
 def verdicts_of(case: Case, measured: Measured) -> tuple[list[Verdict], list[str]]:
@@ -630,6 +658,7 @@ timing.watch(
         "ceiling_flags",
         "own_work_flags",
         "census_flags",
+        "checked_flags",
         "identity_flags",
         "matmul_ceiling",
         "flagged",

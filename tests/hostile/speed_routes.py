@@ -4,7 +4,7 @@ the exercise's own kernel is launched on the real inputs and once more to copy t
 `out`; a class of the notebook's side module rebound so that large problems run on cuBLAS. Every
 speed cell goes through one path (grader.runtime.perf.grade), which draws the inputs afresh, checks
 the call's own work and takes a census of the GPU kernels of every timed call: each attack is
-flagged and its speed cells score 0, while its correctness stays what its honest base earns.
+flagged and its speed cells score 0, while its correctness earns no more than its honest base.
 These need a GPU: tests/test_hostile_gpu.py grades them there."""
 
 from tests.hostile import Attacker
@@ -90,12 +90,11 @@ def _cudnn_then_copy(m):
     return m.files(m.appended(nb, "flash-attention-kernel", CUDNN_THEN_COPY))
 
 
-def _speed_is_zero_and_correctness_is_the_bases(student):
+def _speed_is_zero_and_correctness_no_more_than_the_bases(student):
     def check(result):
         mine, base = result.scores[student], result.scores[result.bases[student]]
         assert all(v == 0 for g, v in mine.items() if g.startswith("speed-")), mine
-        correct = {g: v for g, v in mine.items() if not g.startswith("speed-")}
-        assert correct == {g: v for g, v in base.items() if not g.startswith("speed-")}, mine
+        assert all((v or 0) <= (base[g] or 0) for g, v in mine.items()), (mine, base)
 
     return check
 
@@ -109,7 +108,7 @@ def _attacker(student, assignment, files, detail):
         detail=detail,
         total=None,
         base=lambda m: m.answered(),
-        check=_speed_is_zero_and_correctness_is_the_bases(student),
+        check=_speed_is_zero_and_correctness_no_more_than_the_bases(student),
         gpu_only=True,
     )
 
@@ -119,7 +118,7 @@ ATTACKERS = [
         "skips-repeats-07",
         "07_flash_attention",
         _remembers,
-        "launched none of attn_fwd_kernel",
+        "attn_fwd_kernel",
     ),
     _attacker(
         "cudnn-copies-07",
