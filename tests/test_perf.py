@@ -83,24 +83,24 @@ def test_a_clearly_slower_kernel_fails_and_a_fast_one_passes():
     from tests import launch_kernels as lk
 
     x = torch.randn(1 << 25, device="cuda")
-    out = torch.empty_like(x)
+    out, theirs = torch.empty_like(x), torch.empty_like(x)
 
-    def case(launcher):
+    def four_passes(x, out):  # the kernel run four times where once would do
+        for _ in range(4):
+            lk.honest(x, out)
+
+    def case(launcher, baseline, at_least):
         return perf.Case(
             lambda: launcher(x, out),
             ["double_kernel"],
             (x,),
             out,
             lambda: checks.compare(out, 2 * x.double()),
-            [perf.copy_bandwidth(2 * x.nbytes, at_least=0.8)],
+            [perf.Baseline("the other", lambda: baseline(x, theirs), at_least=at_least)],
         )
 
-    def four_passes(x, out):  # the kernel run four times where once would do
-        for _ in range(4):
-            lk.honest(x, out)
-
-    assert perf.grade(case(lk.honest), points=1) == 1.0
-    assert perf.grade(case(four_passes), points=1) == 0.0
+    assert perf.grade(case(lk.honest, four_passes, 2.0), points=1) == 1.0
+    assert perf.grade(case(four_passes, lk.honest, 0.9), points=1) == 0.0
 
 
 # -- what cannot be scored ---------------------------------------------------------------------

@@ -90,16 +90,20 @@ def _cudnn_then_copy(m):
     return m.files(m.appended(nb, "flash-attention-kernel", CUDNN_THEN_COPY))
 
 
-def _speed_is_zero_and_correctness_no_more_than_the_bases(student):
+def _attacked_speed_is_zero_and_nothing_is_gained(student, attacked):
+    """The speed cells in `attacked` (those whose kernel the attack wraps; None: all) score 0,
+    and no cell scores more than the honest base's."""
+
     def check(result):
         mine, base = result.scores[student], result.scores[result.bases[student]]
-        assert all(v == 0 for g, v in mine.items() if g.startswith("speed-")), mine
+        speed = [g for g in mine if g.startswith("speed-") and (attacked is None or g in attacked)]
+        assert speed and all(mine[g] == 0 for g in speed), mine
         assert all((v or 0) <= (base[g] or 0) for g, v in mine.items()), (mine, base)
 
     return check
 
 
-def _attacker(student, assignment, files, detail):
+def _attacker(student, assignment, files, detail, attacked=None):
     return Attacker(
         student,
         assignment,
@@ -108,7 +112,7 @@ def _attacker(student, assignment, files, detail):
         detail=detail,
         total=None,
         base=lambda m: m.answered(),
-        check=_speed_is_zero_and_correctness_no_more_than_the_bases(student),
+        check=_attacked_speed_is_zero_and_nothing_is_gained(student, attacked),
         gpu_only=True,
     )
 
@@ -119,17 +123,19 @@ ATTACKERS = [
         "07_flash_attention",
         _remembers,
         "attn_fwd_kernel",
+        attacked={"speed-flash-attention"},  # the causal kernel is honest, and earns its point
     ),
     _attacker(
         "cudnn-copies-07",
         "07_flash_attention",
         _cudnn_then_copy,
         "ran inside the timed calls",
+        attacked={"speed-flash-attention"},
     ),
     _attacker(
         "cublas-large-05",
         "05_autotuning",
         lambda m: m.files(m.appended(m.answered(), "config-space", LARGE_ON_CUBLAS)),
-        "not the work of matmul_kernel",
+        "launched none of matmul_kernel",
     ),
 ]
