@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import hidden_tests, nbgrader_policy, scan, tells, verdicts
+from grader.grading import detectors, hidden_tests, nbgrader_policy, scan, tells, verdicts
 from grader.grading.nbgrader_policy import grade_id_of
 
 # Every reason a submission needs a human look, in the order the report lists them.
@@ -273,6 +273,7 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
             continue
         result.tampered += tampered_cells(nb, release)
         result.patches += scan.scan(nb, release)
+        result.patches += detectors.routes(detectors.answer_cells(nb, release))
         result.parameters += changed_parameters(nb, release)
         result.stray += stray_cells(nb, release)
         unchanged.append(solutions_unchanged(nb, release))
