@@ -30,10 +30,9 @@ def materials(assignment: str) -> hostile.Materials:
 
 
 def routes(nb, assignment: str) -> list[str]:
-    return [
-        f"{r.kind}: {r}"
-        for r in detectors.routes(detectors.answer_cells(nb, materials(assignment).release))
-    ]
+    release = materials(assignment).release
+    found = detectors.routes(detectors.answer_cells(nb, release), detectors.entry_points(release))
+    return [f"{r.kind}: {r}" for r in found]
 
 
 def appended(assignment: str, grade_id: str, code: str):
@@ -162,6 +161,19 @@ def test_slow_but_honest_variants_are_not_flagged(notebook, grade_id, name, sour
     if not isinstance(source, str):  # a variant that also edits given cells
         source = source.exercise
     assert routes(replaced(notebook, grade_id, source), notebook) == []
+
+
+def test_a_helper_that_keeps_a_scratch_buffer_is_not_flagged():
+    """Only the functions the release's cells call are entry points: as one, this helper would
+    match LAST_CALL_REPLAY."""
+    helper = (
+        "\n\n_SCRATCH = {}\n\n\ndef scratch(q):\n    key = (q.shape, q.dtype, q.device)\n"
+        "    if key not in _SCRATCH:\n"
+        "        _SCRATCH[key] = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)\n"
+        "    return _SCRATCH[key]\n"
+    )
+    nb = appended("07_flash_attention", "flash-attention-kernel", helper)
+    assert routes(nb, "07_flash_attention") == []
 
 
 def test_a_cell_kernelguard_cannot_read_is_reported_and_the_others_are_still_read():

@@ -2,9 +2,11 @@
 rule-based detector of kernel-benchmark hacks, run on the trusted side over the answer cells of a
 submission. It reads their source; nothing of the student's runs here.
 
-kernelguard looks for most of its hacks inside the functions it is told are entry points: here,
-every name the answer cells bind at their top level is one, since the graded calls reach the
-student's code through launchers of any name. Of its rules, only those that kernelguard ranks
+kernelguard looks for most of its hacks inside the functions it is told are entry points (and
+what they call): here, the names the answer cells bind that the release's other cells read, the
+student's functions that the tests and speed cells call. Not every name they bind: a helper that
+keeps a scratch buffer by shape and returns it would then look like a kept output (it matched
+LAST_CALL_REPLAY that way). Of its rules, only those that kernelguard ranks
 strong enough to reject a submission on their own become findings, each a `scan.Route` of kind
 "cheating". Its weaker signals (dynamic code, `sys.modules`, workspace caches, CUDA graphs, side
 streams) it marks as telemetry only; the scan reports dynamic code itself, and the runtime guards
@@ -39,6 +41,23 @@ def answer_cells(submitted, released) -> list[tuple[str, str]]:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if cell.cell_type == "code" and grade_id in wanted:
             found.append((grade_id, cell.source))
+    return found
+
+
+def entry_points(released) -> set[str]:
+    """The names the release's cells outside its answer cells read: among them, the student's
+    functions that the tests and the speed cells call."""
+    found = set()
+    for cell in released.cells:
+        if cell.cell_type != "code" or cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            continue
+        try:
+            tree = scan.parse(scan.python(cell.source))
+        except SyntaxError:
+            continue
+        found |= {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
     return found
 
 
@@ -89,8 +108,9 @@ def _read(labels, code, entry_points, known=frozenset(), how=""):
     return rules, [scan.Route("cheating", label, what) for label in labels]
 
 
-def routes(cells: list[tuple[str, str]]) -> list[scan.Route]:
-    """What kernelguard finds in the answer cells `cells` ((label, source), in notebook order): a
+def routes(cells: list[tuple[str, str]], called: set[str]) -> list[scan.Route]:
+    """What kernelguard finds in the answer cells `cells` ((label, source), in notebook order),
+    with the names of theirs in `called` (entry_points) as the entry points it searches: a
     "cheating" route for each cell that matches its strong rules, and a "dynamic-code" route for
     each cell it fails to read. A cell that is not Python is left out, as the scan leaves it (it
     fails when it runs, and costs only its own points)."""
@@ -101,10 +121,11 @@ def routes(cells: list[tuple[str, str]]) -> list[scan.Route]:
             readable.append((label, code, scan.parse(code)))
         except SyntaxError:
             continue
-    entry_points = _bound([tree for _, _, tree in readable]) or ["custom_kernel"]
+    bound = _bound([tree for _, _, tree in readable])
+    names = [name for name in bound if name in called] or ["custom_kernel"]
     found, alone, read = [], set(), []
     for label, code, _ in readable:
-        rules, more = _read([label], code, entry_points)
+        rules, more = _read([label], code, names)
         found += more
         if rules is not None:
             alone |= rules
@@ -112,5 +133,5 @@ def routes(cells: list[tuple[str, str]]) -> list[scan.Route]:
     if len(read) > 1:
         labels = [label for label, _ in read]
         joined = "\n\n".join(code for _, code in read)
-        found += _read(labels, joined, entry_points, alone, " with the other answer cells")[1]
+        found += _read(labels, joined, names, alone, " with the other answer cells")[1]
     return found

@@ -273,7 +273,9 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
             continue
         result.tampered += tampered_cells(nb, release)
         result.patches += scan.scan(nb, release)
-        result.patches += detectors.routes(detectors.answer_cells(nb, release))
+        result.patches += detectors.routes(
+            detectors.answer_cells(nb, release), detectors.entry_points(release)
+        )
         result.parameters += changed_parameters(nb, release)
         result.stray += stray_cells(nb, release)
         unchanged.append(solutions_unchanged(nb, release))
