@@ -6,10 +6,10 @@ kernelguard looks for most of its hacks inside the functions it is told are entr
 what they call): here, the names the answer cells bind that the release's other cells read, the
 student's functions that the tests and speed cells call. Not every name they bind: a helper that
 keeps a scratch buffer by shape and returns it would then look like a kept output (it matched
-LAST_CALL_REPLAY that way). Of its rules, only those that kernelguard ranks
-strong enough to reject a submission on their own become findings, each a `scan.Route` of kind
-"cheating". Its weaker signals (dynamic code, `sys.modules`, workspace caches, CUDA graphs, side
-streams) it marks as telemetry only; the scan reports dynamic code itself, and the runtime guards
+LAST_CALL_REPLAY that way). Of its rules, only those that kernelguard ranks strong enough to
+reject a submission on their own become findings, each a `scan.Route` of kind "cheating". Its
+weaker signals (dynamic code, `sys.modules`, workspace caches, CUDA graphs, side streams) it marks
+as telemetry only; the scan reports dynamic code itself, and the runtime guards
 (grader.runtime.perf, integrity, launches) catch the work a speed cell does not see by its
 effects.
 
