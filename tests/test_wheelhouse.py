@@ -22,10 +22,10 @@ IMAGE = ("torch", "triton", "numpy")  # on every GPU image the course runs on
 IMAGE_USUALLY = ("matplotlib", "tqdm")  # on most: wheelhouse-extras.txt for the others
 # Declared but never imported by anything the runner uses.
 UNUSED = {"aiohttp": "papermill declares it on Python 3.12 only, and never imports it"}
-# What `make autograde` needs beyond the runner (wheelhouse-grading.txt), and what nbgrader
-# declares for its JupyterLab extensions only (tests/test_offline_grading.py runs its steps
-# without them).
-GRADING = ("nbgrader",)
+# What `make autograde` needs beyond the runner (wheelhouse-grading.txt): nbgrader, and
+# kernelguard for the findings (grader/grading/detectors.py); and what nbgrader declares for its
+# JupyterLab extensions only (tests/test_offline_grading.py runs its steps without them).
+GRADING = ("nbgrader", "kernelguard")
 GRADING_UNUSED = ("jupyterlab", "jupyterlab-server", "notebook")
 
 

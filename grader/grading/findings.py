@@ -10,7 +10,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import assemble, hidden_tests, nbgrader_policy, scan, tells, verdicts
+from grader.grading import (
+    assemble,
+    detectors,
+    hidden_tests,
+    nbgrader_policy,
+    scan,
+    tells,
+    verdicts,
+)
 from grader.grading.nbgrader_policy import grade_id_of
 
 # Every reason a submission needs a human look, in the order the report lists them.
@@ -185,6 +193,9 @@ def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
         graded, dropped = assemble.assemble(release, nb)
         result.dropped.merge(dropped)
         result.patches += scan.scan(graded, release)
+        result.patches += detectors.routes(
+            detectors.answer_cells(graded, release), detectors.entry_points(release)
+        )
         unchanged.append(solutions_unchanged(graded, release))
     result.unchanged_solutions = bool(unchanged) and all(unchanged)
     return result
