@@ -21,7 +21,6 @@ import json
 import linecache
 import os
 import sys
-import tempfile
 import traceback
 import types
 
@@ -46,6 +45,27 @@ def _stop_after_ttgir(*args):
         raise _Done
 
     stages["llir"] = done
+
+
+def _no_files():
+    """A Triton cache manager (knobs.cache.manager_class) that keeps nothing: a front-end compile
+    never finishes a kernel, so none of its IR is worth a file."""
+    from triton.runtime.cache import CacheManager
+
+    class NoFiles(CacheManager):
+        def get_file(self, filename):
+            return None
+
+        def put(self, data, filename, binary=True):
+            return filename
+
+        def get_group(self, filename):
+            return None
+
+        def put_group(self, filename, group):
+            return None
+
+    return NoFiles
 
 
 class _Opaque:
@@ -161,18 +181,17 @@ def serve() -> None:
 
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever else prints (the compiler's diagnostics) goes to stderr
-    with tempfile.TemporaryDirectory(prefix="gpu-compile-") as cache:
-        knobs.cache.dir = cache  # the IR of front-end compiles; never a whole kernel
-        knobs.runtime.add_stages_inspection_hook = _stop_after_ttgir
-        knobs.runtime.override_arch = None
-        knobs.nvidia.mock_ptx_version = "no ptxas: the front end only"
-        for line in sys.stdin:
-            try:
-                reply = {"results": compile_request(json.loads(line))}
-            except Exception:
-                reply = {"internal": traceback.format_exc()}
-            replies.write(json.dumps(reply) + "\n")
-            replies.flush()
+    knobs.cache.manager_class = _no_files()
+    knobs.runtime.add_stages_inspection_hook = _stop_after_ttgir
+    knobs.runtime.override_arch = None
+    knobs.nvidia.mock_ptx_version = "no ptxas: the front end only"
+    for line in sys.stdin:
+        try:
+            reply = {"results": compile_request(json.loads(line))}
+        except Exception:
+            reply = {"internal": traceback.format_exc()}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
 
 
 if __name__ == "__main__":

@@ -1,36 +1,40 @@
 """The GPU's compiler, on the laptop: in interpreter mode, every kernel that a graded call launches
 is also compiled by Triton's front end for the GPUs the course supports (sm_80 and sm_90), from
 the launch itself, and a kernel that the compiler refuses fails the check with the compiler's
-message and a hint. The interpreter runs a kernel as Python and accepts code that no GPU can
-compile, such as a variable that a loop reassigns with another dtype or shape; without this check
-such a kernel passes every test on a laptop and scores nothing at grading. On a GPU nothing
+message and a hint. The interpreter runs a kernel as Python and accepts code that no GPU
+compiles, such as a variable that a loop reassigns with another dtype or shape; without this
+check such a kernel passes every test on a laptop and fails them all at grading. On a GPU nothing
 changes: the real compiler runs at every launch.
 
 How. `checking(kernel)` wraps one `kernel[grid](...)` (grader.runtime.launches calls it for every
-launch it records): each time the kernel under any autotuner or heuristics wrapper runs, with the
-configuration it actually runs with, its arguments become the signature a GPU launch would compile
-(`triton.runtime.jit.mangle_type` per argument: tensors give pointer types from their dtypes,
-integers i32 or i64, an integer equal to 1 or None a constant; constexpr values as given; 16-byte
-alignment and divisibility by 16 as the launcher marks them), and its options (`num_warps`,
-`num_stages`, ...) go along. The source of the kernel and of every `@triton.jit` function it
-reaches, with the globals they name, goes to a helper process (this module, run as
-`python -m grader.runtime.gpu_compile`), which imports Triton without the interpreter, defines
-the functions anew and runs `triton.compile(ASTSource(...), target=GPUTarget("cuda", 80 or 90,
-32))`. Why a second process: in interpreter mode `triton.jit` turns every kernel, the student's
-and `triton.language`'s own (`tl.zeros`, `tl.sum`, ...), into a Python function the compiler
-cannot read, and runs them with `triton.language` patched.
+launch it records): each time the interpreted kernel under it runs, through any autotuner or
+heuristics wrapper and with the configuration it runs with, its arguments become the signature a
+GPU launch compiles (`triton.runtime.jit.mangle_type` per argument: tensors give pointer types
+from their dtypes, integers i32 or i64, an integer equal to 1 and None constants; constexpr
+values as given; 16-byte alignment and divisibility by 16 marked as the launcher marks them), and
+its options (`num_warps`, `num_stages`, ...) go along. The source of the kernel and of every
+`@triton.jit` function it reaches, with the globals they name, goes to a helper process
+(`grader.runtime.compile_helper`), which imports Triton without the interpreter, defines the
+functions anew and runs `triton.compile(ASTSource(...), target=GPUTarget("cuda", 80 or 90, 32))`.
+Why a second process: in interpreter mode `triton.jit` makes every kernel, the student's and
+`triton.language`'s own (`tl.zeros`, `tl.sum`, ...), a Python function that the compiler cannot
+read, and runs them with `triton.language` patched.
 
-How far. Nothing of compilation needs a GPU: Triton's wheel even brings `ptxas`, so on a CPU the
-whole pipeline runs, to a cubin. The check stops after the two IR stages, TTIR (the front end:
+How far. No stage of compilation needs a GPU: Triton's wheel brings `ptxas`, and on a CPU the
+whole pipeline runs, to a cubin. The check stops after the IR stages, TTIR (the front end:
 types, shapes, loop-carried variables, constexpr rules, unsupported Python) and TTGIR (layouts
-for the target), which is where a kernel's compile errors arise; it skips LLVM IR, PTX and ptxas,
-which cost most of the time, and stands in a version string for ptxas's (Triton asks ptxas only
-to hash it), so no NVIDIA tool runs. Not seen: what only a launch finds (too much shared memory
-for the device, out-of-bounds addresses), and errors of the LLVM and PTX stages.
+for the target), where a kernel's compile errors arise. It skips LLVM IR, PTX and ptxas, which
+take most of the time (for a 128x256x64 float16 matmul tile, 0.1 s to TTGIR against 2 to 3 s to
+a cubin, on one CPU core), and gives Triton a stand-in for ptxas's version string, which it
+reads only for a hash, so no NVIDIA tool runs. Not seen: what only a launch finds (too much
+shared memory for the device, addresses out of bounds) and errors of the later stages.
 
-Cost. One helper per process, started at the first graded launch (about a second); then each new
-(program, signature, constants, options) costs one front-end compile per target, tens to hundreds
-of milliseconds, and a verdict is kept, so a repeated check costs nothing.
+Not checked: a launch whose constexpr arguments are not numbers, strings, booleans, None or
+dtypes (a function passed as a constant), or that takes tuples; launches outside graded calls.
+
+Cost. The helper starts at the first graded launch of a process; each new combination of
+program, signature, constants and options costs one front-end compile per target (tens of
+milliseconds each), and its verdict is kept, so a repeated check costs nothing.
 """
 
 from __future__ import annotations
@@ -360,9 +364,9 @@ def refusal(kernel_name: str, results: list[dict]) -> GPUCompileError | None:
         if other["error"]["message"] != first:
             shown += [f"For {_target_name(other['target'])}:", other["error"]["message"].strip()]
     return GPUCompileError(
-        f"Triton's compiler refuses `{kernel_name}` for the GPU ({names}): the interpreter ran "
-        "it, but this launch would fail to compile on a GPU, and the kernel would score nothing "
-        "at grading.\n" + "\n".join(shown),
+        f"Triton's compiler refuses `{kernel_name}` for the GPU ({names}): the interpreter runs "
+        "it, but on such a GPU this launch does not compile, and the test fails at grading.\n"
+        + "\n".join(shown),
         (_hint(first),),
     )
 
