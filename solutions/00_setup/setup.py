@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 00 · Setup
 #
-# *Reading time: about 7 minutes.*
+# *Reading time: about 8 minutes.*
 #
 # Every notebook runs in one of two places. On an NVIDIA GPU, your Triton kernels compile to
 # machine code and are timed against PyTorch and the hardware's limits. On a laptop with no GPU,
@@ -83,6 +83,9 @@ print(report)
 #   absolute time, so it means the same on every supported GPU.
 #
 # An exercise's heading states its points: the sum of its test and speed cells.
+#
+# On a laptop, the tests also compile your kernel for the GPU (sm_80 and sm_90) without running it
+# there, so a kernel the GPU's compiler would refuse fails here too, as it would at grading.
 
 # %% [markdown]
 # The correctness checks keep a wrong kernel from passing by luck:
