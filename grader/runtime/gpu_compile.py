@@ -32,15 +32,17 @@ shared memory for the device, addresses out of bounds) and errors of the later s
 Not checked: a launch whose constexpr arguments are not numbers, strings, booleans, None or
 dtypes (a function passed as a constant), or that takes tuples; launches outside graded calls.
 
-Cost. The helper starts at the first graded launch of a process; each new combination of
-program, signature, constants and options costs one front-end compile per target (tens of
-milliseconds each), and its verdict is kept, so a repeated check costs nothing.
+Cost. Each new combination of program, signature, constants and options costs one front-end
+compile per target (tens of milliseconds each), in a helper started at the first one; its verdict
+is kept, in the process and in a file beside Triton's cache (keyed by the request, Triton's
+release and this check's code), so a repeated check, or a notebook run again, compiles nothing.
 """
 
 from __future__ import annotations
 
 import ast
 import atexit
+import functools
 import hashlib
 import inspect
 import json
@@ -218,18 +220,26 @@ def program(kernel) -> dict:
         spec["globals"] = {n: describe(scope[n], names) for n in names if n in scope}
         return fid
 
-    def describe(v, names):
+    def describe(v, names, modules=()):
         import triton.language as tl
 
-        if _interpreted(v) is v and v is not None:
+        if v is not None and _interpreted(v) is v:
+            fn = v.fn
+            if fn.__module__.partition(".")[0] == "triton":  # triton.language's own
+                return {"import": [fn.__module__, fn.__qualname__]}
             return {"jit": add(v)}
         if isinstance(v, types.ModuleType):
             if v.__name__.partition(".")[0] in IMPORTABLE:
                 return {"module": v.__name__}
-            attrs = {n: describe(getattr(v, n), names) for n in names if hasattr(v, n)}
+            if v in modules:
+                return {"other": "module"}
+            inside = (*modules, v)
+            attrs = {n: describe(getattr(v, n), names, inside) for n in names if hasattr(v, n)}
             return {"namespace": attrs, "name": v.__name__}
         if isinstance(v, tl.constexpr | tl.dtype):
             sent = _value(v)
+            if sent is None:
+                return {"other": type(v.value).__name__}
             return {"constexpr": sent} if isinstance(v, tl.constexpr) else sent
         if isinstance(v, _PLAIN):
             return {"value": v}
@@ -301,13 +311,49 @@ class _Helper:
 
 
 _HELPER = _Helper()
-_VERDICTS: dict[str, list] = {}  # request digest -> the helper's answer per target
-COMPILED: list[dict] = []  # every compile the check ran: kernel, functions, target, error
+_VERDICTS: dict[str, list] = {}  # request digest -> the verdict per target
+COMPILED: list[dict] = []  # each verdict this process obtained: kernel, functions, target, error
+
+
+@functools.cache
+def _version() -> str:
+    """What a verdict depends on besides the request: Triton's release and this check's code."""
+    import triton
+
+    here = Path(__file__).parent
+    code = b"".join((here / name).read_bytes() for name in ("gpu_compile.py", "compile_helper.py"))
+    return f"{triton.__version__}-{hashlib.sha256(code).hexdigest()}"
+
+
+def _kept(digest: str) -> Path:
+    """Where a verdict is kept for later processes: beside Triton's own cache."""
+    from triton import knobs
+
+    return Path(knobs.cache.dir) / "course-gpu-compile" / f"{digest}.json"
+
+
+def _keep(digest: str, results: list) -> None:
+    path = _kept(digest)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_text(json.dumps(results))
+        os.replace(partial, path)
+    except OSError:
+        pass  # a cache that cannot be written costs a compile next time, nothing else
+
+
+def _recall(digest: str) -> list | None:
+    try:
+        return json.loads(_kept(digest).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def verdicts(kernel, args, kwargs) -> list[dict] | None:
     """Per target, {"target", "error"} for a launch of interpreted `kernel` (error None where it
-    compiles); None where the launch cannot be checked. Kept per program and launch."""
+    compiles); None where the launch cannot be checked. A verdict is kept per program and launch,
+    in this process and on disk for later ones."""
     spec = specialization(kernel, args, kwargs)
     if spec is None:
         return None
@@ -320,14 +366,19 @@ def verdicts(kernel, args, kwargs) -> list[dict] | None:
         "options": options,
         "targets": [capability for _, capability in TARGETS],
     }
-    digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+    text = json.dumps(request, sort_keys=True) + _version()
+    digest = hashlib.sha256(text.encode()).hexdigest()
     if digest not in _VERDICTS:
-        reply = _HELPER.ask(request)
-        if "internal" in reply:
-            raise CheckUnavailable(f"the GPU compile check failed: {reply['internal']}")
-        _VERDICTS[digest] = reply["results"]
+        results = _recall(digest)
+        if results is None:
+            reply = _HELPER.ask(request)
+            if "internal" in reply:
+                raise CheckUnavailable(f"the GPU compile check failed: {reply['internal']}")
+            results = reply["results"]
+            _keep(digest, results)
+        _VERDICTS[digest] = results
         names = [f["name"] for f in request["program"]["functions"].values()]
-        for result in reply["results"]:
+        for result in results:
             COMPILED.append({"kernel": names[0], "functions": names, **result})
     return _VERDICTS[digest]
 
