@@ -4,6 +4,7 @@ matrix: out[i] = x[i, :].sum()."""
 
 import triton
 import triton.language as tl
+from triton.language import cdiv  # a function of triton.language's own, named directly
 
 BLOCK = 32
 SCALE = 1.0  # a plain global: the GPU compiler refuses a kernel that reads it
@@ -19,6 +20,17 @@ def row_sum_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
         x = tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)
         total += x
     tl.store(out_ptr + row, tl.sum(total, axis=0) * ONE)
+
+
+@triton.jit
+def chunked_sum_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    total = tl.zeros((BLOCK,), tl.float32)
+    for chunk in range(cdiv(n_cols, BLOCK)):
+        offsets = chunk * BLOCK + cols
+        total += tl.load(x_ptr + row * n_cols + offsets, mask=offsets < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(total, axis=0))
 
 
 @triton.jit

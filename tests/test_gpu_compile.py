@@ -13,6 +13,14 @@ from tests import compile_kernels as ck
 pytestmark = pytest.mark.skipif(device.current().is_gpu, reason="the check runs in the interpreter")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def compiles_afresh(tmp_path_factory):
+    """No verdict kept on disk by an earlier run: the helper compiles what these tests check."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        yield
+
+
 def inputs(rows=3, cols=100):
     return lambda gen: (checks.randn((rows, cols), gen=gen),)
 
@@ -32,13 +40,16 @@ def patterns(error) -> list[str]:
     return [h.pattern for h in error.hints]
 
 
-def test_a_kernel_the_gpu_compiles_passes_and_is_compiled_for_each_target():
+@pytest.mark.parametrize(
+    "kernel", [ck.row_sum_kernel, ck.chunked_sum_kernel], ids=lambda k: k.__name__
+)
+def test_a_kernel_the_gpu_compiles_passes_and_is_compiled_for_each_target(kernel):
     before = len(gpu_compile.COMPILED)
-    check(ck.launcher(ck.row_sum_kernel), kernels=["row_sum_kernel"])
+    check(ck.launcher(kernel), kernels=[kernel.__name__])
     compiled = gpu_compile.COMPILED[before:]
     assert [(c["kernel"], c["target"], c["error"]) for c in compiled] == [
-        ("row_sum_kernel", 80, None),
-        ("row_sum_kernel", 90, None),
+        (kernel.__name__, 80, None),
+        (kernel.__name__, 90, None),
     ]
 
 
@@ -134,3 +145,23 @@ def test_on_a_gpu_the_check_adds_nothing(monkeypatch):
     with launches.recording():
         ck.launcher(ck.float16_sum_kernel)(x, torch.empty(3))  # still interpreted here
     assert len(gpu_compile.COMPILED) == before
+
+
+def test_a_verdict_is_kept_for_later_processes(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gpu_compile, "_VERDICTS", {})  # as in a new process
+    with pytest.raises(gpu_compile.GPUCompileError):
+        check(ck.launcher(ck.float16_sum_kernel))
+    check(ck.launcher(ck.row_sum_kernel))
+    assert len(list((tmp_path / "course-gpu-compile").glob("*.json"))) == 2
+
+    def no_helper(request):
+        raise AssertionError("the helper was asked for a verdict kept on disk")
+
+    monkeypatch.setattr(gpu_compile, "_VERDICTS", {})
+    monkeypatch.setattr(gpu_compile._HELPER, "ask", no_helper)
+    before = len(gpu_compile.COMPILED)
+    with pytest.raises(gpu_compile.GPUCompileError, match="Loop-carried variable total"):
+        check(ck.launcher(ck.float16_sum_kernel))
+    check(ck.launcher(ck.row_sum_kernel))
+    assert len(gpu_compile.COMPILED) == before + 4  # two launches, two targets each
