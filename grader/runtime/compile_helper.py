@@ -79,12 +79,12 @@ class _Opaque:
         return f"<{self.kind}>"
 
 
-def _define(spec: dict, scope: dict):
+def _define(fid: str, spec: dict, scope: dict):
     """The Python function of one sent spec, defined in `scope` at its source's line numbers and
     registered in linecache, so that triton.jit reads the same source."""
     lines = spec["source"].splitlines(keepends=True)
     padded = ["\n"] * (spec["first"] - 1) + lines
-    filename = spec["file"]
+    filename = f"<{fid}: {spec['name']}>"
     linecache.cache[filename] = (sum(map(len, padded)), None, padded, filename)
     tree = ast.parse(spec["source"])
     (node,) = tree.body
@@ -129,7 +129,7 @@ def _build(program: dict):
     for fid, spec in program["functions"].items():
         scope = scopes[fid] = {"__builtins__": builtins, "__name__": spec["module"]}
         scope.update({n: resolve(g) for n, g in spec["globals"].items() if "jit" not in g})
-        made[fid] = triton.jit(_define(spec, scope), **spec["jit"])
+        made[fid] = triton.jit(_define(fid, spec, scope), **spec["jit"])
     for fid, spec in program["functions"].items():  # calls among them, once all exist
         scopes[fid].update({n: made[g["jit"]] for n, g in spec["globals"].items() if "jit" in g})
     return made[program["kernel"]]

@@ -189,6 +189,7 @@ def _source(fn):
                 names.add(node.id)
             elif isinstance(node, ast.Attribute):
                 names.add(node.attr)
+        names -= set(inspect.signature(fn).parameters)  # a parameter hides any global
         _SOURCES[code] = (text, first, sorted(names))
     return _SOURCES[code]
 
@@ -211,7 +212,6 @@ def program(kernel) -> dict:
         spec = {
             "name": fn.__name__,
             "module": fn.__module__,
-            "file": fn.__code__.co_filename,
             "first": first,
             "source": text,
             "jit": _jit_options(obj),
