@@ -165,3 +165,13 @@ def test_a_verdict_is_kept_for_later_processes(monkeypatch, tmp_path):
         check(ck.launcher(ck.float16_sum_kernel))
     check(ck.launcher(ck.row_sum_kernel))
     assert len(gpu_compile.COMPILED) == before + 4  # two launches, two targets each
+
+
+def test_a_helper_that_ends_without_an_answer_is_reported(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gpu_compile, "_VERDICTS", {})
+    monkeypatch.setattr(gpu_compile, "_HELPER", gpu_compile._Helper())
+    monkeypatch.setattr(gpu_compile.sys, "executable", "/bin/false")  # ends at once, status 1
+    with pytest.raises(gpu_compile.CheckUnavailable, match=r"ended \(exit status 1\)") as caught:
+        check(ck.launcher(ck.row_sum_kernel))
+    assert "python -m grader doctor" in str(caught.value)

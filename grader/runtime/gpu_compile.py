@@ -61,7 +61,6 @@ from grader.runtime import device, hints, stubs
 
 # The GPUs the course supports: (name, compute capability) for triton's GPUTarget.
 TARGETS = (("sm_80", 80), ("sm_90", 90))
-WARP_SIZE = 32
 # Modules a kernel may name that the helper imports by name; any other module a kernel reaches
 # into is sent as the attributes the kernel names.
 IMPORTABLE = frozenset({"triton", "math", "torch", "numpy"})
@@ -196,7 +195,7 @@ def _source(fn):
 
 def program(kernel) -> dict:
     """The interpreted `kernel` and every `@triton.jit` function it reaches, as the helper
-    defines them: source, where it came from, and each global name it uses."""
+    defines them: the source, its first line, and what each global name it uses holds."""
     functions: dict[str, dict] = {}
     ids: dict[int, str] = {}
 
@@ -264,6 +263,7 @@ class _Helper:
         self.lock = threading.Lock()
         self.process = None
         self.log = None
+        atexit.register(self.stop)
 
     def _start(self):
         root = str(Path(__file__).resolve().parents[2])  # where `grader` is
@@ -280,7 +280,6 @@ class _Helper:
             env=env,
             text=True,
         )
-        atexit.register(self.stop)
 
     def stop(self):
         if self.process is not None:
@@ -306,7 +305,8 @@ class _Helper:
             said = self.log.read()[-3000:].strip() or "nothing"
             raise CheckUnavailable(
                 f"the GPU compile check's helper process ended (exit status {status}) without "
-                f"an answer; it wrote: {said}"
+                f"an answer. Run `python -m grader doctor` to check the installation, and "
+                f"report this message with its output. The helper wrote: {said}"
             )
 
 
@@ -373,7 +373,10 @@ def verdicts(kernel, args, kwargs) -> list[dict] | None:
         if results is None:
             reply = _HELPER.ask(request)
             if "internal" in reply:
-                raise CheckUnavailable(f"the GPU compile check failed: {reply['internal']}")
+                raise CheckUnavailable(
+                    "the GPU compile check failed; report this message with the output of "
+                    f"`python -m grader doctor`: {reply['internal']}"
+                )
             results = reply["results"]
             _keep(digest, results)
         _VERDICTS[digest] = results
