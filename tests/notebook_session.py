@@ -13,14 +13,16 @@ from grader.runtime import perf
 class Session:
     """A kernel that has run one solution notebook, and the notebook's cells."""
 
-    def __init__(self, notebook: str):
+    def __init__(self, notebook: str, env: dict[str, str] | None = None):
+        """Start a kernel (with `env` for its environment where given, the tests' otherwise)
+        and run the solution notebook in it."""
         assignment = next(a for a in build.assignments() if a.name == notebook)
         self.cells = build.to_notebook(assignment.source).cells
         self.sockets = tempfile.TemporaryDirectory(prefix="kernel-")
         self.km = KernelManager(
             kernel_name="python3", **kernel_connection.sockets(Path(self.sockets.name))
         )
-        self.km.start_kernel(cwd=str(assignment.source.parent))
+        self.km.start_kernel(cwd=str(assignment.source.parent), **({"env": env} if env else {}))
         self.kc = self.km.client()
         try:
             self.kc.start_channels()

@@ -7,21 +7,28 @@ last test cell are run again: a test cell must fail. Where the module states the
 must carry (HINTS: a pattern of grader.runtime.hints, None for a bug that fits none, or a tuple
 of those where the failure depends on memory a read past the end finds), the failure's message
 must name that pattern, and only that one.
+A source whose hint is a compile error (Triton's GPU compiler refuses it, in interpreter mode
+through grader.runtime.gpu_compile) must fail the visible test, where it is first launched.
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
 Partial submissions (PARTIAL) must pass every test of the exercises they get right and fail one
 of each exercise they do not.
 The reference and the given cells are put back afterwards (tests/test_notebooks.py proves that
 the reference passes).
+On a GPU, each source and the reference also run in a second kernel in interpreter mode: every
+correctness test cell must give the same verdict there as on the GPU.
 """
 
 import importlib
 import json
+import os
 import pkgutil
 import re
+from contextlib import contextmanager
 
 import pytest
 
 import tests.known_wrong
+from grader.runtime import doctor
 from tests.known_wrong import WithGiven
 from tests.notebook_session import Session
 
@@ -59,15 +66,44 @@ SLOW_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def sessions():
+# Prints what the GPU compile check compiled in a kernel (grader.runtime.gpu_compile.COMPILED).
+COMPILED = """
+import json
+from grader.runtime import gpu_compile
+print(json.dumps(gpu_compile.COMPILED))
+"""
+
+
+def _sessions(**env):
+    """A function that opens (once) the Session of a notebook, with `env` set for its kernel,
+    and keeps what the solution's own run compiled for the GPU as `compiled_by_reference`;
+    and, to close them, the ones it opened."""
     opened = {}
 
     def session(name):
         if name not in opened:
-            opened[name] = Session(name)
+            opened[name] = Session(name, env={**os.environ, **env} if env else None)
+            printed = []
+            status, detail = opened[name].run(COMPILED, printed)
+            assert status == "ok", detail
+            opened[name].compiled_by_reference = json.loads("".join(printed))
         return opened[name]
 
+    return session, opened
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    session, opened = _sessions()
+    yield session
+    for s in opened.values():
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def interpreted_sessions():
+    """Sessions whose kernels run in interpreter mode, on a machine with a GPU."""
+    session, opened = _sessions(COURSE_MODE="interpreter")
     yield session
     for s in opened.values():
         s.close()
@@ -86,9 +122,53 @@ def carries_its_hint(case, detail):
     )
 
 
+# The hints of a kernel that Triton's GPU compiler refuses: it fails at its first launch.
+COMPILE_ERRORS = {"loop-carried", "gpu-compile"}
+
+
+def fails_where_it_must(case, cell):
+    """A source that does not compile for the GPU fails the visible test, as it would there."""
+    if HINTS.get(case) in COMPILE_ERRORS:
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        assert grade_id.endswith("-visible"), (
+            f"'{case[2]}' does not compile for the GPU, yet passed the visible test and failed "
+            f"{grade_id}"
+        )
+
+
 def is_test(cell):
     meta = cell.metadata.get("nbgrader", {})
     return meta.get("grade") and not meta["grade_id"].startswith("speed-")
+
+
+NOTEBOOKS = sorted({m.NOTEBOOK for m in MODULES})
+JIT_KERNEL = re.compile(r"^@triton\.jit\s*\ndef (\w+)", re.MULTILINE)
+# Graded kernels that are not in an exercise cell: 05's tuned matmul, in gemm.py beside it.
+GRADED_ELSEWHERE = {"05_autotuning": {"matmul_kernel", "matmul_kernel_persistent"}}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_the_solutions_kernels_compile_for_the_gpu(sessions, dev, notebook):
+    """In interpreter mode, the solution's graded calls compiled the kernels they launched for
+    sm_80 and sm_90 (grader.runtime.gpu_compile), every graded kernel among them, and the
+    compiler refused none but the stub 00 shows on purpose."""
+    if dev.is_gpu:
+        pytest.skip("on a GPU the compiler itself runs at every launch")
+    session = sessions(notebook)
+    compiled = session.compiled_by_reference
+    refused = [
+        f"{c['kernel']} (sm_{c['target']}): {c['error']['message']}"
+        for c in compiled
+        if c["error"] is not None and "NotImplementedError" not in c["error"]["message"]
+    ]
+    assert not refused, "\n".join(refused)
+    graded = set(GRADED_ELSEWHERE.get(notebook, ()))
+    for cell in session.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            graded.update(JIT_KERNEL.findall(cell.source))
+    clean = {(f, c["target"]) for c in compiled if c["error"] is None for f in c["functions"]}
+    missing = [f"{k} (sm_{t})" for k in sorted(graded) for t in (80, 90) if (k, t) not in clean]
+    assert not missing, f"never compiled for the GPU: {', '.join(missing)}"
 
 
 @pytest.mark.parametrize(
@@ -96,8 +176,27 @@ def is_test(cell):
 )
 def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
     session = sessions(notebook)
+    with swapped_in(session, grade_id, SOURCES[notebook, grade_id, name]) as (exercise, cells):
+        status, detail = session.run(exercise)
+        if status != "ok":  # a wrong source may already fail to define itself; that counts
+            carries_its_hint((notebook, grade_id, name), detail)
+            return
+        for cell, source in cells:
+            status, detail = session.run(source)
+            if status != "ok" and is_test(cell):
+                # rejected, with `detail` as the student would read it
+                carries_its_hint((notebook, grade_id, name), detail)
+                fails_where_it_must((notebook, grade_id, name), cell)
+                return
+        pytest.fail(f"'{name}' passed every test of {grade_id}")
+
+
+@contextmanager
+def swapped_in(session, grade_id, source):
+    """Yields the exercise's replacement source and [(cell, the source to run)] for the cells
+    after it up to its last test cell, where a `WithGiven` rewrites given cells; afterwards
+    the reference and the given cells are put back."""
     index, last = session.span(grade_id)
-    source = SOURCES[notebook, grade_id, name]
     if not isinstance(source, WithGiven):
         source = WithGiven(source)
     cells = session.code_cells(index + 1, last + 1)
@@ -106,17 +205,7 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
         (position,) = [i for i, c in enumerate(cells) if old in c.source and not is_test(c)]
         rewritten[position] = rewritten.get(position, cells[position].source).replace(old, new)
     try:
-        status, detail = session.run(source.exercise)
-        if status != "ok":  # a wrong source may already fail to define itself; that counts
-            carries_its_hint((notebook, grade_id, name), detail)
-            return
-        for position, cell in enumerate(cells):
-            status, detail = session.run(rewritten.get(position, cell.source))
-            if status != "ok" and is_test(cell):
-                # rejected, with `detail` as the student would read it
-                carries_its_hint((notebook, grade_id, name), detail)
-                return
-        pytest.fail(f"'{name}' passed every test of {grade_id}")
+        yield source.exercise, [(c, rewritten.get(p, c.source)) for p, c in enumerate(cells)]
     finally:
         for cell in [session.cells[index], *(cells[p] for p in rewritten)]:
             status, detail = session.run(cell.source)  # the reference and given cells, back
@@ -186,3 +275,57 @@ def test_slow_but_correct_solution_scores_no_speed_points(
     finally:
         status, detail = session.run(session.cells[index].source)
         assert status == "ok", f"the reference no longer defines itself: {detail}"
+
+
+def verdict(session, grade_id, source) -> dict[str, bool]:
+    """Whether each correctness test cell of `grade_id` passes with `source` in the exercise cell
+    (the reference where `source` is None), every cell after it run in turn."""
+    index, _ = session.span(grade_id)
+    passed = {}
+    with swapped_in(session, grade_id, source or session.cells[index].source) as (exercise, cells):
+        defined = session.run(exercise)[0] == "ok"
+        for cell, cell_source in cells:
+            ok = defined and session.run(cell_source)[0] == "ok"
+            if is_test(cell):
+                passed[cell.metadata["nbgrader"]["grade_id"]] = ok
+    return passed
+
+
+def interpreter_unusable() -> str | None:
+    """Why this machine's Triton and NumPy cannot run the course in interpreter mode, if so."""
+    triton, numpy = doctor.version("triton"), doctor.version("numpy")
+    fix = doctor.INTERPRETER_NUMPY_FIX
+    if doctor._tuple(triton) < fix["triton"] and doctor._tuple(numpy) >= fix["numpy"]:
+        return (
+            f"Triton {triton} with NumPy {numpy} cannot run the interpreter (docs/versions.md, "
+            "'Known-bad'): install numpy==2.3.5 beside it, or run with Triton 3.7 or newer"
+        )
+    return None
+
+
+EXERCISES = sorted({(n, g) for n, g, _ in CASES})
+VERDICT_CASES = [(n, g, None) for n, g in EXERCISES] + CASES
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "notebook, grade_id, name",
+    VERDICT_CASES,
+    ids=[f"{n}:{g}:{w or 'reference'}" for n, g, w in VERDICT_CASES],
+)
+def test_the_verdict_in_the_interpreter_is_the_verdict_on_the_gpu(
+    sessions, interpreted_sessions, notebook, grade_id, name
+):
+    """Each known-wrong source, and the reference, passes and fails the same correctness test
+    cells in interpreter mode (where grader.runtime.gpu_compile stands in for the GPU's
+    compiler) as on the GPU."""
+    if (why := interpreter_unusable()) is not None:
+        pytest.skip(why)
+    source = None if name is None else SOURCES[notebook, grade_id, name]
+    on_gpu = verdict(sessions(notebook), grade_id, source)
+    in_interpreter = verdict(interpreted_sessions(notebook), grade_id, source)
+    assert in_interpreter == on_gpu, (
+        f"'{name or 'the reference'}' of {grade_id}: test cells passed in the interpreter "
+        f"{in_interpreter}, on the GPU {on_gpu}"
+    )

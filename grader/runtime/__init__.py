@@ -14,12 +14,14 @@ The public surface, by module (`from grader.runtime import device, checks, ...`)
 | `results` | the figures a notebook measured, kept for later notebooks' plots |
 | `integrity` | the graded call launches the student's kernel; timing in a separate process |
 | `launches` | the exercise's own kernel did the work: launched on the inputs, wrote the output |
+| `gpu_compile` | in interpreter mode, each graded launch also compiled for the GPU (sm_80, sm_90) |
 | `verify` | the audit of a candidate kernel against a reference (08) |
 | `attention` | attention's reference, baselines and cases (07, 08) |
 | `llm` | an optional call to an OpenAI-compatible endpoint (08) |
 | `doctor` | the device and version report (`python -m grader.runtime`) |
 | `widgets` | the notebooks' explorers (roofline, online softmax, autotuning) |
 
-`stubs` recognises an untouched exercise stub for `checks`. Importing this package is light:
+`stubs` recognises an untouched exercise stub for `checks`; `compile_helper` is the process in
+which `gpu_compile` runs Triton's compiler. Importing this package is light:
 torch and triton are imported by the modules that need them, and triton only after
 `device.setup()`."""

@@ -34,6 +34,8 @@ PATTERNS = {
     "low-precision": "float16 numbers in a float32 output, or errors of a few float16 units",
     "assumes-contiguous": "wrong on strided inputs, right on contiguous copies of them",
     "tf32": "tl.dot on float32 blocks in TF32, off by about TF32's rounding",
+    "loop-carried": "the GPU compiler refuses a variable that a loop reassigns with another type",
+    "gpu-compile": "the GPU compiler refuses the kernel, which the interpreter ran",
 }
 
 
@@ -84,6 +86,33 @@ def tf32(kernels: Sequence[str]) -> Hint:
         "is off by about TF32's rounding",
         "on a GPU, tl.dot rounds float32 inputs to TF32 (10 mantissa bits) unless told "
         'otherwise: pass input_precision="ieee" (or the precision the launcher hands the kernel)',
+    )
+
+
+def loop_carried(name: str, before: str | None = None, after: str | None = None) -> Hint:
+    """A variable that a loop reassigns changes its type (dtype or shape), or is a constexpr."""
+    if before is None:
+        evidence = f"the loop reassigns `{name}`, a compile-time constant"
+    else:
+        evidence = f"`{name}` is {before} before the loop and {after} after an iteration"
+    return Hint(
+        "loop-carried",
+        evidence,
+        "a variable that a loop reassigns must keep its type and shape the same on every "
+        "iteration: give it its final dtype and shape before the loop (a float32 sum starts as "
+        "`tl.zeros(..., tl.float32)`), or give the value inside the loop a name of its own",
+    )
+
+
+def gpu_compile(line: int | None) -> Hint:
+    """Triton's compiler refuses the kernel for another reason."""
+    where = f" at line {line} of the kernel (its `def` is line 1)" if line else ""
+    return Hint(
+        "gpu-compile",
+        f"Triton's compiler stopped{where}",
+        "the interpreter runs a kernel as Python and accepts code that the GPU's compiler "
+        "refuses: change what the compiler's message points at (below), so that shapes, dtypes "
+        "and constexpr values are fixed when the kernel compiles",
     )
 
 

@@ -13,7 +13,9 @@ compared, bit for bit, before and after each launch of the exercise's kernels. A
 
 Launches are seen through `triton.runtime.KernelInterface.__getitem__`, which every Triton kernel
 (compiled, interpreted, autotuned) uses for `kernel[grid]`; it is patched only while a recording
-is open, and an autotuner's own benchmarking runs are not recorded.
+is open, and an autotuner's own benchmarking runs are not recorded. In interpreter mode each
+recorded launch is also compiled for the GPU (`grader.runtime.gpu_compile`), its autotuner's
+trials included: a kernel that Triton's compiler refuses fails there, as it would on a GPU.
 
 Limits. A launch through `kernel.run(...)` is not seen (the call counts as not launched). An
 element that the kernel rewrites with the value already there counts as not written by it, so
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.runtime import precision
+from grader.runtime import gpu_compile, precision
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -151,7 +153,8 @@ def _recording_getitem(kernel, grid):
     def recorded(*args, **kwargs):
         watching = list(_ACTIVE)
         before = [r._launched(kernel, args, kwargs) for r in watching]
-        result = launch(*args, **kwargs)
+        with gpu_compile.checking(kernel):
+            result = launch(*args, **kwargs)
         for r, b in zip(watching, before, strict=True):
             r._finished(b)
         return result

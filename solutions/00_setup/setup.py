@@ -83,6 +83,9 @@ print(report)
 #   absolute time, so it means the same on every supported GPU.
 #
 # An exercise's heading states its points: the sum of its test and speed cells.
+#
+# On a laptop, the tests also compile your kernel for the GPU (sm_80 and sm_90) without running it
+# there, so a kernel the GPU's compiler would refuse fails here too, as it would at grading.
 
 # %% [markdown]
 # **What grading runs.** The notebook as released, with the code of your answer cells and nothing

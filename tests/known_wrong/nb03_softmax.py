@@ -142,6 +142,29 @@ def softmax(x, out, **kwargs):
     out.copy_(torch.softmax(x.float(), dim=1))
     return out
 """,
+        # Triton's tutorial kernel (python/tutorials/02-fused-softmax.py), renamed to the
+        # exercise's arguments, pasted below the given lines: its row loop reassigns `mask`
+        # with the shape of one row. The interpreter runs it right; the GPU compiler refuses it.
+        "Triton's tutorial softmax pasted below the given lines": KERNEL_HEAD
+        + """
+    row_start = tl.program_id(0)
+    row_step = tl.num_programs(0)
+    for row_idx in tl.range(row_start, n_rows, row_step):
+        row_start_ptr = x_ptr + row_idx * x_row_stride
+        col_offsets = tl.arange(0, BLOCK)
+        input_ptrs = row_start_ptr + col_offsets
+        mask = col_offsets < n_cols
+        row = tl.load(input_ptrs, mask=mask, other=-float("inf"))
+        row_minus_max = row - tl.max(row, axis=0)
+        numerator = tl.exp(row_minus_max)
+        denominator = tl.sum(numerator, axis=0)
+        softmax_output = numerator / denominator
+        output_row_start_ptr = out_ptr + row_idx * out_row_stride
+        output_ptrs = output_row_start_ptr + col_offsets
+        tl.store(output_ptrs, softmax_output, mask=mask)
+"""
+        + CONFIG
+        + LAUNCHER,
         "eager softmax in the launcher": cell()
         + """
 
@@ -173,6 +196,7 @@ HINTS = {
         "assumes contiguous rows (stride = n_cols)": "assumes-contiguous",
         "a grid of one program": "coverage",
         "calls torch.softmax": None,
+        "Triton's tutorial softmax pasted below the given lines": "loop-carried",
         "eager softmax in the launcher": None,
     },
 }

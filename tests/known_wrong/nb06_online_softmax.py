@@ -149,6 +149,12 @@ def merge(m1, d1, m2, d2):
         + FIRST_PASS
         + "    m_row = tl.max(m, axis=0)\n    d_row = tl.sum(d, axis=0)\n"
         + SECOND_PASS,
+        # the interpreter keeps `d` float16 only until the first iteration makes it float32, and
+        # passes every test; the GPU compiler refuses a loop-carried variable that changes type
+        "float16 running sum": KERNEL
+        + FIRST_PASS.replace("tl.zeros((BLOCK,), tl.float32)", "tl.zeros((BLOCK,), tl.float16)")
+        + LANE_MERGE
+        + SECOND_PASS,
         "normalises with each lane's own state": KERNEL
         + FIRST_PASS
         + """
@@ -191,6 +197,7 @@ HINTS = {
         "d not rescaled when the maximum grows": "row-normalisation",
         "NaN in lanes that saw only -inf": "non-finite",
         "lanes summed without rescaling": "row-normalisation",
+        "float16 running sum": "loop-carried",
         "normalises with each lane's own state": None,
     },
 }

@@ -1,0 +1,198 @@
+"""The helper process of `grader.runtime.gpu_compile`: `python -m grader.runtime.compile_helper`
+imports Triton without the interpreter and answers requests, one JSON object per line on stdin,
+one answer per line on stdout. A request holds a program (the sources of a kernel and of the
+`@triton.jit` functions it reaches, with the globals each names), the launch's signature,
+constants, attributes and options, and the targets; the answer says, per target, whether Triton's
+front end compiles the kernel, and if not, the compiler's message.
+
+The helper defines each function anew from its source (with its line numbers, registered in
+linecache, so triton.jit reads the same text as on a GPU), wraps it in `triton.jit`, and runs
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", capability, 32))` through TTIR and
+TTGIR; a stage hook (`knobs.runtime.add_stages_inspection_hook`) ends the pipeline there. It
+imports nothing of the course but this module, and nothing heavy but Triton.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import json
+import linecache
+import os
+import sys
+import traceback
+import types
+
+WARP_SIZE = 32
+
+
+class _Done(Exception):
+    """Raised by the stage after TTGIR: the front end is through."""
+
+
+def _stop_after_ttgir(*args):
+    """knobs.runtime.add_stages_inspection_hook: keep the stages up to TTGIR, then stop. Triton
+    3.9 also calls it without arguments, for a part of its cache key."""
+    if not args:
+        return "front-end-only", "front-end-only"
+    stages = args[1]
+    names = list(stages)
+    for name in names[names.index("ttgir") + 1 :]:
+        del stages[name]
+
+    def done(module, metadata):
+        raise _Done
+
+    stages["llir"] = done
+
+
+def _no_files():
+    """A Triton cache manager (knobs.cache.manager_class) that keeps nothing: a front-end compile
+    never finishes a kernel, so none of its IR is worth a file."""
+    from triton.runtime.cache import CacheManager
+
+    class NoFiles(CacheManager):
+        def get_file(self, filename):
+            return None
+
+        def put(self, data, filename, binary=True):
+            return filename
+
+        def get_group(self, filename):
+            return None
+
+        def put_group(self, filename, group):
+            return None
+
+    return NoFiles
+
+
+class _Opaque:
+    """Stands in for a global the helper cannot rebuild (a tensor, a function of the notebook):
+    the compiler refuses it as it refuses the real one."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __repr__(self):
+        return f"<{self.kind}>"
+
+
+def _define(fid: str, spec: dict, scope: dict):
+    """The Python function of one sent spec, defined in `scope` at its source's line numbers and
+    registered in linecache, so that triton.jit reads the same source."""
+    lines = spec["source"].splitlines(keepends=True)
+    padded = ["\n"] * (spec["first"] - 1) + lines
+    filename = f"<{fid}: {spec['name']}>"
+    linecache.cache[filename] = (sum(map(len, padded)), None, padded, filename)
+    tree = ast.parse(spec["source"])
+    (node,) = tree.body
+    node.decorator_list = []
+    ast.increment_lineno(tree, spec["first"] - 1)
+    exec(compile(tree, filename, "exec"), scope)
+    return scope[node.name]
+
+
+def _build(program: dict):
+    """The kernel of a sent program, as a JITFunction whose globals are rebuilt."""
+    import triton
+    import triton.language as tl
+
+    made: dict[str, object] = {}
+
+    def resolve(sent: dict):
+        if "module" in sent:
+            return importlib.import_module(sent["module"])
+        if "namespace" in sent:
+            namespace = types.ModuleType(sent["name"])
+            for attr, value in sent["namespace"].items():
+                setattr(namespace, attr, resolve(value))
+            return namespace
+        if "constexpr" in sent:
+            return tl.constexpr(resolve(sent["constexpr"]))
+        if "dtype" in sent:
+            return tl.dtype(sent["dtype"])
+        if "value" in sent:
+            return sent["value"]
+        if "import" in sent:
+            module, qualname = sent["import"]
+            found = importlib.import_module(module)
+            for part in qualname.split("."):
+                found = getattr(found, part)
+            return found
+        if "jit" in sent:
+            return made[sent["jit"]]
+        return _Opaque(sent["other"])
+
+    scopes = {}
+    for fid, spec in program["functions"].items():
+        scope = scopes[fid] = {"__builtins__": builtins, "__name__": spec["module"]}
+        scope.update({n: resolve(g) for n, g in spec["globals"].items() if "jit" not in g})
+        made[fid] = triton.jit(_define(fid, spec, scope), **spec["jit"])
+    for fid, spec in program["functions"].items():  # calls among them, once all exist
+        scopes[fid].update({n: made[g["jit"]] for n, g in spec["globals"].items() if "jit" in g})
+    return made[program["kernel"]]
+
+
+def _said(error: BaseException) -> str:
+    """What the compiler said: an error in a function the kernel calls is the cause of the
+    kernel's own, which points at the call."""
+    parts = []
+    while error is not None:
+        text = str(error).strip()
+        if text and text not in parts:
+            parts.append(text)
+        error = error.__cause__
+    return "\nin the function called there:\n".join(parts)
+
+
+def compile_request(request: dict) -> list[dict]:
+    """Per target, {"target": capability, "error": None or {"type", "message"}}."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = _build(request["program"])
+    constexprs = {
+        name: tl.dtype(sent["dtype"]) if "dtype" in sent else sent["value"]
+        for name, sent in request["constexprs"].items()
+    }
+    attrs = {(index,): value for index, value in request["attrs"]}
+    results = []
+    for capability in request["targets"]:
+        source = ASTSource(kernel, request["signature"], constexprs, attrs)
+        target = GPUTarget("cuda", capability, WARP_SIZE)
+        error = None
+        try:
+            triton.compile(source, target=target, options=dict(request["options"]))
+        except _Done:
+            pass
+        except Exception as refused:
+            error = {"type": type(refused).__name__, "message": _said(refused)}
+        results.append({"target": capability, "error": error})
+    return results
+
+
+def serve() -> None:
+    """Answer requests until stdin closes."""
+    from triton import knobs
+
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever else prints (the compiler's diagnostics) goes to stderr
+    knobs.cache.manager_class = _no_files()
+    knobs.runtime.add_stages_inspection_hook = _stop_after_ttgir
+    knobs.runtime.override_arch = None
+    knobs.nvidia.mock_ptx_version = "no ptxas: the front end only"
+    for line in sys.stdin:
+        try:
+            reply = {"results": compile_request(json.loads(line))}
+        except Exception:
+            reply = {"internal": traceback.format_exc()}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,464 @@
+"""The GPU's compiler, on the laptop: in interpreter mode, every kernel that a graded call launches
+is also compiled by Triton's front end for the GPUs the course supports (sm_80 and sm_90), from
+the launch itself, and a kernel that the compiler refuses fails the check with the compiler's
+message and a hint. The interpreter runs a kernel as Python and accepts code that no GPU
+compiles, such as a variable that a loop reassigns with another dtype or shape; without this
+check such a kernel passes every test on a laptop and fails them all at grading. On a GPU nothing
+changes: the real compiler runs at every launch.
+
+How. `checking(kernel)` wraps one `kernel[grid](...)` (grader.runtime.launches calls it for every
+launch it records): each time the interpreted kernel under it runs, through any autotuner or
+heuristics wrapper and with the configuration it runs with, its arguments become the signature a
+GPU launch compiles (`triton.runtime.jit.mangle_type` per argument: tensors give pointer types
+from their dtypes, integers i32 or i64, an integer equal to 1 and None constants; constexpr
+values as given; 16-byte alignment and divisibility by 16 marked as the launcher marks them), and
+its options (`num_warps`, `num_stages`, ...) go along. The source of the kernel and of every
+`@triton.jit` function it reaches, with the globals they name, goes to a helper process
+(`grader.runtime.compile_helper`), which imports Triton without the interpreter, defines the
+functions anew and runs `triton.compile(ASTSource(...), target=GPUTarget("cuda", 80 or 90, 32))`.
+Why a second process: in interpreter mode `triton.jit` makes every kernel, the student's and
+`triton.language`'s own (`tl.zeros`, `tl.sum`, ...), a Python function that the compiler cannot
+read, and runs them with `triton.language` patched.
+
+How far. No stage of compilation needs a GPU: Triton's wheel brings `ptxas`, and on a CPU the
+whole pipeline runs, to a cubin. The check stops after the IR stages, TTIR (the front end:
+types, shapes, loop-carried variables, constexpr rules, unsupported Python) and TTGIR (layouts
+for the target), where a kernel's compile errors arise. It skips LLVM IR, PTX and ptxas, which
+take most of the time (for a 128x256x64 float16 matmul tile, 0.1 s to TTGIR against 2 to 3 s to
+a cubin, on one CPU core), and gives Triton a stand-in for ptxas's version string, which it
+reads only for a hash, so no NVIDIA tool runs. Not seen: what only a launch finds (too much
+shared memory for the device, addresses out of bounds) and errors of the later stages.
+
+Not checked: a launch whose constexpr arguments are not numbers, strings, booleans, None or
+dtypes (a function passed as a constant), or that takes tuples; launches outside graded calls.
+
+Cost. Each new combination of program, signature, constants and options costs one front-end
+compile per target (tens of milliseconds each), in a helper started at the first one; its verdict
+is kept, in the process and in a file beside Triton's cache (keyed by the request, Triton's
+release and this check's code), so a repeated check, or a notebook run again, compiles nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import types
+from contextlib import contextmanager
+from pathlib import Path
+
+from grader.runtime import device, hints, stubs
+
+# The GPUs the course supports: (name, compute capability) for triton's GPUTarget.
+TARGETS = (("sm_80", 80), ("sm_90", 90))
+# Modules a kernel may name that the helper imports by name; any other module a kernel reaches
+# into is sent as the attributes the kernel names.
+IMPORTABLE = frozenset({"triton", "math", "torch", "numpy"})
+_PLAIN = (bool, int, float, str, type(None))
+
+
+class GPUCompileError(AssertionError):
+    """Triton's compiler refuses a kernel that the interpreter ran; the message gives the
+    compiler's own words and, after its first line, the hints (grader.runtime.hints)."""
+
+    def __init__(self, message: str, found: tuple[hints.Hint, ...] = ()):
+        first, _, rest = message.partition("\n")
+        super().__init__(first + hints.render(found) + ("\n" + rest if rest else ""))
+        self.detail = message
+        self.hints = found
+
+
+class CheckUnavailable(RuntimeError):
+    """The compile check itself could not run (its helper process failed)."""
+
+
+# -- the launch, as a GPU would compile it ---------------------------------------------------------
+
+
+def _interpreted(kernel):
+    """The interpreted kernel under `kernel` (through autotuners, heuristics and stand-ins that
+    forward `fn`), or None for a compiled one."""
+    from triton.runtime import JITFunction, KernelInterface
+
+    obj = kernel
+    for _ in range(8):
+        inner = getattr(obj, "fn", None)
+        if inspect.isfunction(inner):
+            ok = isinstance(obj, KernelInterface) and not isinstance(obj, JITFunction)
+            return obj if ok else None
+        if inner is None:
+            return None
+        obj = inner
+    return None
+
+
+_JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline")
+
+
+def _jit_options(kernel) -> dict:
+    """The arguments `@triton.jit(...)` was given that change what it compiles."""
+    given = getattr(kernel, "kwargs", None) or {}
+    return {k: given[k] for k in _JIT_OPTIONS if given.get(k) is not None}
+
+
+_PARAMS: dict = {}  # code object -> the kernel's parameters, as triton.jit reads them
+
+
+def _params(kernel):
+    from triton.runtime import JITFunction
+
+    code = kernel.fn.__code__
+    if code not in _PARAMS:
+        _PARAMS[code] = JITFunction(kernel.fn, **_jit_options(kernel)).params
+    return _PARAMS[code]
+
+
+def _value(v):
+    """A constexpr value as JSON, or None where it cannot be sent."""
+    import triton.language as tl
+
+    if isinstance(v, tl.constexpr):
+        v = v.value
+    if isinstance(v, tl.dtype):
+        return {"dtype": str(v)}
+    if isinstance(v, _PLAIN):
+        return {"value": v}
+    return None
+
+
+def specialization(kernel, args, kwargs):
+    """(signature, constexprs, attrs, options) of a launch of interpreted `kernel`, as the GPU
+    launcher would compile it; None where an argument cannot be sent to the helper."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import mangle_type
+
+    params = _params(kernel)
+    names = [p.name for p in params]
+    bound = dict(zip(names, args, strict=False))  # the rest come as keywords
+    options = {k: v for k, v in kwargs.items() if k not in names}
+    bound.update({k: v for k, v in kwargs.items() if k in names})
+    signature, constexprs, attrs = {}, {}, []
+    for index, p in enumerate(params):
+        value = bound[p.name] if p.name in bound else p.default
+        kind = "constexpr" if p.is_constexpr else mangle_type(value, not p.do_not_specialize)
+        if not isinstance(kind, str):
+            return None  # a tuple argument: not checked
+        signature[p.name] = kind
+        if kind == "constexpr":
+            constexprs[p.name] = _value(value)
+            if constexprs[p.name] is None:
+                return None
+            continue
+        align = not p.do_not_specialize_on_alignment
+        if kind.startswith("*"):
+            mark = BaseBackend.get_tensor_specialization(value, align=align)
+        elif kind[0] in "iu" and kind != "u1" and not p.do_not_specialize:
+            mark = BaseBackend.get_int_specialization(value, align=align)
+        else:
+            mark = ""
+        if mark:
+            attrs.append([index, BaseBackend.parse_attr(mark)])
+    options = {k: v for k, v in options.items() if isinstance(v, _PLAIN)}
+    return signature, constexprs, attrs, options
+
+
+# -- the program: the kernel's source and everything it names --------------------------------------
+
+_SOURCES: dict = {}  # code object -> (dedented source, first line, names it uses)
+
+
+def _source(fn):
+    code = fn.__code__
+    if code not in _SOURCES:
+        lines, first = inspect.getsourcelines(fn)
+        text = textwrap.dedent("".join(lines))
+        names = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+        names -= set(inspect.signature(fn).parameters)  # a parameter hides any global
+        _SOURCES[code] = (text, first, sorted(names))
+    return _SOURCES[code]
+
+
+def program(kernel) -> dict:
+    """The interpreted `kernel` and every `@triton.jit` function it reaches, as the helper
+    defines them: the source, its first line, and what each global name it uses holds."""
+    functions: dict[str, dict] = {}
+    ids: dict[int, str] = {}
+
+    def add(obj) -> str:
+        if id(obj) in ids:
+            return ids[id(obj)]
+        fid = ids[id(obj)] = f"f{len(ids)}"
+        fn = obj.fn
+        text, first, names = _source(fn)
+        scope = dict(fn.__globals__)
+        cells = fn.__closure__ or ()
+        scope.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in cells), strict=True))
+        spec = {
+            "name": fn.__name__,
+            "module": fn.__module__,
+            "first": first,
+            "source": text,
+            "jit": _jit_options(obj),
+        }
+        functions[fid] = spec
+        spec["globals"] = {n: describe(scope[n], names) for n in names if n in scope}
+        return fid
+
+    def describe(v, names, modules=()):
+        import triton.language as tl
+
+        if v is not None and _interpreted(v) is v:
+            fn = v.fn
+            if fn.__module__.partition(".")[0] == "triton":  # triton.language's own
+                return {"import": [fn.__module__, fn.__qualname__]}
+            return {"jit": add(v)}
+        if isinstance(v, types.ModuleType):
+            if v.__name__.partition(".")[0] in IMPORTABLE:
+                return {"module": v.__name__}
+            if v in modules:
+                return {"other": "module"}
+            inside = (*modules, v)
+            attrs = {n: describe(getattr(v, n), names, inside) for n in names if hasattr(v, n)}
+            return {"namespace": attrs, "name": v.__name__}
+        if isinstance(v, tl.constexpr | tl.dtype):
+            sent = _value(v)
+            if sent is None:
+                return {"other": type(v.value).__name__}
+            return {"constexpr": sent} if isinstance(v, tl.constexpr) else sent
+        if isinstance(v, _PLAIN):
+            return {"value": v}
+        module = getattr(v, "__module__", None) or ""
+        qualname = getattr(v, "__qualname__", None)
+        if module.partition(".")[0] == "triton" and qualname and "<" not in qualname:
+            return {"import": [module, qualname]}
+        return {"other": type(v).__name__}
+
+    add(kernel)
+    return {"kernel": "f0", "functions": functions}
+
+
+# -- the helper process ----------------------------------------------------------------------------
+
+
+class _Helper:
+    """The helper process (grader.runtime.compile_helper), started at the first request and
+    ended with this process; one request at a time."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.process = None
+        self.log = None
+        atexit.register(self.stop)
+
+    def _start(self):
+        root = str(Path(__file__).resolve().parents[2])  # where `grader` is
+        env = dict(os.environ)
+        env.pop("TRITON_INTERPRET", None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "grader.runtime.compile_helper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            cwd=tempfile.gettempdir(),  # no file beside the notebook shadows a module there
+            env=env,
+            text=True,
+        )
+
+    def stop(self):
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait()
+            self.process = None
+
+    def ask(self, request: dict) -> dict:
+        with self.lock:
+            if self.process is None:
+                self._start()
+            try:
+                self.process.stdin.write(json.dumps(request) + "\n")
+                self.process.stdin.flush()
+                reply = self.process.stdout.readline()
+            except BrokenPipeError:
+                reply = ""
+            if reply:
+                return json.loads(reply)
+            status = self.process.wait()
+            self.process = None
+            self.log.seek(0)
+            said = self.log.read()[-3000:].strip() or "nothing"
+            raise CheckUnavailable(
+                f"the GPU compile check's helper process ended (exit status {status}) without "
+                f"an answer. Run `python -m grader doctor` to check the installation, and "
+                f"report this message with its output. The helper wrote: {said}"
+            )
+
+
+_HELPER = _Helper()
+_VERDICTS: dict[str, list] = {}  # request digest -> the verdict per target
+COMPILED: list[dict] = []  # each verdict this process obtained: kernel, functions, target, error
+
+
+@functools.cache
+def _version() -> str:
+    """What a verdict depends on besides the request: Triton's release and this check's code."""
+    import triton
+
+    here = Path(__file__).parent
+    code = b"".join((here / name).read_bytes() for name in ("gpu_compile.py", "compile_helper.py"))
+    return f"{triton.__version__}-{hashlib.sha256(code).hexdigest()}"
+
+
+def _kept(digest: str) -> Path:
+    """Where a verdict is kept for later processes: beside Triton's own cache."""
+    from triton import knobs
+
+    return Path(knobs.cache.dir) / "course-gpu-compile" / f"{digest}.json"
+
+
+def _keep(digest: str, results: list) -> None:
+    path = _kept(digest)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_text(json.dumps(results))
+        os.replace(partial, path)
+    except OSError:
+        pass  # a cache that cannot be written costs a compile next time, nothing else
+
+
+def _recall(digest: str) -> list | None:
+    try:
+        return json.loads(_kept(digest).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def verdicts(kernel, args, kwargs) -> list[dict] | None:
+    """Per target, {"target", "error"} for a launch of interpreted `kernel` (error None where it
+    compiles); None where the launch cannot be checked. A verdict is kept per program and launch,
+    in this process and on disk for later ones."""
+    spec = specialization(kernel, args, kwargs)
+    if spec is None:
+        return None
+    signature, constexprs, attrs, options = spec
+    request = {
+        "program": program(kernel),
+        "signature": signature,
+        "constexprs": constexprs,
+        "attrs": attrs,
+        "options": options,
+        "targets": [capability for _, capability in TARGETS],
+    }
+    text = json.dumps(request, sort_keys=True) + _version()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if digest not in _VERDICTS:
+        results = _recall(digest)
+        if results is None:
+            reply = _HELPER.ask(request)
+            if "internal" in reply:
+                raise CheckUnavailable(
+                    "the GPU compile check failed; report this message with the output of "
+                    f"`python -m grader doctor`: {reply['internal']}"
+                )
+            results = reply["results"]
+            _keep(digest, results)
+        _VERDICTS[digest] = results
+        names = [f["name"] for f in request["program"]["functions"].values()]
+        for result in results:
+            COMPILED.append({"kernel": names[0], "functions": names, **result})
+    return _VERDICTS[digest]
+
+
+def _target_name(capability: int) -> str:
+    return next(name for name, c in TARGETS if c == capability)
+
+
+_LOOP = [
+    re.compile(r"variable (\w+) has initial type (.+?) but is re-assigned to (.+?) in loop"),
+    re.compile(r"Loop carried variable (\w+) changed type, was (.+?) but is now ([^)'\"]+)"),
+    re.compile(r"cannot reassign constexpr (\w+) in the loop"),
+]
+
+
+def _hint(message: str) -> hints.Hint:
+    for pattern in _LOOP:
+        found = pattern.search(message)
+        if found:
+            return hints.loop_carried(*found.groups())
+    where = re.search(r"^at (\d+):\d+:", message, re.MULTILINE)
+    return hints.gpu_compile(int(where.group(1)) if where else None)
+
+
+def refusal(kernel_name: str, results: list[dict]) -> GPUCompileError | None:
+    """The error for a launch that some target refuses, or None."""
+    failed = [r for r in results if r["error"] is not None]
+    if not failed:
+        return None
+    names = " and ".join(_target_name(r["target"]) for r in failed)
+    first = failed[0]["error"]["message"]
+    shown = [f"The compiler's message ({_target_name(failed[0]['target'])}):", first.strip()]
+    for other in failed[1:]:
+        if other["error"]["message"] != first:
+            shown += [f"For {_target_name(other['target'])}:", other["error"]["message"].strip()]
+    return GPUCompileError(
+        f"Triton's compiler refuses `{kernel_name}` for the GPU ({names}): the interpreter runs "
+        "it, but on such a GPU this launch does not compile, and the test fails at grading.\n"
+        + "\n".join(shown),
+        (_hint(first),),
+    )
+
+
+def check_launch(kernel, args, kwargs) -> None:
+    """Compile one launch of interpreted `kernel` for every target; raise GPUCompileError if one
+    refuses it. A kernel that still holds the exercise stub is left to the interpreter, whose
+    error names the stub."""
+    __tracebackhide__ = True
+    results = verdicts(kernel, args, kwargs)
+    if results is None:
+        return
+    error = refusal(kernel.fn.__name__, results)
+    if error is None:
+        return
+    message = error.detail
+    if "Raise" in message and stubs.STUB_LINE.removesuffix("()") in message:
+        return
+    raise error
+
+
+@contextmanager
+def checking(kernel):
+    """Around one `kernel[grid](...)`: in interpreter mode, every run of the interpreted kernel
+    under `kernel` (an autotuner's trials included) is compiled for the GPU targets first."""
+    inner = None if device.current().is_gpu else _interpreted(kernel)
+    if inner is None or "run" in vars(inner):  # a GPU, or a launch inside a checked one
+        yield
+        return
+    run = type(inner).run
+
+    def checked(*args, grid, warmup, **kwargs):
+        __tracebackhide__ = True
+        check_launch(inner, args, kwargs)
+        return run(inner, *args, grid=grid, warmup=warmup, **kwargs)
+
+    inner.run = checked
+    try:
+        yield
+    finally:
+        del inner.run
