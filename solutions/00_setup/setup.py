@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 00 · Setup
 #
-# *Reading time: about 8 minutes.*
+# *Reading time: about 9 minutes.*
 #
 # Every notebook runs in one of two places. On an NVIDIA GPU, your Triton kernels compile to
 # machine code and are timed against PyTorch and the hardware's limits. On a laptop with no GPU,
