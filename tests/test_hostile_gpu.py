@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.grading import findings, gradebook
+from grader.grading import gradebook
 from tests import hostile
-from tests.test_hostile import EVERYONE, graded
+from tests.test_hostile import EVERYONE, check_attacker, graded
 
 pytestmark = pytest.mark.gpu
 
@@ -79,19 +79,4 @@ def test_the_honest_student_earns_every_point_speed_included(batches, assignment
 @pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda a: a.student)
 def test_attacker_on_a_gpu(batches, attacker):
     result, _, _ = batches(attacker.assignment)
-    review = result.review[attacker.student]
-    said = {k for k, label in findings.KINDS.items() if f"{label}: " in review}
-    assert attacker.flags <= said, f"{attacker.student}: expected {attacker.flags}, got {review!r}"
-    if attacker.detail:
-        assert attacker.detail in review, (attacker.student, review)
-    if attacker.total == "base" or attacker.runs_as_base:
-        base = result.bases[attacker.student]
-        assert result.scores[attacker.student] == result.scores[base], (
-            attacker.student,
-            result.scores[attacker.student],
-            result.scores[base],
-        )
-    if attacker.dropped:
-        assert attacker.dropped in result.dropped[attacker.student]
-    if attacker.check is not None:
-        attacker.check(result)
+    check_attacker(result, attacker, lambda scores: scores)  # every cell, speed included
