@@ -85,7 +85,7 @@ def graded(assignment: str, base: Path, registered: Path) -> tuple[hostile.Grade
     out = root / "grading" / assignment
     with open(out / "grades.csv", newline="") as f:
         review = {row["student_id"]: row["needs_review"] for row in csv.DictReader(f)}
-    return hostile.Graded(root, out, scores, review, m), code, printed.getvalue()
+    return hostile.Graded(root, out, scores, review, {}, m), code, printed.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -387,7 +387,7 @@ def test_every_exception_of_the_course_runtime_has_its_name_shown():
                 bases = {
                     b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
                 }
-                if bases & errors:
+                if bases & errors and not node.name.startswith("_"):  # a module's own signal
                     defined.add(node.name)
     assert defined, "no exception class found in grader/runtime"
     assert defined <= errors, defined - errors

@@ -49,6 +49,9 @@ TIMEOUT = "CellTimeoutError"  # the error nbgrader's Execute records for a cell 
 # does not compile, a tile that does not fit in shared memory).
 COURSE_ERRORS = (
     "AuditFailed",
+    "CensusUnavailable",
+    "CheckUnavailable",
+    "GPUCompileError",
     "IntegrityError",
     "KernelCheckError",
     "LLMError",
