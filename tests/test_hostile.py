@@ -27,8 +27,15 @@ EVERYONE = hostile.everyone()
 # The notebooks whose batches are graded on the CPU; an attacker of another notebook must run as
 # its base, which the CPU checks by assembling both (the GPU grades them: test_hostile_gpu.py).
 CPU_BATCHES = ("00_setup", "02_first_kernels")
-ATTACKERS = [a for a in EVERYONE if a.assignment in CPU_BATCHES and not a.gpu_only]
-HONEST = ("honest-1", "honest-2")
+# An attacker that runs as its base byte for byte is graded only where it has a check of its own
+# to make (what reached the sandbox, say): its score is its base's by construction, which
+# test_what_grading_runs_for_an_attacker_is_its_base_byte_for_byte shows for every one.
+ATTACKERS = [
+    a
+    for a in EVERYONE
+    if a.assignment in CPU_BATCHES and not a.gpu_only and (not a.runs_as_base or a.check)
+]
+HONEST = ("honest-1",)
 CELL_TIMEOUT, SUBMISSION_TIMEOUT, MEMORY_GIB, JOBS = 60, 400, 3, 4
 
 

@@ -1,8 +1,9 @@
 """Class 8 of the attacks on grading, in the notebook: what nbgrader's own bookkeeping used to
 turn into a zero for the whole notebook ("crashed"), or hold without limit. A graded cell
 repeated, a grade_id the assignment does not have, or nbgrader metadata without one: grading now
-runs the release with the answer cells (grader.grading.assemble), so none of these cells runs,
-the answered notebook earns full marks and the report lists what did not run. Output without
+runs the release with the answer cells (grader.grading.assemble), so none of these cells runs:
+what grading runs is the answered notebook, byte for byte, and the report lists what did not
+run. Output without
 end (300 MB, or 20 MiB here to keep the test short): kept up to nbgrader_policy.OUTPUT_LIMIT,
 the cells still scored as they ran, and flagged."""
 
@@ -64,24 +65,24 @@ ATTACKERS = [
         "00_setup",
         lambda m: _with_cell(m, None),
         dropped=f"answer cells repeated (the last one ran): {KERNEL}",
-        total=None,
-        check=_full_marks("repeated-graded-cell"),
+        base=lambda m: m.answered(),
+        runs_as_base=True,
     ),
     Attacker(
         "unknown-grade-id",
         "00_setup",
         _bonus,
         dropped="1 code cell added",
-        total=None,
-        check=_full_marks("unknown-grade-id"),
+        base=lambda m: m.answered(),
+        runs_as_base=True,
     ),
     Attacker(
         "grade-id-missing",
         "00_setup",
         lambda m: _with_cell(m, {"grade": True, "points": 5, "schema_version": 3}),
         dropped="1 code cell added",
-        total=None,
-        check=_full_marks("grade-id-missing"),
+        base=lambda m: m.answered(),
+        runs_as_base=True,
     ),
     Attacker(
         "output-flood",

@@ -34,6 +34,8 @@ def _answered(m):
 
 
 def _outside(student, assignment, files, base, dropped):
+    """An attacker that runs as its base; one with files beside its notebook is checked for
+    what reached its sandbox, where its batch is graded."""
     return Attacker(
         student,
         assignment,
@@ -41,7 +43,7 @@ def _outside(student, assignment, files, base, dropped):
         base=base,
         dropped=dropped,
         runs_as_base=True,
-        check=lambda result: _nothing_beside(result, student),
+        check=(lambda result: _nothing_beside(result, student)) if "shadows" in student else None,
     )
 
 
