@@ -398,7 +398,6 @@ OTHER_ROUTES = {
     "perf.measure",
     "perf.score",
     "perf.publish_verdict",
-    "perf.flagged",
     "timing.bench",
     "timing.device_sampler",
     "triton.testing.do_bench",

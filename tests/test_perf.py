@@ -218,13 +218,12 @@ def test_a_flop_rate_above_the_matmul_ceiling_is_flagged():
 
 
 def test_a_flagged_cell_scores_zero_and_says_why(capsys, monkeypatch):
-    assert perf.flagged(["the timer lies"], 2) == 0.0
-    printed = capsys.readouterr().out
-    assert f"{perf.FLAGGED}: the timer lies" in printed and "0 of 2 points" in printed
     shown = []
     monkeypatch.setattr("IPython.get_ipython", lambda: object())
     monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data))
-    assert perf.flagged(["the timer lies"], 2, perf.Verdict("eager", 3.0, 2.0)) == 0.0
+    assert perf.score([perf.Verdict("eager", 3.0, 2.0, flags=("the timer lies",))], 2) == 0.0
+    printed = capsys.readouterr().out
+    assert f"{perf.FLAGGED}: the timer lies" in printed and "0 of 2 points" in printed
     (data,) = shown
     record = verdicts.parse(data[perf.SPEED_MIMETYPE])
     assert record.flags == ("the timer lies",) and not record.passed and record.measured == 3.0

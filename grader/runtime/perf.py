@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -56,7 +56,7 @@ TIMED, CHECKED = "timed", "checked"  # the census's windows
 class Verdict:
     """One comparison of a speed cell, published as data. `measured` and `needed` are in `unit`:
     "x" (a speedup over `comparison`) or "%" (a share of the copy bandwidth); `measured` is None
-    where the measurement stopped. `flags` say why the figure cannot be trusted (`flagged`): a
+    where the measurement stopped. `flags` say why the figure cannot be trusted: a
     flagged verdict never passes."""
 
     comparison: str
@@ -637,17 +637,6 @@ def not_graded_here(points: float) -> float:
     return 0.0
 
 
-def flagged(reasons: Sequence[str], points: float, verdict: Verdict | None = None) -> float:
-    """The score of a speed cell whose figures cannot be trusted (`score` with the reasons on
-    `verdict`, or printed alone where there is no verdict)."""
-    if verdict is not None:
-        return score([replace(verdict, flags=tuple(reasons))], points)
-    for reason in reasons:
-        print(f"{FLAGGED}: {reason}")
-    print(f"NOT SCORED: the speed above cannot be trusted: 0 of {points:g} points")
-    return 0.0
-
-
 timing.watch(
     sys.modules[__name__],
     [
@@ -661,7 +650,6 @@ timing.watch(
         "checked_flags",
         "identity_flags",
         "matmul_ceiling",
-        "flagged",
     ],
     "grader.runtime.perf",
 )
