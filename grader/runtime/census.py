@@ -23,6 +23,7 @@ its trace stays small.
 
 from __future__ import annotations
 
+import bisect
 import json
 import tempfile
 import warnings
@@ -61,9 +62,11 @@ def windows(trace: dict) -> list[tuple[str, float, float]]:
 
 def attribute(trace: dict) -> list[Seen]:
     """Every GPU activity of a Chrome trace (torch.profiler's `export_chrome_trace`) launched
-    inside one of its census windows, in launch order."""
+    inside one of its census windows, in launch order. Windows follow one another (a call
+    returns before the next opens), so the window of a launch is the last one opened before it."""
     events = trace.get("traceEvents", [])
     opened = windows(trace)
+    starts = [start for _, start, _ in opened]
     launched = {
         e["args"]["correlation"]: float(e["ts"])
         for e in events
@@ -74,12 +77,9 @@ def attribute(trace: dict) -> list[Seen]:
         if e.get("cat") not in ACTIVITIES:
             continue
         at = launched.get(e.get("args", {}).get("correlation"))
-        if at is None:
-            continue
-        for call, (label, start, stop) in enumerate(opened):
-            if start <= at <= stop:
-                found.append((at, Seen(str(e["name"]), label, call)))
-                break
+        call = -1 if at is None else bisect.bisect_right(starts, at) - 1
+        if call >= 0 and at <= opened[call][2]:
+            found.append((at, Seen(str(e["name"]), opened[call][0], call)))
     return [seen for _, seen in sorted(found, key=lambda pair: pair[0])]
 
 
