@@ -904,10 +904,11 @@ def autograde(
     recorded = gradebook.grades(batch.url, batch.assignment)
     for student in names:  # every student in the gradebook; a notebook never read scores 0
         try:
-            submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
+            folder = batch.folder("submitted", student)
+            _, missing, unreadable = findings.read_submitted(folder, given)
         except Exception:  # the report says why (grader-error); its grading went on
-            submitted = findings.Submitted()
-        unread = [*submitted.missing, *submitted.unreadable]
+            missing, unreadable = [], {}
+        unread = [*missing, *unreadable]
         if unread or student not in recorded:
             gradebook.record_ungraded(batch.url, batch.assignment, student, unread)
     no_feedback = feedback(batch)

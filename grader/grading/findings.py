@@ -171,25 +171,36 @@ def solutions_unchanged(submitted, released) -> bool:
     return bool(given) and all(solutions(submitted).get(k) == v for k, v in given.items())
 
 
+def read_submitted(folder: Path, released: dict[str, object]) -> tuple[dict, list, dict]:
+    """({name: notebook} of those that read, [names missing], {name: why unreadable}) of the
+    released notebooks {name: notebook} in a student's submission folder."""
+    read, missing, unreadable = {}, [], {}
+    for name in released:
+        path = folder / f"{name}.ipynb"
+        if not path.is_file() and not path.is_symlink():
+            missing.append(name)
+            continue
+        nb, why = read_notebook(path)
+        if nb is None:
+            unreadable[name] = why
+        else:
+            read[name] = nb
+    return read, missing, unreadable
+
+
 def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
     """Compare a student's submission folder with the released notebooks {name: notebook}: each
     readable notebook is assembled as grading assembles it, and its answer cells scanned."""
-    result = Submitted()
+    read, missing, unreadable = read_submitted(folder, released)
+    result = Submitted(unreadable, missing)
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     expected = {f"{name}.ipynb" for name in released}
     result.dropped.files = [
         printable(p) for p in present if p not in expected and p != assemble.TIMESTAMP
     ]
     unchanged = []
-    for name, release in released.items():
-        path = folder / f"{name}.ipynb"
-        if not path.is_file() and not path.is_symlink():
-            result.missing.append(name)
-            continue
-        nb, why = read_notebook(path)
-        if nb is None:
-            result.unreadable[name] = why
-            continue
+    for name, nb in read.items():
+        release = released[name]
         graded, dropped = assemble.assemble(release, nb)
         result.dropped.merge(dropped)
         result.patches += scan.scan(graded, release)
