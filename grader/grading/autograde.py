@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 NBGRADER_VERSION = "0.9"
 KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
 LOCK_RETRIES = 2  # a run that lost a race for the SQLite file is run again
+# What nbgrader's log says when a run lost such a race: the file locked by another student's run,
+# or the row of the course (its id from nbgrader's config) added by another run a moment earlier.
+LOST_RACES = ("database is locked", "UNIQUE constraint failed: course.id")
 RELEASE_FEEDBACK_READS = ("timestamp.txt", "submission_secret.txt")  # besides the pages
 
 
@@ -572,7 +575,7 @@ def grade_one(
                 env=env,
             )
         text = log.read_text(encoding="utf-8", errors="replace")
-        if finished.ok or "database is locked" not in text:
+        if finished.ok or not any(race in text for race in LOST_RACES):
             break
     if finished.killed == "timeout":
         run = findings.Run("timeout", finished.seconds, limit=f"{batch.timeout} s")
