@@ -3,7 +3,7 @@ the batch itself (grader.grading.autograde, as `make autograde` grades: one stud
 time, each in its sandbox), with the same scores required of every run.
 
     python bench/throughput.py [--assignment 07_flash_attention] [--students 16]
-                               [--gpus 0 0,1] [--out build/report]
+                               [--gpus 0 0,1] [--out build/report] [--append]
 
 The class mixes the reference solution, slow-but-correct kernels (tests/known_wrong's SLOW),
 wrong ones (its WRONG) and kernels whose process dies, in a fixed order. Each run grades it in a
@@ -11,7 +11,9 @@ course directory of its own. Writes throughput.json and throughput.md into --out
 the wall time of each run and the students per hour; each student's total in every run; each
 speed cell's measured / needed in every run beside the noise, which is the spread of that figure
 over the reference students of the first run (identical submissions); and the projection of a
-class of 300 of this notebook onto 8 GPUs. Exit status 1 when runs disagree on a score or a
+class of 300 of this notebook onto 8 GPUs. --append continues the runs already in --out's
+throughput.json (the same class, assignment, device and versions, else an error), so that runs
+too long for one job can be split over several. Exit status 1 when runs disagree on a score or a
 student was not graded.
 """
 
@@ -235,12 +237,29 @@ def markdown(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def earlier(path: Path, assignment: str, members, machine, error) -> list[Run]:
+    """The runs of an earlier invocation on the same class, assignment and machine."""
+    if not path.is_file():
+        error(f"--append: no earlier runs in {path}")
+    before = json.loads(path.read_text())
+    same = (
+        before["assignment"] == assignment
+        and before["class"] == [asdict(s) for s, _ in members]
+        and before["machine"] == machine
+    )
+    if not same:
+        error(f"--append: {path} holds another class, assignment, device or versions")
+    fields = {f for f in Run.__dataclass_fields__}
+    return [Run(**{k: v for k, v in r.items() if k in fields}) for r in before["runs"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--assignment", default="07_flash_attention")
     p.add_argument("--students", type=int, default=16)
     p.add_argument("--gpus", nargs="+", default=["0", "0,1"], help="one GPU set per run")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--append", action="store_true", help="continue the runs in --out")
     args = p.parse_args(argv)
     dev = device.setup()
     if not dev.is_gpu:
@@ -252,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     members = synthetic_class(args.assignment, args.students)
     work = Path(tempfile.mkdtemp(prefix="throughput-"))
     machine = {"device": dev.describe(), "versions": versions()}
-    runs = []
-    for k, gpus in enumerate(args.gpus):
+    runs = earlier(args.out / "throughput.json", args.assignment, members, machine, p.error) if (
+        args.append
+    ) else []  # fmt: skip
+    for k, gpus in enumerate(args.gpus, start=len(runs)):
         root = work / f"course-{k}"
         inbox = work / f"inbox-{k}"
         autograde.prepare(autograde.Batch(args.assignment, dev.mode, root=root))
