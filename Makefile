@@ -28,7 +28,7 @@ SUBMISSIONS ?=
 AUTOGRADE_ARGS ?=
 
 .PHONY: help setup lab test test-fast test-gpu test-gpu-notebooks test-gpu-tests bench release \
-	check lint wheelhouse clean autograde student-kit grading-cost throughput
+	check lint wheelhouse clean autograde student-kit grading-cost throughput recordings
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -37,6 +37,8 @@ help:
 	@echo "make release    build course/ from solutions/"
 	@echo "make check      fail when course/ or a committed diagram is stale"
 	@echo "make test-gpu   solution notebooks at full size, then GPU tests (needs a CUDA GPU)"
+	@echo "make recordings on a GPU, run the solution notebooks and keep their measurements in"
+	@echo "                grader/runtime/recordings/ (shown where a cell cannot time); NOTEBOOKS= picks"
 	@echo "make bench      the benchmark suite (needs a CUDA GPU): report and plots in build/report/"
 	@echo "make wheelhouse offline wheels for a GPU machine with torch and triton but no Jupyter"
 	@echo "                (WHEELHOUSE_EXTRAS=1 adds matplotlib and tqdm, WHEELHOUSE_GRADING=1 nbgrader"
@@ -91,7 +93,20 @@ test-fast: setup
 # test-gpu-notebooks: every solution notebook (or NOTEBOOKS="04_matmul 05_autotuning") once, at
 # full size, streaming its output; fails on any failing graded cell or a speed cell short of its
 # points; executed copies in build/executed/, the summary in build/report/notebooks.json.
-# test-gpu-tests: the GPU-marked tests and the fast unit tests, which take the compiled path there;
+# # On a GPU: the solution notebooks run as in test-gpu-notebooks, with COURSE_RECORD set, so that
+# each measurement and speed cell keeps what it showed (grader/runtime/recorded.py); then the
+# records become grader/runtime/recordings/NN_topic.json (device, driver, CUDA, torch, Triton,
+# date), which the CPU notebooks show where they cannot time. Only a run whose notebooks all
+# passed is collected. Commit the files it writes.
+RECORD_SPOOL := $(CURDIR)/build/recordings
+recordings:
+	$(PY) -m grader doctor
+	rm -rf $(RECORD_SPOOL)
+	COURSE_RECORD=$(RECORD_SPOOL) $(PY) -m grader run --cell-timeout $(CELL_TIMEOUT) \
+	  --timeout $(RUN_TIMEOUT) --out build/executed --summary build/report/notebooks.json $(NOTEBOOKS)
+	$(PY) -m grader recordings $(RECORD_SPOOL)
+
+test-gpu-tests: the GPU-marked tests and the fast unit tests, which take the compiled path there;
 # the slow CPU tests (notebooks in the interpreter, known-wrong kernels, the toolchain) are CPU
 # CI's. `.ci/gpu` runs these on a machine without a venv.
 test-gpu:

@@ -71,6 +71,20 @@ def _kit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recordings(args: argparse.Namespace) -> int:
+    from grader.authoring import build, recordings
+
+    sources = {a.name: a.source.read_text() for a in build.assignments()}
+    try:
+        written = recordings.collect(Path(args.spool), Path(args.into), sources)
+    except recordings.CollectError as problem:
+        print(f"recordings: {problem}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -486,6 +500,18 @@ def parser() -> argparse.ArgumentParser:
         "(the class report says so)",
     )
     a.set_defaults(func=_autograde)
+
+    rec = sub.add_parser(
+        "recordings",
+        help="collect a GPU run's recorded measurements (COURSE_RECORD) into the course's files",
+    )
+    rec.add_argument("spool", help="the folder COURSE_RECORD named during the run")
+    rec.add_argument(
+        "--into",
+        default=str(Path(__file__).resolve().parent / "runtime" / "recordings"),
+        help="where the per-notebook JSON files go (default: grader/runtime/recordings)",
+    )
+    rec.set_defaults(func=_recordings)
     return p
 
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader.runtime import checks, device, launches, timing
+from grader.runtime import checks, device, launches, recorded, timing
 from grader.runtime.launches import IntegrityError
 
 # Names (func.__name__) of torch functions and methods that compute attention or its parts.
@@ -387,7 +387,8 @@ def grade(
     c = measurement.comparisons.get(comparison)
     figure = c["speedup"] if c else None
     verdict = perf.Verdict(comparison, figure, at_least, flags=tuple(measurement.flags))
-    return perf.score([verdict], points)
+    with recorded.speed_cell():
+        return perf.score([verdict], points)
 
 
 # -- the isolated process --------------------------------------------------------------------------

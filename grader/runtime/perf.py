@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from grader.runtime import census, checks, device, launches, timing
+from grader.runtime import census, checks, device, launches, recorded, timing
 from grader.runtime.published import SPEED_MIMETYPE
 
 # How a speed cell off the supported GPU class begins its message.
@@ -87,6 +87,7 @@ def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
     """Show `text` (the verdict's own line by default) and publish `verdict` beside it as
     SPEED_MIMETYPE display data; outside IPython, only print the text. Returns verdict.passed."""
     text = verdict.line() if text is None else text
+    recorded.note_verdict(verdict.record())
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -616,14 +617,15 @@ def grade(*cases: Case, points: float) -> float:
     0 with a message that says why."""
     if not device.current().grades_speed:
         return not_graded_here(points)
-    verdicts = []
-    for case in cases:
-        measured = measure(case)
-        graded, shown = verdicts_of(case, measured)
-        for line in (*measured.lines, *shown):
-            print(line)
-        verdicts += graded
-    return score(verdicts, points)
+    with recorded.speed_cell():
+        verdicts = []
+        for case in cases:
+            measured = measure(case)
+            graded, shown = verdicts_of(case, measured)
+            for line in (*measured.lines, *shown):
+                print(line)
+            verdicts += graded
+        return score(verdicts, points)
 
 
 def not_graded_here(points: float) -> float:
@@ -634,6 +636,7 @@ def not_graded_here(points: float) -> float:
         f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
         "not affected. Your instructor grades speed on a GPU."
     )
+    recorded.show_speed()
     return 0.0
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from grader.runtime import recorded
+
 # the styles of horizontal reference lines (a copy's bandwidth, a ridge), in the order given
 REFERENCE_STYLES = ("--", ":", "-.")
 
@@ -17,6 +19,7 @@ def _pyplot():
     return plt
 
 
+@recorded.replayable("grader.runtime.plots:curves")
 def curves(
     x: Sequence[float],
     ys: Mapping[str, Sequence[float]],
@@ -56,6 +59,7 @@ def curves(
     plt.show()
 
 
+@recorded.replayable("grader.runtime.plots:bars")
 def bars(
     values: Mapping[str, float],
     *,
@@ -88,6 +92,7 @@ def bars(
     plt.show()
 
 
+@recorded.replayable("grader.runtime.plots:heatmap")
 def heatmap(
     values: Sequence[Sequence[float]],
     columns: Sequence,
@@ -117,6 +122,7 @@ def heatmap(
     plt.show()
 
 
+@recorded.replayable("grader.runtime.plots:launch_orders")
 def launch_orders(
     orders: Mapping[str, Sequence[tuple[int, int]]], num_pid_m: int, num_pid_n: int, wave: int
 ) -> None:
@@ -157,6 +163,7 @@ def launch_orders(
     plt.show()
 
 
+@recorded.replayable("grader.runtime.plots:tile_tradeoff")
 def tile_tradeoff(
     sides: Sequence[int],
     intensity: Mapping[str, Sequence[float]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grader.runtime import timing
+from grader.runtime import recorded, timing
 
 # NVIDIA H100 SXM5 datasheet (NVIDIA H100 Tensor Core GPU datasheet, 2023): dense rates, without
 # sparsity. Shown only where nothing can be measured, and labelled as a datasheet.
@@ -197,6 +197,7 @@ def plot(
     return ax
 
 
+@recorded.replayable("grader.runtime.roofline:show")
 def show(
     ceilings: Ceilings,
     points: list[Point] = (),

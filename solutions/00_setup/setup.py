@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader.runtime import checks, doctor, perf, plots, timing
+from grader.runtime import checks, doctor, perf, plots, recorded, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -275,21 +275,24 @@ for what, candidate in broken.items():
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    x = torch.randn(BENCH_ELEMENTS, device="cuda")
-    out = torch.empty_like(x)
-    first = timing.bench(lambda: relu(x, out))
-    second = timing.bench(lambda: relu(x, out))
-    drift = abs(first.median_ms - second.median_ms) / first.median_ms
-    print(f"first:  {first}\nsecond: {second}\nthe two medians differ by {drift:.2%}")
-    print(f"relu moves {2 * x.nbytes / 2**20:.0f} MiB per call: "
-          f"{first.per_second(2 * x.nbytes) / 1e9:.0f} GB/s")
+    with recorded.cell("00_setup/relu-twice"):
+        x = torch.randn(BENCH_ELEMENTS, device="cuda")
+        out = torch.empty_like(x)
+        first = timing.bench(lambda: relu(x, out))
+        second = timing.bench(lambda: relu(x, out))
+        drift = abs(first.median_ms - second.median_ms) / first.median_ms
+        print(f"first:  {first}\nsecond: {second}\nthe two medians differ by {drift:.2%}")
+        print(f"relu moves {2 * x.nbytes / 2**20:.0f} MiB per call: "
+              f"{first.per_second(2 * x.nbytes) / 1e9:.0f} GB/s")
 elif DEVICE.supports("timing"):
     print("RUN_BENCHMARKS is off: nothing timed.")
+    recorded.show("00_setup/relu-twice")
 else:
     try:
         timing.bench(lambda: relu(torch.zeros(8), torch.empty(8)))
     except timing.TimingUnavailable as refusal:
         print(refusal)
+    recorded.show("00_setup/relu-twice")
 
 # %% [markdown]
 # How fast is fast? For a kernel that only moves memory, the yardstick is a plain device-to-device
@@ -299,22 +302,24 @@ else:
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    sizes = [1 << k for k in range(16, 27, 2)]
-    curves = {"relu (yours)": [], "torch.relu": [], "copy": []}
-    for n in sizes:
-        x = torch.randn(n, device="cuda")
-        out = torch.empty_like(x)
-        moved = 2 * x.nbytes
-        runs = {"relu (yours)": lambda x=x, out=out: relu(x, out),
-                "torch.relu": lambda x=x: torch.relu(x),
-                "copy": lambda x=x, out=out: out.copy_(x)}
-        for name, fn in runs.items():
-            curves[name].append(timing.bench(fn).per_second(moved) / 1e9)
-    plots.curves([4 * n for n in sizes], curves, xlabel="tensor size (bytes, float32)",
-                 ylabel="GB/s (bytes read + written)",
-                 title=f"Bandwidth against size on {DEVICE.name}")
+    with recorded.cell("00_setup/bandwidth-sweep"):
+        sizes = [1 << k for k in range(16, 27, 2)]
+        curves = {"relu (yours)": [], "torch.relu": [], "copy": []}
+        for n in sizes:
+            x = torch.randn(n, device="cuda")
+            out = torch.empty_like(x)
+            moved = 2 * x.nbytes
+            runs = {"relu (yours)": lambda x=x, out=out: relu(x, out),
+                    "torch.relu": lambda x=x: torch.relu(x),
+                    "copy": lambda x=x, out=out: out.copy_(x)}
+            for name, fn in runs.items():
+                curves[name].append(timing.bench(fn).per_second(moved) / 1e9)
+        plots.curves([4 * n for n in sizes], curves, xlabel="tensor size (bytes, float32)",
+                     ylabel="GB/s (bytes read + written)",
+                     title=f"Bandwidth against size on {DEVICE.name}")
 else:
     print("The bandwidth sweep needs a GPU; run this notebook on one to see it.")
+    recorded.show("00_setup/bandwidth-sweep")
 
 # %% [markdown]
 # ### Speed (graded on a GPU)

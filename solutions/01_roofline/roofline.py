@@ -33,7 +33,7 @@ from IPython.display import display
 from torch import nn
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, plots, roofline, timing
+from grader.runtime import checks, plots, recorded, roofline, timing
 from grader.runtime.widgets import roofline as roofline_explorer
 
 print(f"This notebook runs on {DEVICE.describe()}.")
@@ -79,35 +79,39 @@ PROFILE = DEVICE.pick(
 print(f"torch.backends.cuda.matmul.allow_tf32 = {torch.backends.cuda.matmul.allow_tf32}, "
       f"float32 matmul precision = {torch.get_float32_matmul_precision()!r}")
 
-if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    CEILINGS = roofline.measure_ceilings()  # copy 1 GiB; matmuls at N = 8192 (fp32: 4096)
-    # What TF32 costs in accuracy: one fp32 matmul, with and without, against float64.
-    a, b = torch.randn(2048, 2048, device="cuda"), torch.randn(2048, 2048, device="cuda")
-    exact = a.double() @ b.double()
-    allowed = torch.backends.cuda.matmul.allow_tf32
-    for allow in (False, True):
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        error = ((a @ b).double() - exact).abs().max() / exact.abs().max()
-        print(f"fp32 matmul 2048, allow_tf32={allow}: max error {error:.1e} of the largest entry")
-    torch.backends.cuda.matmul.allow_tf32 = allowed
-else:
-    CEILINGS = roofline.datasheet_h100()
-    if DEVICE.supports("timing"):
-        print("RUN_BENCHMARKS is off, so nothing is measured: below are the figures of NVIDIA's "
-              "H100 SXM datasheet (dense rates), labelled as such, not your GPU's.")
+with recorded.cell("01_roofline/ceilings"):
+    if DEVICE.supports("timing") and RUN_BENCHMARKS:
+        CEILINGS = roofline.measure_ceilings()  # copy 1 GiB; matmuls at N = 8192 (fp32: 4096)
+        # What TF32 costs in accuracy: one fp32 matmul, with and without, against float64.
+        a, b = torch.randn(2048, 2048, device="cuda"), torch.randn(2048, 2048, device="cuda")
+        exact = a.double() @ b.double()
+        allowed = torch.backends.cuda.matmul.allow_tf32
+        for allow in (False, True):
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            error = ((a @ b).double() - exact).abs().max() / exact.abs().max()
+            print(f"fp32 matmul 2048, allow_tf32={allow}: max error {error:.1e} of the largest entry")
+        torch.backends.cuda.matmul.allow_tf32 = allowed
     else:
-        print("Nothing can be measured here: this notebook runs on the CPU in Triton's "
-              "interpreter mode, where times say nothing about a GPU. Below are the figures of "
-              "NVIDIA's H100 SXM datasheet (dense rates), labelled as such; on a GPU this cell "
-              "measures your own.")
+        CEILINGS = roofline.datasheet_h100()
+        if DEVICE.supports("timing"):
+            print("RUN_BENCHMARKS is off, so nothing is measured: below are the figures of NVIDIA's "
+                  "H100 SXM datasheet (dense rates), labelled as such, not your GPU's.")
+        else:
+            print("Nothing can be measured here: this notebook runs on the CPU in Triton's "
+                  "interpreter mode, where times say nothing about a GPU. Below are the figures of "
+                  "NVIDIA's H100 SXM datasheet (dense rates), labelled as such; on a GPU this cell "
+                  "measures your own.")
 
-print(f"\nceilings: {CEILINGS.source}")
-print(f"{'memory bandwidth':>18}: {CEILINGS.bandwidth / 1e12:7.2f} TB/s (bytes read + written)")
-for precision, rate in CEILINGS.flops.items():
-    print(f"{precision + ' matmul':>18}: {rate / 1e12:7.1f} TFLOP/s   "
-          f"ridge {CEILINGS.ridge(precision):6.1f} FLOP/B")
-print(f"TF32 over plain fp32: {CEILINGS.flops['tf32'] / CEILINGS.flops['fp32']:.1f}x")
-roofline.show(CEILINGS)  # one roof per precision; the fp16 one drawn bold
+    print(f"\nceilings: {CEILINGS.source}")
+    print(f"{'memory bandwidth':>18}: {CEILINGS.bandwidth / 1e12:7.2f} TB/s (bytes read + written)")
+    for precision, rate in CEILINGS.flops.items():
+        print(f"{precision + ' matmul':>18}: {rate / 1e12:7.1f} TFLOP/s   "
+              f"ridge {CEILINGS.ridge(precision):6.1f} FLOP/B")
+    print(f"TF32 over plain fp32: {CEILINGS.flops['tf32'] / CEILINGS.flops['fp32']:.1f}x")
+    roofline.show(CEILINGS)  # one roof per precision; the fp16 one drawn bold
+if not (DEVICE.supports("timing") and RUN_BENCHMARKS):
+    print("\nWhat this cell measures on a GPU:")
+    recorded.show("01_roofline/ceilings")
 
 # %% [markdown]
 # ## The ridge point
@@ -676,35 +680,38 @@ RUNS = [  # (label, op and shape to count, the call, the shapes of its fp16 inpu
      [ATTENTION_SHAPE] * 3),
 ]
 
-points, measured = [], DEVICE.supports("timing") and RUN_BENCHMARKS
-print(f"{'op':<18}{'FLOPs':>10}{'bytes':>10}{'FLOP/B':>9}  {'bound':<8}"
-      f"{'measured':>11}{'roofline':>11}{'of roof':>9}")
-for label, op, shape, call, input_shapes in tqdm(RUNS, disable=not measured, desc="timing"):
-    flops, moved = op_flops(op, shape), op_bytes(op, shape, "fp16")
-    best = predict_seconds(op, shape, "fp16", CEILINGS)
-    if measured:
-        args = [torch.randn(*s, device="cuda", dtype=torch.float16) for s in input_shapes]
-        seconds = timing.bench(lambda call=call, args=args: call(*args)).median_ms * 1e-3
-        del args
-        points.append(roofline.Point(label, flops, moved, seconds))
-        timed = f"{seconds * 1e6:>9.4g}us{best * 1e6:>9.4g}us{best / seconds:>9.0%}"
-    else:  # nothing to time: the point sits on the roof, at the best it could do
-        points.append(roofline.Point(label, flops, moved, best,
-                                     style={"facecolors": "none", "edgecolors": "C3"}))
-        timed = f"{'-':>11}{best * 1e6:>9.4g}us{'-':>9}"
-    print(f"{label:<18}{flops:>10.2e}{moved:>10.2e}{flops / moved:>9.3g}  "
-          f"{classify_bound(op, shape, 'fp16', CEILINGS):<8}{timed}")
+with recorded.cell("01_roofline/pytorch-ops"):
+    points, measured = [], DEVICE.supports("timing") and RUN_BENCHMARKS
+    print(f"{'op':<18}{'FLOPs':>10}{'bytes':>10}{'FLOP/B':>9}  {'bound':<8}"
+          f"{'measured':>11}{'roofline':>11}{'of roof':>9}")
+    for label, op, shape, call, input_shapes in tqdm(RUNS, disable=not measured, desc="timing"):
+        flops, moved = op_flops(op, shape), op_bytes(op, shape, "fp16")
+        best = predict_seconds(op, shape, "fp16", CEILINGS)
+        if measured:
+            args = [torch.randn(*s, device="cuda", dtype=torch.float16) for s in input_shapes]
+            seconds = timing.bench(lambda call=call, args=args: call(*args)).median_ms * 1e-3
+            del args
+            points.append(roofline.Point(label, flops, moved, seconds))
+            timed = f"{seconds * 1e6:>9.4g}us{best * 1e6:>9.4g}us{best / seconds:>9.0%}"
+        else:  # nothing to time: the point sits on the roof, at the best it could do
+            points.append(roofline.Point(label, flops, moved, best,
+                                         style={"facecolors": "none", "edgecolors": "C3"}))
+            timed = f"{'-':>11}{best * 1e6:>9.4g}us{'-':>9}"
+        print(f"{label:<18}{flops:>10.2e}{moved:>10.2e}{flops / moved:>9.3g}  "
+              f"{classify_bound(op, shape, 'fp16', CEILINGS):<8}{timed}")
 
-if measured:
-    title = f"PyTorch ops in fp16, measured on {DEVICE.name}"
-else:
-    print("\nNothing was timed (no GPU, or RUN_BENCHMARKS is off). The plot is NVIDIA's H100 SXM "
-          "datasheet roofline, not a measurement, with each op drawn on the roof at its "
-          "intensity, the best it could do; on a GPU the points are live timings, on or below "
-          "the roof.")
-    title = "Datasheet roofline (H100 SXM, not measured); ops at their best possible rate"
-# points on the flat roof crowd together: their labels are turned upwards
-roofline.show(CEILINGS, points, precision="fp16", title=title, labels_up=not measured)
+    if measured:
+        title = f"PyTorch ops in fp16, measured on {DEVICE.name}"
+    else:
+        print("\nNothing was timed (no GPU, or RUN_BENCHMARKS is off). The plot is NVIDIA's H100 SXM "
+              "datasheet roofline, not a measurement, with each op drawn on the roof at its "
+              "intensity, the best it could do; on a GPU the points are live timings, on or below "
+              "the roof.")
+        title = "Datasheet roofline (H100 SXM, not measured); ops at their best possible rate"
+    # points on the flat roof crowd together: their labels are turned upwards
+    roofline.show(CEILINGS, points, precision="fp16", title=title, labels_up=not measured)
+if not measured:
+    recorded.show("01_roofline/pytorch-ops")
 
 # %% [markdown]
 # How to read it. Points under the slanted roof are memory-bound: only fewer bytes lift them (fuse
@@ -795,10 +802,14 @@ with torch.no_grad():
         if DEVICE.is_gpu:
             torch.cuda.synchronize()
 
-SELF_TIME = "self_device_time_total" if DEVICE.is_gpu else "self_cpu_time_total"
-print(f"{STEPS} forward passes of {P['layers']} blocks, {P} in {str(dtype)[6:]}, "
-      f"sorted by self {'GPU' if DEVICE.is_gpu else 'CPU'} time")
-print(prof.key_averages().table(sort_by=SELF_TIME, row_limit=10, max_name_column_width=36))
+with recorded.cell("01_roofline/profile"):
+    SELF_TIME = "self_device_time_total" if DEVICE.is_gpu else "self_cpu_time_total"
+    print(f"{STEPS} forward passes of {P['layers']} blocks, {P} in {str(dtype)[6:]}, "
+          f"sorted by self {'GPU' if DEVICE.is_gpu else 'CPU'} time")
+    print(prof.key_averages().table(sort_by=SELF_TIME, row_limit=10, max_name_column_width=36))
+if not DEVICE.is_gpu:
+    print("\nThe same profile on a GPU:")
+    recorded.show("01_roofline/profile")
 
 # %%
 PARTS = {"aten::addmm": "linear layers", "aten::mm": "linear layers",
@@ -842,26 +853,28 @@ def amdahl(share, headroom):
 
 
 if DEVICE.is_gpu and RUN_BENCHMARKS:
-    tokens, width = P["batch"] * P["seq"], P["width"]
-    matmuls = [(tokens, 3 * width, width), (tokens, width, width),
-               (tokens, 4 * width, width), (tokens, width, 4 * width)]
-    bounds = {
-        "linear layers": P["layers"] * sum(predict_seconds("matmul", s, "fp16", CEILINGS)
-                                           for s in matmuls),
-        "attention": P["layers"] * predict_seconds(
-            "attention_tiled", (P["batch"], P["heads"], P["seq"], width // P["heads"]), "fp16",
-            CEILINGS),
-    }
-    print(f"{'part':<16}{'measured':>11}{'roofline':>11}{'headroom':>10}{'share':>8}"
-          f"{'whole block at most':>21}")
-    for part, best in bounds.items():
-        h, p = share[part] / best, share[part] / total
-        print(f"{part:<16}{share[part] * 1e3:>9.2f}ms{best * 1e3:>9.2f}ms{h:>9.1f}x{p:>8.0%}"
-              f"{amdahl(p, h):>20.2f}x")
+    with recorded.cell("01_roofline/headroom"):
+        tokens, width = P["batch"] * P["seq"], P["width"]
+        matmuls = [(tokens, 3 * width, width), (tokens, width, width),
+                   (tokens, 4 * width, width), (tokens, width, 4 * width)]
+        bounds = {
+            "linear layers": P["layers"] * sum(predict_seconds("matmul", s, "fp16", CEILINGS)
+                                               for s in matmuls),
+            "attention": P["layers"] * predict_seconds(
+                "attention_tiled", (P["batch"], P["heads"], P["seq"], width // P["heads"]), "fp16",
+                CEILINGS),
+        }
+        print(f"{'part':<16}{'measured':>11}{'roofline':>11}{'headroom':>10}{'share':>8}"
+              f"{'whole block at most':>21}")
+        for part, best in bounds.items():
+            h, p = share[part] / best, share[part] / total
+            print(f"{part:<16}{share[part] * 1e3:>9.2f}ms{best * 1e3:>9.2f}ms{h:>9.1f}x{p:>8.0%}"
+                  f"{amdahl(p, h):>20.2f}x")
 else:
     print("On a GPU, with RUN_BENCHMARKS on, this cell prints each part's headroom under the "
           "measured roofline and the whole block's best possible speedup from it. Here there is "
           "no measured roofline, and the shares above are this machine's CPU times.")
+    recorded.show("01_roofline/headroom")
 
 # %% [markdown]
 # Read the GPU numbers with the three conditions in mind. A part whose headroom is near 1x is done,

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, perf, plots, results, timing
+from grader.runtime import checks, perf, plots, recorded, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -223,21 +223,23 @@ print(f"hidden tests passed: sizes {ADD_SIZES}, dtypes {[str(d)[6:] for d in DTY
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    x = torch.randn(BENCH_ELEMENTS, device="cuda")
-    y = torch.randn_like(x)
-    out = torch.empty_like(x)
-    moved = 3 * x.nbytes  # reads x and y, writes out
-    add_vs_copy = perf.compare(lambda: add(x, y, out), perf.copy_baseline(moved),
-                               names=("add", "copy of the same bytes"))
-    print(add_vs_copy)
-    print(f"add: {add_vs_copy.candidate.per_second(moved) / 1e9:.0f} GB/s; "
-          f"copy: {add_vs_copy.baseline.per_second(moved) / 1e9:.0f} GB/s; "
-          f"the add runs at {add_vs_copy.speedup:.0%} of the copy ceiling")
-    results.record("02_first_kernels", "vector add", flops=x.numel(), bytes_moved=moved,
-                   seconds=add_vs_copy.candidate.median_ms * 1e-3, precision="fp32")
+    with recorded.cell("02_first_kernels/add-vs-copy"):
+        x = torch.randn(BENCH_ELEMENTS, device="cuda")
+        y = torch.randn_like(x)
+        out = torch.empty_like(x)
+        moved = 3 * x.nbytes  # reads x and y, writes out
+        add_vs_copy = perf.compare(lambda: add(x, y, out), perf.copy_baseline(moved),
+                                   names=("add", "copy of the same bytes"))
+        print(add_vs_copy)
+        print(f"add: {add_vs_copy.candidate.per_second(moved) / 1e9:.0f} GB/s; "
+              f"copy: {add_vs_copy.baseline.per_second(moved) / 1e9:.0f} GB/s; "
+              f"the add runs at {add_vs_copy.speedup:.0%} of the copy ceiling")
+        results.record("02_first_kernels", "vector add", flops=x.numel(), bytes_moved=moved,
+                       seconds=add_vs_copy.candidate.median_ms * 1e-3, precision="fp32")
 else:
     print("On a GPU this cell times the add against a copy of the same bytes and prints the "
           "fraction of the copy's bandwidth it reaches; the interpreter cannot time anything.")
+    recorded.show("02_first_kernels/add-vs-copy")
 
 # %% [markdown]
 # ### What the block size does
@@ -257,21 +259,23 @@ else:
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    copy_gbs = timing.bench(perf.copy_baseline(moved)).per_second(moved) / 1e9
-    sweep = {}
-    for block in tqdm(BLOCK_SWEEP, desc="block sizes"):
-        add(x, y, out, block)  # compile outside the timed region
-        sweep[block] = timing.bench(lambda block=block: add(x, y, out, block)).per_second(moved) / 1e9
-    print(f"{'BLOCK':>6} {'programs':>9} {'GB/s':>7} {'of copy':>8}")
-    for block, gbs in sweep.items():
-        print(f"{block:6d} {triton.cdiv(x.numel(), block):9d} {gbs:7.0f} {gbs / copy_gbs:8.0%}")
-    plots.curves(list(sweep), {"add (your kernel)": list(sweep.values())},
-                 references={"copy of the same bytes": copy_gbs}, from_zero=True,
-                 xlabel="BLOCK (elements per program)", ylabel="GB/s (bytes read + written)",
-                 title=f"Vector add, {x.numel() >> 20} Mi float32 elements, on {DEVICE.name}")
+    with recorded.cell("02_first_kernels/block-sweep"):
+        copy_gbs = timing.bench(perf.copy_baseline(moved)).per_second(moved) / 1e9
+        sweep = {}
+        for block in tqdm(BLOCK_SWEEP, desc="block sizes"):
+            add(x, y, out, block)  # compile outside the timed region
+            sweep[block] = timing.bench(lambda block=block: add(x, y, out, block)).per_second(moved) / 1e9
+        print(f"{'BLOCK':>6} {'programs':>9} {'GB/s':>7} {'of copy':>8}")
+        for block, gbs in sweep.items():
+            print(f"{block:6d} {triton.cdiv(x.numel(), block):9d} {gbs:7.0f} {gbs / copy_gbs:8.0%}")
+        plots.curves(list(sweep), {"add (your kernel)": list(sweep.values())},
+                     references={"copy of the same bytes": copy_gbs}, from_zero=True,
+                     xlabel="BLOCK (elements per program)", ylabel="GB/s (bytes read + written)",
+                     title=f"Vector add, {x.numel() >> 20} Mi float32 elements, on {DEVICE.name}")
 else:
     print("The block-size sweep needs a GPU: in the interpreter, programs run one after another "
           "in Python, so BLOCK changes only how long this notebook takes.")
+    recorded.show("02_first_kernels/block-sweep")
 
 # %% [markdown]
 # Read the curve from the left: where does it reach the copy line, and does it stay there? Where it
@@ -333,29 +337,31 @@ print("strided_copy reads x[0], x[S], x[2S], ... for strides 1, 3 and 8")
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    n_strided = STRIDED_ELEMENTS
-    source = torch.randn(n_strided * max(STRIDES), device="cuda")
-    strided_out = torch.empty(n_strided, device="cuda")
-    useful = 2 * strided_out.nbytes  # bytes the copy needs: n read, n written
-    strided_ms = {}
-    for s in tqdm(STRIDES, desc="strides"):
-        strided_copy(source, strided_out, s)  # compile outside the timed region
-        strided_ms[s] = timing.bench(lambda s=s: strided_copy(source, strided_out, s)).median_ms
-    predicted = {s: (min(s, 8) + 1) / 2 for s in STRIDES}
-    measured = {s: strided_ms[s] / strided_ms[1] for s in STRIDES}
-    print(f"{'stride':>6} {'useful GB/s':>12} {'time / stride 1':>16} {'sector model':>13}")
-    for s in STRIDES:
-        gbs = useful / (strided_ms[s] * 1e-3) / 1e9
-        print(f"{s:6d} {gbs:12.0f} {measured[s]:16.2f} {predicted[s]:13.2f}")
-    model = "32-byte sector model, (min(S, 8) + 1) / 2"
-    plots.curves(STRIDES, {"measured": list(measured.values()), model: list(predicted.values())},
-                 dashed=[model], xlabel="read stride S (elements)",
-                 ylabel="time relative to the contiguous copy",
-                 title=f"Copying {n_strided >> 20} Mi float32 elements read at stride S, "
-                       f"{DEVICE.name}")
+    with recorded.cell("02_first_kernels/strided-copy"):
+        n_strided = STRIDED_ELEMENTS
+        source = torch.randn(n_strided * max(STRIDES), device="cuda")
+        strided_out = torch.empty(n_strided, device="cuda")
+        useful = 2 * strided_out.nbytes  # bytes the copy needs: n read, n written
+        strided_ms = {}
+        for s in tqdm(STRIDES, desc="strides"):
+            strided_copy(source, strided_out, s)  # compile outside the timed region
+            strided_ms[s] = timing.bench(lambda s=s: strided_copy(source, strided_out, s)).median_ms
+        predicted = {s: (min(s, 8) + 1) / 2 for s in STRIDES}
+        measured = {s: strided_ms[s] / strided_ms[1] for s in STRIDES}
+        print(f"{'stride':>6} {'useful GB/s':>12} {'time / stride 1':>16} {'sector model':>13}")
+        for s in STRIDES:
+            gbs = useful / (strided_ms[s] * 1e-3) / 1e9
+            print(f"{s:6d} {gbs:12.0f} {measured[s]:16.2f} {predicted[s]:13.2f}")
+        model = "32-byte sector model, (min(S, 8) + 1) / 2"
+        plots.curves(STRIDES, {"measured": list(measured.values()), model: list(predicted.values())},
+                     dashed=[model], xlabel="read stride S (elements)",
+                     ylabel="time relative to the contiguous copy",
+                     title=f"Copying {n_strided >> 20} Mi float32 elements read at stride S, "
+                           f"{DEVICE.name}")
 else:
     print("On a GPU this cell times the strided copy for strides "
           f"{STRIDES} and plots the slowdown against the 32-byte sector model.")
+    recorded.show("02_first_kernels/strided-copy")
 
 # %% [markdown]
 # The model counts sectors only. Where the measured ratio sits above it, strided reads cost more
@@ -606,32 +612,34 @@ perf.grade(fused_case(perf.copy_bandwidth(ideal_bytes, at_least=0.8)), points=1)
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    t_speed = x_speed + bias_speed
-    g_speed = F.gelu(t_speed, approximate="tanh")
-    steps = {
-        "copy (1 read + 1 write)": perf.copy_baseline(2 * x_speed.nbytes),
-        "eager: x + bias": lambda: x_speed + bias_speed,
-        "eager: gelu": lambda: F.gelu(t_speed, approximate="tanh"),
-        "eager: * scale": lambda: g_speed * scale_speed,
-        "eager chain": eager_speed,
-        "fused kernel": fused_speed,
-    }
-    ms = {name: timing.bench(fn).median_ms for name, fn in tqdm(steps.items(), desc="timing")}
-    copy_ms = ms["copy (1 read + 1 write)"]
-    print(f"{'':26} {'ms':>7} {'copies':>7}")
-    for name, t in ms.items():
-        print(f"{name:26} {t:7.3f} {t / copy_ms:7.2f}")
-    print(f"fused vs eager: {ms['eager chain'] / ms['fused kernel']:.2f}x "
-          "(counting passes predicts 3x)")
-    plots.bars(ms, horizontal=True, colors=["gray", "C0", "C0", "C0", "C1", "C2"],
-               xlabel="milliseconds (median)",
-               title=f"bias + GELU + scale on {M_speed} x {N_speed} float32, {DEVICE.name}")
-    # 12 FLOPs per element as the kernel is written (exp and division counted as one each)
-    results.record("02_first_kernels", "bias+GELU+scale", flops=12 * x_speed.numel(),
-                   bytes_moved=ideal_bytes, seconds=ms["fused kernel"] * 1e-3, precision="fp32")
+    with recorded.cell("02_first_kernels/fused-steps"):
+        t_speed = x_speed + bias_speed
+        g_speed = F.gelu(t_speed, approximate="tanh")
+        steps = {
+            "copy (1 read + 1 write)": perf.copy_baseline(2 * x_speed.nbytes),
+            "eager: x + bias": lambda: x_speed + bias_speed,
+            "eager: gelu": lambda: F.gelu(t_speed, approximate="tanh"),
+            "eager: * scale": lambda: g_speed * scale_speed,
+            "eager chain": eager_speed,
+            "fused kernel": fused_speed,
+        }
+        ms = {name: timing.bench(fn).median_ms for name, fn in tqdm(steps.items(), desc="timing")}
+        copy_ms = ms["copy (1 read + 1 write)"]
+        print(f"{'':26} {'ms':>7} {'copies':>7}")
+        for name, t in ms.items():
+            print(f"{name:26} {t:7.3f} {t / copy_ms:7.2f}")
+        print(f"fused vs eager: {ms['eager chain'] / ms['fused kernel']:.2f}x "
+              "(counting passes predicts 3x)")
+        plots.bars(ms, horizontal=True, colors=["gray", "C0", "C0", "C0", "C1", "C2"],
+                   xlabel="milliseconds (median)",
+                   title=f"bias + GELU + scale on {M_speed} x {N_speed} float32, {DEVICE.name}")
+        # 12 FLOPs per element as the kernel is written (exp and division counted as one each)
+        results.record("02_first_kernels", "bias+GELU+scale", flops=12 * x_speed.numel(),
+                       bytes_moved=ideal_bytes, seconds=ms["fused kernel"] * 1e-3, precision="fp32")
 else:
     print("On a GPU this cell times each eager step, the eager chain and the fused kernel, and "
           "draws them as bars; here there is nothing to time.")
+    recorded.show("02_first_kernels/fused-steps")
 
 # %% [markdown]
 # ## Summary

@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 from tqdm.auto import tqdm
 from triton.runtime.errors import OutOfResources
 
-from grader.runtime import checks, integrity, perf, plots, results, timing
+from grader.runtime import checks, integrity, perf, plots, recorded, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -118,34 +118,36 @@ print(f"\neager softmax moves {reads + writes:.2f} matrices of {matrix / 2**20:.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    x = torch.randn(SPEED_SHAPE, device="cuda")
-    row_max = x.amax(dim=1, keepdim=True)
-    shifted = x - row_max
-    numerator = torch.exp(shifted)
-    denominator = numerator.sum(dim=1, keepdim=True)
-    steps = {  # (the operation, elements read + written)
-        "amax": (lambda: x.amax(dim=1, keepdim=True), x.numel() + len(x)),
-        "subtract": (lambda: x - row_max, 2 * x.numel() + len(x)),
-        "exp": (lambda: torch.exp(shifted), 2 * x.numel()),
-        "sum": (lambda: numerator.sum(dim=1, keepdim=True), x.numel() + len(x)),
-        "divide": (lambda: numerator / denominator, 2 * x.numel() + len(x)),
-    }
-    copy = timing.bench(perf.copy_baseline(2 * x.nbytes)).per_second(2 * x.nbytes)
-    total_ms = 0.0
-    for name, (fn, elements) in steps.items():
-        t = timing.bench(fn)
-        total_ms += t.median_ms
-        rate = t.per_second(elements * x.element_size())
-        print(f"{name:<9} {t.median_ms * 1e3:7.1f} us  {rate / 1e9:6.0f} GB/s  "
-              f"({rate / copy:.0%} of copy)")
-    whole = timing.bench(lambda: softmax_eager(x))
-    print(f"sum of the five: {total_ms * 1e3:.1f} us; softmax_eager as one call: {whole}")
-    print(f"copy bandwidth measured now: {copy / 1e9:.0f} GB/s; reading and writing the matrix "
-          f"once at that rate takes {2 * x.nbytes / copy * 1e6:.1f} us")
-    del x, row_max, shifted, numerator, denominator
+    with recorded.cell("03_softmax/eager-steps"):
+        x = torch.randn(SPEED_SHAPE, device="cuda")
+        row_max = x.amax(dim=1, keepdim=True)
+        shifted = x - row_max
+        numerator = torch.exp(shifted)
+        denominator = numerator.sum(dim=1, keepdim=True)
+        steps = {  # (the operation, elements read + written)
+            "amax": (lambda: x.amax(dim=1, keepdim=True), x.numel() + len(x)),
+            "subtract": (lambda: x - row_max, 2 * x.numel() + len(x)),
+            "exp": (lambda: torch.exp(shifted), 2 * x.numel()),
+            "sum": (lambda: numerator.sum(dim=1, keepdim=True), x.numel() + len(x)),
+            "divide": (lambda: numerator / denominator, 2 * x.numel() + len(x)),
+        }
+        copy = timing.bench(perf.copy_baseline(2 * x.nbytes)).per_second(2 * x.nbytes)
+        total_ms = 0.0
+        for name, (fn, elements) in steps.items():
+            t = timing.bench(fn)
+            total_ms += t.median_ms
+            rate = t.per_second(elements * x.element_size())
+            print(f"{name:<9} {t.median_ms * 1e3:7.1f} us  {rate / 1e9:6.0f} GB/s  "
+                  f"({rate / copy:.0%} of copy)")
+        whole = timing.bench(lambda: softmax_eager(x))
+        print(f"sum of the five: {total_ms * 1e3:.1f} us; softmax_eager as one call: {whole}")
+        print(f"copy bandwidth measured now: {copy / 1e9:.0f} GB/s; reading and writing the matrix "
+              f"once at that rate takes {2 * x.nbytes / copy * 1e6:.1f} us")
+        del x, row_max, shifted, numerator, denominator
 else:
     print("On a GPU this cell times each of the five eager operations and compares its bandwidth "
           "with a device copy measured in the same run.")
+    recorded.show("03_softmax/eager-steps")
 
 # %% [markdown]
 # ## Why subtract the maximum
@@ -477,15 +479,17 @@ perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_s
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    t = timing.bench(lambda: softmax(x_speed, out_speed))
-    moved = 2 * x_speed.nbytes
-    entry = results.record("03_softmax", "softmax", flops=5 * x_speed.numel(), bytes_moved=moved,
-                           seconds=t.median_ms * 1e-3, precision="fp32")
-    print(f"softmax_kernel on {tuple(x_speed.shape)} float32: {t}, "
-          f"{t.per_second(moved) / 1e9:.0f} GB/s; recorded for {entry.device}")
+    with recorded.cell("03_softmax/kernel-time"):
+        t = timing.bench(lambda: softmax(x_speed, out_speed))
+        moved = 2 * x_speed.nbytes
+        entry = results.record("03_softmax", "softmax", flops=5 * x_speed.numel(), bytes_moved=moved,
+                               seconds=t.median_ms * 1e-3, precision="fp32")
+        print(f"softmax_kernel on {tuple(x_speed.shape)} float32: {t}, "
+              f"{t.per_second(moved) / 1e9:.0f} GB/s; recorded for {entry.device}")
 else:
     print("On a GPU this cell records the kernel's time for the course's closing roofline; "
           "interpreter times are not recorded.")
+    recorded.show("03_softmax/kernel-time")
 
 # %% [markdown]
 # ## `num_warps`: how many threads share a row
@@ -506,29 +510,31 @@ def compiled_stats(x, out, rows, warps):
 
 
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    moved = 2 * x_speed.nbytes
-    copy = timing.bench(perf.copy_baseline(moved)).per_second(moved)
-    rows, default_warps = launch_config(*x_speed.shape)
-    rates = []
-    for warps in tqdm(WARPS, desc="num_warps"):
-        try:
-            regs, spills = compiled_stats(x_speed, out_speed, rows, warps)
-        except OutOfResources as refusal:  # more registers per thread than 1024 threads can have
-            rates.append(0.0)
-            print(f"num_warps={warps:<3} cannot launch: {refusal}")
-            continue
-        t = timing.bench(lambda warps=warps: softmax(x_speed, out_speed, num_warps=warps))
-        rates.append(t.per_second(moved) / 1e9)
-        print(f"num_warps={warps:<3} {rates[-1]:6.0f} GB/s  {regs} registers/thread, "
-              f"{spills} spilled, {x_speed.shape[1] / (32 * warps):.0f} elements/thread")
-    plots.bars(dict(zip(map(str, WARPS), rates, strict=True)), size=(6, 3.5),
-               colors=["C1" if w == default_warps else "C0" for w in WARPS],
-               references={f"copy {copy / 1e9:.0f} GB/s": copy / 1e9},
-               xlabel="num_warps (orange: launch_config's choice)", ylabel="GB/s (read + write)",
-               title=f"softmax_kernel on {tuple(x_speed.shape)} float32, {DEVICE.name}")
+    with recorded.cell("03_softmax/num-warps"):
+        moved = 2 * x_speed.nbytes
+        copy = timing.bench(perf.copy_baseline(moved)).per_second(moved)
+        rows, default_warps = launch_config(*x_speed.shape)
+        rates = []
+        for warps in tqdm(WARPS, desc="num_warps"):
+            try:
+                regs, spills = compiled_stats(x_speed, out_speed, rows, warps)
+            except OutOfResources as refusal:  # more registers per thread than 1024 threads can have
+                rates.append(0.0)
+                print(f"num_warps={warps:<3} cannot launch: {refusal}")
+                continue
+            t = timing.bench(lambda warps=warps: softmax(x_speed, out_speed, num_warps=warps))
+            rates.append(t.per_second(moved) / 1e9)
+            print(f"num_warps={warps:<3} {rates[-1]:6.0f} GB/s  {regs} registers/thread, "
+                  f"{spills} spilled, {x_speed.shape[1] / (32 * warps):.0f} elements/thread")
+        plots.bars(dict(zip(map(str, WARPS), rates, strict=True)), size=(6, 3.5),
+                   colors=["C1" if w == default_warps else "C0" for w in WARPS],
+                   references={f"copy {copy / 1e9:.0f} GB/s": copy / 1e9},
+                   xlabel="num_warps (orange: launch_config's choice)", ylabel="GB/s (read + write)",
+                   title=f"softmax_kernel on {tuple(x_speed.shape)} float32, {DEVICE.name}")
 else:
     print("On a GPU this cell times the kernel with num_warps from 1 to 32 and shows registers "
           "per thread for each.")
+    recorded.show("03_softmax/num-warps")
 
 # %% [markdown]
 # ## Bandwidth against row length, and where rows stop fitting
@@ -552,32 +558,34 @@ else:
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    moved = 2 * SWEEP_ELEMENTS * 4
-    copy = timing.bench(perf.copy_baseline(moved)).per_second(moved)
-    curves = {"softmax_kernel (yours)": [], "torch.softmax": [], "eager (5 operations)": []}
-    stats = []
-    for n_cols in tqdm(ROW_LENGTHS, desc="row length"):
-        x = torch.randn(SWEEP_ELEMENTS // n_cols, n_cols, device="cuda")
-        out = torch.empty_like(x)
-        rows, warps = launch_config(*x.shape)
-        stats.append((n_cols, rows, warps, *compiled_stats(x, out, rows, warps)))
-        runs = {"softmax_kernel (yours)": lambda x=x, out=out: softmax(x, out),
-                "torch.softmax": lambda x=x: torch.softmax(x, dim=1),
-                "eager (5 operations)": lambda x=x: softmax_eager(x)}
-        for name, fn in runs.items():
-            curves[name].append(timing.bench(fn).per_second(2 * x.nbytes) / 1e9)
-        del x, out
-    plots.curves(ROW_LENGTHS, curves, references={f"copy {copy / 1e9:.0f} GB/s": copy / 1e9},
-                 xlabel="row length N (float32 elements; the matrix holds 2**26 of them)",
-                 ylabel="GB/s (one read + one write of the matrix)",
-                 title=f"Softmax bandwidth against row length on {DEVICE.name}")
-    print(f"{'N':>6} {'row KiB':>8} {'ROWS':>5} {'warps':>6} {'regs/thread':>12} {'spilled':>8}")
-    for n_cols, rows, warps, regs, spills in stats:
-        print(f"{n_cols:>6} {4 * n_cols / 1024:>8.1f} {rows:>5} {warps:>6} {regs!s:>12} "
-              f"{spills!s:>8}")
+    with recorded.cell("03_softmax/row-length-sweep"):
+        moved = 2 * SWEEP_ELEMENTS * 4
+        copy = timing.bench(perf.copy_baseline(moved)).per_second(moved)
+        curves = {"softmax_kernel (yours)": [], "torch.softmax": [], "eager (5 operations)": []}
+        stats = []
+        for n_cols in tqdm(ROW_LENGTHS, desc="row length"):
+            x = torch.randn(SWEEP_ELEMENTS // n_cols, n_cols, device="cuda")
+            out = torch.empty_like(x)
+            rows, warps = launch_config(*x.shape)
+            stats.append((n_cols, rows, warps, *compiled_stats(x, out, rows, warps)))
+            runs = {"softmax_kernel (yours)": lambda x=x, out=out: softmax(x, out),
+                    "torch.softmax": lambda x=x: torch.softmax(x, dim=1),
+                    "eager (5 operations)": lambda x=x: softmax_eager(x)}
+            for name, fn in runs.items():
+                curves[name].append(timing.bench(fn).per_second(2 * x.nbytes) / 1e9)
+            del x, out
+        plots.curves(ROW_LENGTHS, curves, references={f"copy {copy / 1e9:.0f} GB/s": copy / 1e9},
+                     xlabel="row length N (float32 elements; the matrix holds 2**26 of them)",
+                     ylabel="GB/s (one read + one write of the matrix)",
+                     title=f"Softmax bandwidth against row length on {DEVICE.name}")
+        print(f"{'N':>6} {'row KiB':>8} {'ROWS':>5} {'warps':>6} {'regs/thread':>12} {'spilled':>8}")
+        for n_cols, rows, warps, regs, spills in stats:
+            print(f"{n_cols:>6} {4 * n_cols / 1024:>8.1f} {rows:>5} {warps:>6} {regs!s:>12} "
+                  f"{spills!s:>8}")
 else:
     print("On a GPU this cell sweeps the row length from 128 to 65536 and plots your kernel, "
           "torch.softmax and the eager version against the copy bandwidth.")
+    recorded.show("03_softmax/row-length-sweep")
 
 # %% [markdown]
 # Read the plot beside the table. Where does your kernel come closest to the copy line, and how

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, launches, perf, plots, results, roofline, timing
+from grader.runtime import checks, launches, perf, plots, recorded, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -68,15 +68,18 @@ def matmul_bytes(M, N, K, itemsize):
 
 
 MEASURED = DEVICE.supports("timing") and RUN_BENCHMARKS
-CEILINGS = roofline.measure_ceilings() if MEASURED else roofline.datasheet_h100()
-print(f"ceilings: {CEILINGS.source}")
-print(f"  memory {CEILINGS.bandwidth / 1e12:.2f} TB/s; " + ", ".join(
-    f"{p} {f / 1e12:.0f} TFLOP/s (ridge {CEILINGS.ridge(p):.0f} FLOP/B)"
-    for p, f in CEILINGS.flops.items()))
-for n in (1024, 4096, 8192):
-    ai = roofline.intensity(matmul_flops(n, n, n), matmul_bytes(n, n, n, 2))
-    print(f"n={n} float16: intensity {ai:.0f} FLOP/B -> "
-          f"{CEILINGS.bound(matmul_flops(n, n, n), matmul_bytes(n, n, n, 2))} bound")
+with recorded.cell("04_matmul/ceilings"):
+    CEILINGS = roofline.measure_ceilings() if MEASURED else roofline.datasheet_h100()
+    print(f"ceilings: {CEILINGS.source}")
+    print(f"  memory {CEILINGS.bandwidth / 1e12:.2f} TB/s; " + ", ".join(
+        f"{p} {f / 1e12:.0f} TFLOP/s (ridge {CEILINGS.ridge(p):.0f} FLOP/B)"
+        for p, f in CEILINGS.flops.items()))
+    for n in (1024, 4096, 8192):
+        ai = roofline.intensity(matmul_flops(n, n, n), matmul_bytes(n, n, n, 2))
+        print(f"n={n} float16: intensity {ai:.0f} FLOP/B -> "
+              f"{CEILINGS.bound(matmul_flops(n, n, n), matmul_bytes(n, n, n, 2))} bound")
+if not MEASURED:
+    recorded.show("04_matmul/ceilings")
 
 # %% [markdown]
 # ## v0 · Naive: one program per output element
@@ -148,23 +151,25 @@ def measure(label, fn, M, N, K, dtype=torch.float16):
 
 
 if MEASURED:
-    n = NAIVE_N
-    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    naive = measure(f"v0 naive ({n})", lambda: matmul_naive(a, b, c), n, n, n)
-    cublas = measure(f"cuBLAS ({n})", lambda: torch.matmul(a, b, out=c), n, n, n)
-    print(f"n={n} float16: v0 {naive.per_second(matmul_flops(n, n, n)) / 1e12:.2f} TFLOP/s, "
-          f"cuBLAS {cublas.per_second(matmul_flops(n, n, n)) / 1e12:.0f} TFLOP/s: v0 runs at "
-          f"{cublas.median_ms / naive.median_ms:.4f}x cuBLAS's speed")
-    scale = (SPEED_N / n) ** 3
-    requested = 2 * SPEED_N**3 * 2
-    print(f"at n={SPEED_N}: the work is {scale:.0f}x larger, so v0 would take about "
-          f"{naive.median_ms * scale / 1e3:.1f} s per call; it requests {requested / 1e9:.0f} GB, "
-          f"{requested / CEILINGS.bandwidth:.2f} s at the copy bandwidth even if none of it hit a cache")
+    with recorded.cell("04_matmul/naive-vs-cublas"):
+        n = NAIVE_N
+        a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        naive = measure(f"v0 naive ({n})", lambda: matmul_naive(a, b, c), n, n, n)
+        cublas = measure(f"cuBLAS ({n})", lambda: torch.matmul(a, b, out=c), n, n, n)
+        print(f"n={n} float16: v0 {naive.per_second(matmul_flops(n, n, n)) / 1e12:.2f} TFLOP/s, "
+              f"cuBLAS {cublas.per_second(matmul_flops(n, n, n)) / 1e12:.0f} TFLOP/s: v0 runs at "
+              f"{cublas.median_ms / naive.median_ms:.4f}x cuBLAS's speed")
+        scale = (SPEED_N / n) ** 3
+        requested = 2 * SPEED_N**3 * 2
+        print(f"at n={SPEED_N}: the work is {scale:.0f}x larger, so v0 would take about "
+              f"{naive.median_ms * scale / 1e3:.1f} s per call; it requests {requested / 1e9:.0f} GB, "
+              f"{requested / CEILINGS.bandwidth:.2f} s at the copy bandwidth even if none of it hit a cache")
 else:
     print("On a GPU this cell times v0 against cuBLAS at NAIVE_N and extrapolates its time to "
           "SPEED_N; here it has been validated only.")
+    recorded.show("04_matmul/naive-vs-cublas")
 
 # %% [markdown]
 # ## v1 · Blocked: tiles on chip, `tl.dot` on the tensor cores
@@ -631,36 +636,38 @@ VERSIONS = {
     "v2 grouped": dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=1),
 }
 if MEASURED:
-    n = LADDER_N
-    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    flops = matmul_flops(n, n, n)
-    cublas = measure(f"cuBLAS ({n})", lambda: torch.matmul(a, b, out=c), n, n, n)
-    for name, cfg in VERSIONS.items():
-        t = measure(f"{name} ({n})", lambda cfg=cfg: matmul(a, b, c, **cfg), n, n, n)
-        print(f"{name}: {t.per_second(flops) / 1e12:.0f} TFLOP/s, "
-              f"{cublas.median_ms / t.median_ms:.2f}x cuBLAS ({t})")
-    print(f"cuBLAS: {cublas.per_second(flops) / 1e12:.0f} TFLOP/s\n")
-    ptx_cases = [("float16", torch.float16, False),
-                 ("float32, input_precision='ieee'", torch.float32, False),
-                 ("float32, input_precision='tf32'", torch.float32, True)]
-    for label, dtype, tf32 in ptx_cases if DEVICE.is_gpu else []:  # PTX exists once compiled
-        cfg = DEFAULT_CONFIG[dtype]
-        x = torch.empty(256, 256, device=DEVICE.torch_device, dtype=dtype)
-        compiled = matmul_kernel.warmup(
-            x, x, x, 256, 256, 256, 256, 1, 256, 1, 256, 1, BLOCK_M=cfg["block_m"],
-            BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"],
-            INPUT_PRECISION="tf32" if tf32 else "ieee", num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"], grid=(1,))
-        ptx = compiled.asm["ptx"]
-        counts = ", ".join(f"{ptx.count(op)} {op}" for op in ("wgmma.mma_async", "mma.sync", "fma.rn.f32"))
-        print(f"PTX of matmul_kernel, {label}: {counts}")
+    with recorded.cell("04_matmul/v1-v2"):
+        n = LADDER_N
+        a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        flops = matmul_flops(n, n, n)
+        cublas = measure(f"cuBLAS ({n})", lambda: torch.matmul(a, b, out=c), n, n, n)
+        for name, cfg in VERSIONS.items():
+            t = measure(f"{name} ({n})", lambda cfg=cfg: matmul(a, b, c, **cfg), n, n, n)
+            print(f"{name}: {t.per_second(flops) / 1e12:.0f} TFLOP/s, "
+                  f"{cublas.median_ms / t.median_ms:.2f}x cuBLAS ({t})")
+        print(f"cuBLAS: {cublas.per_second(flops) / 1e12:.0f} TFLOP/s\n")
+        ptx_cases = [("float16", torch.float16, False),
+                     ("float32, input_precision='ieee'", torch.float32, False),
+                     ("float32, input_precision='tf32'", torch.float32, True)]
+        for label, dtype, tf32 in ptx_cases if DEVICE.is_gpu else []:  # PTX exists once compiled
+            cfg = DEFAULT_CONFIG[dtype]
+            x = torch.empty(256, 256, device=DEVICE.torch_device, dtype=dtype)
+            compiled = matmul_kernel.warmup(
+                x, x, x, 256, 256, 256, 256, 1, 256, 1, 256, 1, BLOCK_M=cfg["block_m"],
+                BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"],
+                INPUT_PRECISION="tf32" if tf32 else "ieee", num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"], grid=(1,))
+            ptx = compiled.asm["ptx"]
+            counts = ", ".join(f"{ptx.count(op)} {op}" for op in ("wgmma.mma_async", "mma.sync", "fma.rn.f32"))
+            print(f"PTX of matmul_kernel, {label}: {counts}")
 else:
     for cfg in VERSIONS.values():
         check_matmul(lambda a, b, out, cfg=cfg: matmul(a, b, out, **cfg), 70, 90, 130,
                      torch.float16, trials=1)
     print("v1 and v2 validated in the interpreter; on a GPU this cell times both against cuBLAS.")
+    recorded.show("04_matmul/v1-v2")
 
 # %% [markdown]
 # ## v3 · Software pipelining and warps
@@ -680,28 +687,29 @@ else:
 STAGES = [1, 2, 3, 4]
 WARPS = [4, 8]
 if MEASURED:
-    n = LADDER_N
-    flops = matmul_flops(n, n, n)
-    sweep = np.full((len(WARPS), len(STAGES)), np.nan)
-    combos = [(w, s) for w in WARPS for s in STAGES]
-    for w, s in tqdm(combos, desc="num_warps x num_stages"):
-        cfg = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=w, num_stages=s)
-        try:
-            t = timing.bench(lambda cfg=cfg: matmul(a, b, c, **cfg))
-        except triton.runtime.OutOfResources as exc:  # does not fit: leave the cell blank
-            print(f"num_warps={w}, num_stages={s}: {exc}")
-            continue
-        sweep[WARPS.index(w), STAGES.index(s)] = t.per_second(flops) / 1e12
-    best_w, best_s = np.unravel_index(np.nanargmax(sweep), sweep.shape)
-    VERSIONS["v3 pipelined"] = dict(block_m=128, block_n=128, block_k=64, group_m=8,
-                                    num_warps=WARPS[best_w], num_stages=STAGES[best_s])
-    VERSIONS["v3 large tile"] = DEFAULT_CONFIG[torch.float16]
-    for name in ("v3 pipelined", "v3 large tile"):
-        t = measure(f"{name} ({n})", lambda name=name: matmul(a, b, c, **VERSIONS[name]), n, n, n)
-        print(f"{name} {VERSIONS[name]}: {t.per_second(flops) / 1e12:.0f} TFLOP/s, "
-              f"{LADDER[f'cuBLAS ({n})'].seconds * 1e3 / t.median_ms:.2f}x cuBLAS")
-    plots.heatmap(sweep, STAGES, WARPS, xlabel="num_stages", ylabel="num_warps",
-                  title=f"TFLOP/s, 128x128x64 tiles, n={n}, float16")
+    with recorded.cell("04_matmul/stages-warps"):
+        n = LADDER_N
+        flops = matmul_flops(n, n, n)
+        sweep = np.full((len(WARPS), len(STAGES)), np.nan)
+        combos = [(w, s) for w in WARPS for s in STAGES]
+        for w, s in tqdm(combos, desc="num_warps x num_stages"):
+            cfg = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=w, num_stages=s)
+            try:
+                t = timing.bench(lambda cfg=cfg: matmul(a, b, c, **cfg))
+            except triton.runtime.OutOfResources as exc:  # does not fit: leave the cell blank
+                print(f"num_warps={w}, num_stages={s}: {exc}")
+                continue
+            sweep[WARPS.index(w), STAGES.index(s)] = t.per_second(flops) / 1e12
+        best_w, best_s = np.unravel_index(np.nanargmax(sweep), sweep.shape)
+        VERSIONS["v3 pipelined"] = dict(block_m=128, block_n=128, block_k=64, group_m=8,
+                                        num_warps=WARPS[best_w], num_stages=STAGES[best_s])
+        VERSIONS["v3 large tile"] = DEFAULT_CONFIG[torch.float16]
+        for name in ("v3 pipelined", "v3 large tile"):
+            t = measure(f"{name} ({n})", lambda name=name: matmul(a, b, c, **VERSIONS[name]), n, n, n)
+            print(f"{name} {VERSIONS[name]}: {t.per_second(flops) / 1e12:.0f} TFLOP/s, "
+                  f"{LADDER[f'cuBLAS ({n})'].seconds * 1e3 / t.median_ms:.2f}x cuBLAS")
+        plots.heatmap(sweep, STAGES, WARPS, xlabel="num_stages", ylabel="num_warps",
+                      title=f"TFLOP/s, 128x128x64 tiles, n={n}, float16")
 else:
     for s, w in [(1, 4), (3, 8)]:
         cfg = dict(block_m=64, block_n=32, block_k=16, group_m=8, num_warps=w, num_stages=s)
@@ -709,6 +717,7 @@ else:
                      torch.float16, trials=1)
     print("The interpreter ignores num_stages and num_warps (they are compiler settings): the "
           "results are validated here, and a GPU run measures the sweep.")
+    recorded.show("04_matmul/stages-warps")
 
 # %% [markdown]
 # ## The ladder on the roofline
@@ -720,16 +729,18 @@ else:
 
 # %%
 if MEASURED and LADDER:
-    roofline.show(CEILINGS, list(LADDER.values()), precision="fp16",
-                  title=f"The matmul ladder on {DEVICE.name} (float16)")
-    for point in LADDER.values():
-        print(f"{point.label:28s} {point.achieved / 1e12:7.1f} TFLOP/s")
-    best = max((p for p in LADDER.values() if p.label.startswith("v3")), key=lambda p: p.achieved)
-    results.record("04_matmul", f"matmul {best.label}", flops=best.flops,
-                   bytes_moved=best.bytes_moved, seconds=best.seconds, precision="fp16")
+    with recorded.cell("04_matmul/ladder-roofline"):
+        roofline.show(CEILINGS, list(LADDER.values()), precision="fp16",
+                      title=f"The matmul ladder on {DEVICE.name} (float16)")
+        for point in LADDER.values():
+            print(f"{point.label:28s} {point.achieved / 1e12:7.1f} TFLOP/s")
+        best = max((p for p in LADDER.values() if p.label.startswith("v3")), key=lambda p: p.achieved)
+        results.record("04_matmul", f"matmul {best.label}", flops=best.flops,
+                       bytes_moved=best.bytes_moved, seconds=best.seconds, precision="fp16")
 else:
     print("On a GPU this cell places v0-v3 and cuBLAS on the measured roofline; the interpreter "
           "has nothing to time.")
+    recorded.show("04_matmul/ladder-roofline")
 
 # %% [markdown]
 # ## Dtypes: float32, TF32, float16, bfloat16
@@ -791,36 +802,38 @@ def torch_tf32(enabled):
 
 
 if MEASURED:
-    n = DTYPE_N
-    flops = matmul_flops(n, n, n)
-    rows = []
-    cases = [("float32 (IEEE)", torch.float32, False), ("float32 via TF32", torch.float32, True),
-             ("float16", torch.float16, False)]
-    cases += [("bfloat16", torch.bfloat16, False)] if DEVICE.supports("bf16") else []
-    times = {}
-    for label, dtype, tf32 in tqdm(cases, desc="dtypes"):
-        a = torch.randn(n, n, device=DEVICE.torch_device).to(dtype)
-        b = torch.randn(n, n, device=DEVICE.torch_device).to(dtype)
-        c = torch.empty(n, n, device=DEVICE.torch_device, dtype=dtype)
-        exact = a.double() @ b.double()
-        with torch_tf32(tf32):
-            theirs = timing.bench(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
-            their_err = float((c.double() - exact).abs().max() / exact.abs().max())
-        mine = timing.bench(lambda a=a, b=b, c=c, tf32=tf32: matmul(a, b, c, tf32=tf32))
-        my_err = float((c.double() - exact).abs().max() / exact.abs().max())
-        times[label] = (mine.median_ms, theirs.median_ms)
-        print(f"{label:18s} torch {theirs.per_second(flops) / 1e12:6.0f} TFLOP/s (error {their_err:.1e})"
-              f"   yours {mine.per_second(flops) / 1e12:6.0f} TFLOP/s (error {my_err:.1e})")
-    misleading = times["float32 (IEEE)"][1] / times["float32 via TF32"][0]
-    honest = times["float32 via TF32"][1] / times["float32 via TF32"][0]
-    print(f"\nyour TF32 kernel against torch's float32 default: {misleading:.2f}x its speed "
-          "(TF32 against IEEE float32: not like for like)")
-    print(f"your TF32 kernel against torch with TF32 allowed: {honest:.2f}x its speed (like for like)")
+    with recorded.cell("04_matmul/dtypes"):
+        n = DTYPE_N
+        flops = matmul_flops(n, n, n)
+        rows = []
+        cases = [("float32 (IEEE)", torch.float32, False), ("float32 via TF32", torch.float32, True),
+                 ("float16", torch.float16, False)]
+        cases += [("bfloat16", torch.bfloat16, False)] if DEVICE.supports("bf16") else []
+        times = {}
+        for label, dtype, tf32 in tqdm(cases, desc="dtypes"):
+            a = torch.randn(n, n, device=DEVICE.torch_device).to(dtype)
+            b = torch.randn(n, n, device=DEVICE.torch_device).to(dtype)
+            c = torch.empty(n, n, device=DEVICE.torch_device, dtype=dtype)
+            exact = a.double() @ b.double()
+            with torch_tf32(tf32):
+                theirs = timing.bench(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
+                their_err = float((c.double() - exact).abs().max() / exact.abs().max())
+            mine = timing.bench(lambda a=a, b=b, c=c, tf32=tf32: matmul(a, b, c, tf32=tf32))
+            my_err = float((c.double() - exact).abs().max() / exact.abs().max())
+            times[label] = (mine.median_ms, theirs.median_ms)
+            print(f"{label:18s} torch {theirs.per_second(flops) / 1e12:6.0f} TFLOP/s (error {their_err:.1e})"
+                  f"   yours {mine.per_second(flops) / 1e12:6.0f} TFLOP/s (error {my_err:.1e})")
+        misleading = times["float32 (IEEE)"][1] / times["float32 via TF32"][0]
+        honest = times["float32 via TF32"][1] / times["float32 via TF32"][0]
+        print(f"\nyour TF32 kernel against torch's float32 default: {misleading:.2f}x its speed "
+              "(TF32 against IEEE float32: not like for like)")
+        print(f"your TF32 kernel against torch with TF32 allowed: {honest:.2f}x its speed (like for like)")
 else:
     print("On a GPU this cell times torch.matmul and your kernel in float32 (IEEE), TF32, float16 "
           "and bfloat16, with the error of each against float64, and shows how a TF32 kernel "
           "'beats' torch's float32 default; the interpreter cannot time, and computes tl.dot in "
           "float32 whatever input_precision says.")
+    recorded.show("04_matmul/dtypes")
 
 # %% [markdown]
 # ## Coalescing in matmul: transposed operands and strides
@@ -849,36 +862,38 @@ checks.compare(matmul(a_small, b_t, out_small), a_small.double() @ b_t.double(),
 print("matmul on the transposed view is correct, and no copy was made")
 
 if MEASURED:
-    layouts = {}
-    n = SPEED_N
-    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    a_col, b_col = a.t().contiguous().t(), b.t().contiguous().t()  # same values, column-major
-    runs = {
-        "A, B row-major": lambda: matmul(a, b, c),
-        "B column-major (transposed view)": lambda: matmul(a, b_col, c),
-        "A column-major (transposed view)": lambda: matmul(a_col, b, c),
-        "B column-major, copied first": lambda: matmul(a, b_col.contiguous(), c),
-    }
-    flops = matmul_flops(n, n, n)
-    for name, fn in tqdm(runs.items(), desc="layouts"):
-        layouts[name] = timing.bench(fn)
-    base_ms = layouts["A, B row-major"].median_ms
-    for name, t in layouts.items():
-        print(f"blocked, n={n}: {name:34s} {t.per_second(flops) / 1e12:5.0f} TFLOP/s "
-              f"({t.median_ms / base_ms:.2f}x the time)")
-    n = NAIVE_N
-    a, b, c = a[:n, :n].contiguous(), b[:n, :n].contiguous(), c[:n, :n].contiguous()
-    b_col = b.t().contiguous().t()
-    row = timing.bench(lambda: matmul_naive(a, b, c))
-    col = timing.bench(lambda: matmul_naive(a, b_col, c))
-    print(f"naive v0, n={n}: B row-major {row.median_ms:.3f} ms, B column-major "
-          f"{col.median_ms:.3f} ms (column-major takes {col.median_ms / row.median_ms:.2f}x the "
-          "time of row-major)")
+    with recorded.cell("04_matmul/layouts"):
+        layouts = {}
+        n = SPEED_N
+        a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        a_col, b_col = a.t().contiguous().t(), b.t().contiguous().t()  # same values, column-major
+        runs = {
+            "A, B row-major": lambda: matmul(a, b, c),
+            "B column-major (transposed view)": lambda: matmul(a, b_col, c),
+            "A column-major (transposed view)": lambda: matmul(a_col, b, c),
+            "B column-major, copied first": lambda: matmul(a, b_col.contiguous(), c),
+        }
+        flops = matmul_flops(n, n, n)
+        for name, fn in tqdm(runs.items(), desc="layouts"):
+            layouts[name] = timing.bench(fn)
+        base_ms = layouts["A, B row-major"].median_ms
+        for name, t in layouts.items():
+            print(f"blocked, n={n}: {name:34s} {t.per_second(flops) / 1e12:5.0f} TFLOP/s "
+                  f"({t.median_ms / base_ms:.2f}x the time)")
+        n = NAIVE_N
+        a, b, c = a[:n, :n].contiguous(), b[:n, :n].contiguous(), c[:n, :n].contiguous()
+        b_col = b.t().contiguous().t()
+        row = timing.bench(lambda: matmul_naive(a, b, c))
+        col = timing.bench(lambda: matmul_naive(a, b_col, c))
+        print(f"naive v0, n={n}: B row-major {row.median_ms:.3f} ms, B column-major "
+              f"{col.median_ms:.3f} ms (column-major takes {col.median_ms / row.median_ms:.2f}x the "
+              "time of row-major)")
 else:
     print("On a GPU this cell times the blocked kernel with each operand row- or column-major "
           "(and with a copy first), and v0 with B in both layouts.")
+    recorded.show("04_matmul/layouts")
 
 # %% [markdown]
 # ## Summary

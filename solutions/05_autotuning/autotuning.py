@@ -31,7 +31,7 @@ import triton
 from IPython.display import display
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, perf, timing
+from grader.runtime import checks, perf, recorded, timing
 from grader.runtime.widgets import autotune as autotune_widget
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
@@ -287,11 +287,13 @@ for cfg in gemm.configs():
             INPUT_PRECISION="ieee", grid=(1,), **cfg.all_kwargs())
         compiled = kernel.metadata.shared
     rows.append((gemm.describe(cfg), model / 1024, compiled / 1024))
-print(f"{'config (float16)':28s} {'model KB':>9s} {'compiler KB':>12s}   limit {SMEM_LIMIT / 1024:.0f} KB")
-for name, model_kb, compiled_kb in rows:
-    print(f"{name:28s} {model_kb:9.0f} {compiled_kb:12.0f}")
+with recorded.cell("05_autotuning/compiled-smem"):
+    print(f"{'config (float16)':28s} {'model KB':>9s} {'compiler KB':>12s}   limit {SMEM_LIMIT / 1024:.0f} KB")
+    for name, model_kb, compiled_kb in rows:
+        print(f"{name:28s} {model_kb:9.0f} {compiled_kb:12.0f}")
 if not DEVICE.is_gpu:
     print("(the compiler's column needs a GPU: the interpreter does not compile)")
+    recorded.show("05_autotuning/compiled-smem")
 
 # %% [markdown]
 # ## The config space
@@ -420,26 +422,28 @@ print("hidden tests passed")
 # %%
 TUNING = {}
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    M, N, K = SHAPES["square"]
-    a = torch.randn(M, K, device=DEVICE.torch_device, dtype=torch.float16)
-    b = torch.randn(K, N, device=DEVICE.torch_device, dtype=torch.float16)
-    c = torch.empty(M, N, device=DEVICE.torch_device, dtype=torch.float16)
-    start = time.perf_counter()
-    matmul(a, b, c)
-    if DEVICE.is_gpu:
-        torch.cuda.synchronize()  # the kernel has finished, not only been queued
-    TUNING["first call s"] = time.perf_counter() - start
-    tuned = timing.bench(lambda: matmul(a, b, c))
-    TUNING["tuned ms"] = tuned.median_ms
-    print(f"{M}x{N}x{K}: the first call took {TUNING['first call s']:.2f} s to compile (what "
-          f"Triton's kernel cache did not hold yet) and time {len(prune_configs(SPACE, {'a_ptr': a}))} "
-          f"configs; later calls "
-          f"{tuned.median_ms * 1e3:.0f} us each, {tuned.per_second(flops(M, N, K)) / 1e12:.0f} TFLOP/s")
-    print(f"the first call cost as much as {TUNING['first call s'] * 1e3 / tuned.median_ms:,.0f} tuned calls")
-    print(f"chosen: {gemm.describe(matmul_tuned.best_config)}; cached keys: {len(matmul_tuned.cache)}")
+    with recorded.cell("05_autotuning/tuning-cost"):
+        M, N, K = SHAPES["square"]
+        a = torch.randn(M, K, device=DEVICE.torch_device, dtype=torch.float16)
+        b = torch.randn(K, N, device=DEVICE.torch_device, dtype=torch.float16)
+        c = torch.empty(M, N, device=DEVICE.torch_device, dtype=torch.float16)
+        start = time.perf_counter()
+        matmul(a, b, c)
+        if DEVICE.is_gpu:
+            torch.cuda.synchronize()  # the kernel has finished, not only been queued
+        TUNING["first call s"] = time.perf_counter() - start
+        tuned = timing.bench(lambda: matmul(a, b, c))
+        TUNING["tuned ms"] = tuned.median_ms
+        print(f"{M}x{N}x{K}: the first call took {TUNING['first call s']:.2f} s to compile (what "
+              f"Triton's kernel cache did not hold yet) and time {len(prune_configs(SPACE, {'a_ptr': a}))} "
+              f"configs; later calls "
+              f"{tuned.median_ms * 1e3:.0f} us each, {tuned.per_second(flops(M, N, K)) / 1e12:.0f} TFLOP/s")
+        print(f"the first call cost as much as {TUNING['first call s'] * 1e3 / tuned.median_ms:,.0f} tuned calls")
+        print(f"chosen: {gemm.describe(matmul_tuned.best_config)}; cached keys: {len(matmul_tuned.cache)}")
 else:
     print("On a GPU this cell times the first, tuning call against the tuned calls; the "
           "interpreter cannot time anything.")
+    recorded.show("05_autotuning/tuning-cost")
 
 # %% [markdown]
 # ## Host time per call
@@ -472,14 +476,16 @@ def host_and_gpu_us(M, N, K):
 
 
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    for M, N, K in [(512, 512, 512), SHAPES["square"]]:
-        for name, (host_us, gpu_us) in host_and_gpu_us(M, N, K).items():
-            bound = "host-bound" if host_us > gpu_us else "GPU-bound"
-            print(f"{M}x{N}x{K} {name:12s}: host {host_us:5.1f} us per call, "
-                  f"GPU {gpu_us:7.1f} us per call: {bound}")
+    with recorded.cell("05_autotuning/host-vs-gpu"):
+        for M, N, K in [(512, 512, 512), SHAPES["square"]]:
+            for name, (host_us, gpu_us) in host_and_gpu_us(M, N, K).items():
+                bound = "host-bound" if host_us > gpu_us else "GPU-bound"
+                print(f"{M}x{N}x{K} {name:12s}: host {host_us:5.1f} us per call, "
+                      f"GPU {gpu_us:7.1f} us per call: {bound}")
 else:
     print("On a GPU this cell sets each call's host time beside its GPU time; the interpreter "
           "cannot time anything.")
+    recorded.show("05_autotuning/host-vs-gpu")
 
 # %% [markdown]
 # ### Speed (graded on a GPU)
@@ -532,30 +538,33 @@ grade_shape("odd")
 
 # %%
 HEATMAP = []
-if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    n = HEATMAP_N
-    a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
-    grid = [(bm, bn, s) for bm, bn in [(128, 128), (128, 256), (256, 128)] for s in (2, 3, 4)]
-    for bm, bn, s in tqdm(grid, desc="configs"):
-        cfg = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8},
-                            num_warps=8, num_stages=s)
-        row = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "num_warps": 8, "num_stages": s,
-               "smem_kb": smem_bytes(bm, bn, 64, s, 2) / 1024, "shape": f"{n}x{n}x{n}"}
-        try:
-            t = timing.bench(lambda cfg=cfg: launch_config(cfg)(a, b, c))
-            row["tflops"] = t.per_second(flops(n, n, n)) / 1e12
-        except triton.runtime.OutOfResources:
-            row["tflops"] = math.nan
-        HEATMAP.append(row)
-    table, value = HEATMAP, "tflops"
-else:  # the model over the full space, 8 warps
-    table = [{**c, "smem_kb": smem_bytes(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"],
-                                         c["num_stages"], 2) / 1024}
-             for c in gemm.FULL if c["num_warps"] == 8]
-    value = "smem_kb"
-autotune_widget.show(table, "num_stages", value)
+with recorded.cell("05_autotuning/heatmap"):
+    if DEVICE.supports("timing") and RUN_BENCHMARKS:
+        n = HEATMAP_N
+        a = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        b = torch.randn(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        c = torch.empty(n, n, device=DEVICE.torch_device, dtype=torch.float16)
+        grid = [(bm, bn, s) for bm, bn in [(128, 128), (128, 256), (256, 128)] for s in (2, 3, 4)]
+        for bm, bn, s in tqdm(grid, desc="configs"):
+            cfg = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8},
+                                num_warps=8, num_stages=s)
+            row = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "num_warps": 8, "num_stages": s,
+                   "smem_kb": smem_bytes(bm, bn, 64, s, 2) / 1024, "shape": f"{n}x{n}x{n}"}
+            try:
+                t = timing.bench(lambda cfg=cfg: launch_config(cfg)(a, b, c))
+                row["tflops"] = t.per_second(flops(n, n, n)) / 1e12
+            except triton.runtime.OutOfResources:
+                row["tflops"] = math.nan
+            HEATMAP.append(row)
+        table, value = HEATMAP, "tflops"
+    else:  # the model over the full space, 8 warps
+        table = [{**c, "smem_kb": smem_bytes(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"],
+                                             c["num_stages"], 2) / 1024}
+                 for c in gemm.FULL if c["num_warps"] == 8]
+        value = "smem_kb"
+    autotune_widget.show(table, "num_stages", value)
+if not HEATMAP:
+    recorded.show("05_autotuning/heatmap")
 display(autotune_widget.explore(table, value=value))
 
 # %% [markdown]
@@ -578,25 +587,27 @@ def first_config_time(a, b, c):
 
 
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    problems = [*SHAPES.values(), *MORE_SHAPES]
-    for M, N, K in tqdm(problems, desc="shapes"):
-        a = torch.randn(M, K, device=DEVICE.torch_device, dtype=torch.float16)
-        b = torch.randn(K, N, device=DEVICE.torch_device, dtype=torch.float16)
-        c = torch.empty(M, N, device=DEVICE.torch_device, dtype=torch.float16)
-        matmul(a, b, c)  # tunes if this key is new
-        best = gemm.describe(matmul_tuned.best_config)
-        mine = timing.bench(lambda a=a, b=b, c=c: matmul(a, b, c))
-        fixed = first_config_time(a, b, c)
-        theirs = timing.bench(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
-        print(f"{f'{M}x{N}x{K}':>17s} best {best:22s} {mine.per_second(flops(M, N, K)) / 1e12:5.0f} "
-              f"TFLOP/s = {theirs.median_ms / mine.median_ms:.2f}x cuBLAS; the first config of the "
-              f"list takes {fixed.median_ms / mine.median_ms:.2f}x the tuned time")
-        if (M, N, K) == SHAPES["square"]:
-            TUNING["fixed ms"] = fixed.median_ms
-        del a, b, c
+    with recorded.cell("05_autotuning/per-shape"):
+        problems = [*SHAPES.values(), *MORE_SHAPES]
+        for M, N, K in tqdm(problems, desc="shapes"):
+            a = torch.randn(M, K, device=DEVICE.torch_device, dtype=torch.float16)
+            b = torch.randn(K, N, device=DEVICE.torch_device, dtype=torch.float16)
+            c = torch.empty(M, N, device=DEVICE.torch_device, dtype=torch.float16)
+            matmul(a, b, c)  # tunes if this key is new
+            best = gemm.describe(matmul_tuned.best_config)
+            mine = timing.bench(lambda a=a, b=b, c=c: matmul(a, b, c))
+            fixed = first_config_time(a, b, c)
+            theirs = timing.bench(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
+            print(f"{f'{M}x{N}x{K}':>17s} best {best:22s} {mine.per_second(flops(M, N, K)) / 1e12:5.0f} "
+                  f"TFLOP/s = {theirs.median_ms / mine.median_ms:.2f}x cuBLAS; the first config of the "
+                  f"list takes {fixed.median_ms / mine.median_ms:.2f}x the tuned time")
+            if (M, N, K) == SHAPES["square"]:
+                TUNING["fixed ms"] = fixed.median_ms
+            del a, b, c
 else:
     print("On a GPU this cell lists the winning config and its speed against cuBLAS for each "
           "shape; the interpreter cannot time.")
+    recorded.show("05_autotuning/per-shape")
 
 # %% [markdown]
 # ## When not to tune
@@ -610,15 +621,17 @@ else:
 
 # %%
 if {"first call s", "tuned ms", "fixed ms"} <= TUNING.keys():
-    saved_ms = TUNING["fixed ms"] - TUNING["tuned ms"]
-    if saved_ms > 0:
-        print(f"tuning cost {TUNING['first call s']:.2f} s and saves {saved_ms * 1e3:.1f} us per call "
-              f"on {SHAPES['square']}: it pays after {TUNING['first call s'] * 1e3 / saved_ms:,.0f} calls")
-    else:
-        print(f"on {SHAPES['square']} the first config of the list was already the fastest: the "
-              f"{TUNING['first call s']:.2f} s of tuning bought nothing for this shape")
+    with recorded.cell("05_autotuning/break-even"):
+        saved_ms = TUNING["fixed ms"] - TUNING["tuned ms"]
+        if saved_ms > 0:
+            print(f"tuning cost {TUNING['first call s']:.2f} s and saves {saved_ms * 1e3:.1f} us per call "
+                  f"on {SHAPES['square']}: it pays after {TUNING['first call s'] * 1e3 / saved_ms:,.0f} calls")
+        else:
+            print(f"on {SHAPES['square']} the first config of the list was already the fastest: the "
+                  f"{TUNING['first call s']:.2f} s of tuning bought nothing for this shape")
 else:
     print("On a GPU this cell divides the measured tuning cost by the time tuning saves per call.")
+    recorded.show("05_autotuning/break-even")
 
 # %% [markdown]
 # ## Summary

@@ -28,7 +28,7 @@ import triton.language as tl
 from IPython.display import display
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, integrity, perf, plots, results, timing
+from grader.runtime import checks, integrity, perf, plots, recorded, results, timing
 from grader.runtime.widgets import online_softmax as walk
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
@@ -562,33 +562,35 @@ for what, make in cases.items():
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    copy = perf.copy_baseline(2 * BENCH_BYTES)
-    copy_gbs = timing.bench(copy).per_second(2 * BENCH_BYTES) / 1e9
-    kernels = {"torch.softmax": (lambda x, out: torch.softmax(x, 1), 2),
-               "three-pass kernel": (softmax_three_pass_triton, 4),
-               "online kernel (yours)": (long_softmax, 3)}
-    useful = {name: [] for name in kernels}
-    for n in tqdm(ROW_LENGTHS, desc="row lengths"):
-        x = torch.randn(BENCH_BYTES // (4 * n), n, device="cuda")
-        out = torch.empty_like(x)
-        for name, (fn, passes) in kernels.items():
-            t = timing.bench(lambda fn=fn, x=x, out=out: fn(x, out))
-            useful[name].append(t.per_second(2 * x.nbytes) / 1e9)
-            print(f"n={n:6d} {name:22s} {t.median_ms * 1e3:7.1f} us  moves {passes}x row bytes:"
-                  f" {t.per_second(passes * x.nbytes) / 1e9:5.0f} GB/s actual, "
-                  f"{useful[name][-1]:5.0f} GB/s useful")
-        if n == ROW_LENGTHS[-1]:
-            t = timing.bench(lambda x=x, out=out: long_softmax(x, out))
-            # for 08's roofline, counting 10 FLOPs per element (max, 3 subtractions,
-            # 3 exponentials, 2 multiplications, 1 addition)
-            results.record("06_online_softmax", "long-row softmax", flops=10 * x.numel(),
-                           bytes_moved=3 * x.nbytes, seconds=t.median_ms * 1e-3)
-    plots.curves(ROW_LENGTHS, useful, references={f"copy {copy_gbs:.0f} GB/s": copy_gbs},
-                 xlabel="row length (float32 columns)", ylabel="useful GB/s (2 x row bytes / time)",
-                 title=f"Long-row softmax on {DEVICE.name}")
+    with recorded.cell("06_online_softmax/long-rows"):
+        copy = perf.copy_baseline(2 * BENCH_BYTES)
+        copy_gbs = timing.bench(copy).per_second(2 * BENCH_BYTES) / 1e9
+        kernels = {"torch.softmax": (lambda x, out: torch.softmax(x, 1), 2),
+                   "three-pass kernel": (softmax_three_pass_triton, 4),
+                   "online kernel (yours)": (long_softmax, 3)}
+        useful = {name: [] for name in kernels}
+        for n in tqdm(ROW_LENGTHS, desc="row lengths"):
+            x = torch.randn(BENCH_BYTES // (4 * n), n, device="cuda")
+            out = torch.empty_like(x)
+            for name, (fn, passes) in kernels.items():
+                t = timing.bench(lambda fn=fn, x=x, out=out: fn(x, out))
+                useful[name].append(t.per_second(2 * x.nbytes) / 1e9)
+                print(f"n={n:6d} {name:22s} {t.median_ms * 1e3:7.1f} us  moves {passes}x row bytes:"
+                      f" {t.per_second(passes * x.nbytes) / 1e9:5.0f} GB/s actual, "
+                      f"{useful[name][-1]:5.0f} GB/s useful")
+            if n == ROW_LENGTHS[-1]:
+                t = timing.bench(lambda x=x, out=out: long_softmax(x, out))
+                # for 08's roofline, counting 10 FLOPs per element (max, 3 subtractions,
+                # 3 exponentials, 2 multiplications, 1 addition)
+                results.record("06_online_softmax", "long-row softmax", flops=10 * x.numel(),
+                               bytes_moved=3 * x.nbytes, seconds=t.median_ms * 1e-3)
+        plots.curves(ROW_LENGTHS, useful, references={f"copy {copy_gbs:.0f} GB/s": copy_gbs},
+                     xlabel="row length (float32 columns)", ylabel="useful GB/s (2 x row bytes / time)",
+                     title=f"Long-row softmax on {DEVICE.name}")
 else:
     print("On a GPU this cell times torch.softmax, the three-pass kernel and your online kernel "
           "on long rows and plots their bandwidth against the copy bandwidth.")
+    recorded.show("06_online_softmax/long-rows")
 
 # %% [markdown]
 # ### Speed (graded on a GPU)

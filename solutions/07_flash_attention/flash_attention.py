@@ -30,7 +30,7 @@ import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, integrity, perf, plots, results, roofline, timing
+from grader.runtime import checks, integrity, perf, plots, recorded, results, roofline, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 
@@ -128,7 +128,13 @@ def memory_sweep(lengths, b=1, h=8, d=64):
     return curves
 
 
-memory = memory_sweep(MEMORY_LENGTHS)
+if DEVICE.is_gpu:
+    with recorded.cell("07_flash_attention/memory"):
+        memory = memory_sweep(MEMORY_LENGTHS)
+else:
+    memory = memory_sweep(MEMORY_LENGTHS)
+    print("\nMeasured on a GPU:")
+    recorded.show("07_flash_attention/memory")
 
 # %% [markdown]
 # Each doubling of N multiplies the naive curve by 4: quadratic, as counted. FlashAttention's
@@ -666,25 +672,27 @@ def compare_attention(b, h, n, d):
 
 
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    b, h, n = SPEED_BHN
-    ceilings = roofline.measure_ceilings(precisions=("fp16",))
-    points, table = [], []
-    for d in tqdm((64, 128), desc="head dims"):
-        for name, causal, seconds, flops, moved in compare_attention(b, h, n, d):
-            label = f"{name}, D={d}{', causal' if causal else ''}"
-            table.append((label, flops / seconds / 1e12, seconds * 1e3))
-            if not causal:
-                points.append(roofline.Point(f"{name} D={d}", flops, moved, seconds))
-            if name == "yours":
-                results.record("07_flash_attention", f"flash attention D={d} causal={causal}",
-                               flops=flops, bytes_moved=moved, seconds=seconds,
-                               precision="fp16")
-    for label, tflops, ms in table:
-        print(f"{label:42s} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s")
-    roofline.show(ceilings, points, title=f"Attention, (B, H, N) = {SPEED_BHN}, non-causal")
+    with recorded.cell("07_flash_attention/attention-roofline"):
+        b, h, n = SPEED_BHN
+        ceilings = roofline.measure_ceilings(precisions=("fp16",))
+        points, table = [], []
+        for d in tqdm((64, 128), desc="head dims"):
+            for name, causal, seconds, flops, moved in compare_attention(b, h, n, d):
+                label = f"{name}, D={d}{', causal' if causal else ''}"
+                table.append((label, flops / seconds / 1e12, seconds * 1e3))
+                if not causal:
+                    points.append(roofline.Point(f"{name} D={d}", flops, moved, seconds))
+                if name == "yours":
+                    results.record("07_flash_attention", f"flash attention D={d} causal={causal}",
+                                   flops=flops, bytes_moved=moved, seconds=seconds,
+                                   precision="fp16")
+        for label, tflops, ms in table:
+            print(f"{label:42s} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s")
+        roofline.show(ceilings, points, title=f"Attention, (B, H, N) = {SPEED_BHN}, non-causal")
 else:
     print("On a GPU this cell times naive, compiled, SDPA flash and cuDNN attention and your "
           "kernel, and places them on the measured roofline.")
+    recorded.show("07_flash_attention/attention-roofline")
 
 # %% [markdown]
 # For scale: the FlashAttention-3 paper (Shah et al. 2024) reports FlashAttention-2 at about 35%

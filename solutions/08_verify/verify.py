@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from grader.runtime import attention as attn
-from grader.runtime import checks, integrity, llm, results, roofline, verify
+from grader.runtime import checks, integrity, llm, recorded, results, roofline, verify
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -490,23 +490,25 @@ print("launched attention_kernel, called no reference, right for causal and not"
 # %%
 SPEED = None
 if DEVICE.supports("timing"):  # graded below, so it runs whatever RUN_BENCHMARKS says
-    SPEED = integrity.measure_isolated(
-        [attention_inner, attention_kernel, attention],
-        launcher="attention",
-        kernels=["attention_kernel"],
-        problem="grader.runtime.attention:speed_problem",
-        params=SPEED_SHAPE,
-        timeout=300,
-    )
-    print(SPEED)
-    if SPEED.ok:
-        for variant, label in (("non-causal", "attention"), ("causal", "attention causal")):
-            results.record("08_verify", label, flops=SPEED.flops[variant],
-                           bytes_moved=SPEED.bytes_moved, seconds=SPEED.seconds(variant),
-                           precision="fp16")
+    with recorded.cell("08_verify/isolated-speed"):
+        SPEED = integrity.measure_isolated(
+            [attention_inner, attention_kernel, attention],
+            launcher="attention",
+            kernels=["attention_kernel"],
+            problem="grader.runtime.attention:speed_problem",
+            params=SPEED_SHAPE,
+            timeout=300,
+        )
+        print(SPEED)
+        if SPEED.ok:
+            for variant, label in (("non-causal", "attention"), ("causal", "attention causal")):
+                results.record("08_verify", label, flops=SPEED.flops[variant],
+                               bytes_moved=SPEED.bytes_moved, seconds=SPEED.seconds(variant),
+                               precision="fp16")
 else:
     print("Speed is measured on a GPU: there, a separate process times your kernel against "
           "eager attention and SDPA's FlashAttention backend at N=4096, D=64, fp16.")
+    recorded.show("08_verify/isolated-speed")
 
 # %% nbgrader={"grade": true, "grade_id": "speed-attention-naive", "points": 1}
 integrity.grade(SPEED, "naive", at_least=3.0, points=1)
@@ -558,25 +560,29 @@ if endpoint is not None:
 # GPU, or the H100 datasheet's (labelled so) elsewhere.
 
 # %%
-entries = results.load(DEVICE.name) if DEVICE.is_gpu else results.load()
-if DEVICE.supports("timing") and RUN_BENCHMARKS:
-    ceilings = roofline.measure_ceilings(precisions=("fp16", "tf32", "fp32"))
-else:
-    ceilings = roofline.datasheet_h100()
-points = [
-    roofline.Point(f"{e.notebook[:2]} {e.kernel}", e.flops, e.bytes_moved, e.seconds,
-                   style={"color": f"C{int(e.notebook[:2]) % 10}"})
-    for e in entries
-]
-for e, p in zip(entries, points, strict=True):
-    roof = ceilings.attainable(p.intensity, e.precision if e.precision in ceilings.flops else "fp16")
-    print(f"{p.label:36s} {e.precision:5s} {p.intensity:8.2f} FLOP/B {p.achieved / 1e12:8.2f} "
-          f"TFLOP/s, {p.achieved / roof:6.1%} of its roof ({e.device})")
-if not entries:
-    print("No measurements recorded yet. The notebooks that time your kernels on a GPU record "
-          "them: run 02 · First kernels to 07 · FlashAttention, and this one, on a GPU, then "
-          "run this cell again.")
-roofline.show(ceilings, points, title=f"Your kernels: {ceilings.source}")
+with recorded.cell("08_verify/course-roofline"):
+    entries = results.load(DEVICE.name) if DEVICE.is_gpu else results.load()
+    if DEVICE.supports("timing") and RUN_BENCHMARKS:
+        ceilings = roofline.measure_ceilings(precisions=("fp16", "tf32", "fp32"))
+    else:
+        ceilings = roofline.datasheet_h100()
+    points = [
+        roofline.Point(f"{e.notebook[:2]} {e.kernel}", e.flops, e.bytes_moved, e.seconds,
+                       style={"color": f"C{int(e.notebook[:2]) % 10}"})
+        for e in entries
+    ]
+    for e, p in zip(entries, points, strict=True):
+        roof = ceilings.attainable(p.intensity, e.precision if e.precision in ceilings.flops else "fp16")
+        print(f"{p.label:36s} {e.precision:5s} {p.intensity:8.2f} FLOP/B {p.achieved / 1e12:8.2f} "
+              f"TFLOP/s, {p.achieved / roof:6.1%} of its roof ({e.device})")
+    if not entries:
+        print("No measurements recorded yet. The notebooks that time your kernels on a GPU record "
+              "them: run 02 · First kernels to 07 · FlashAttention, and this one, on a GPU, then "
+              "run this cell again.")
+    roofline.show(ceilings, points, title=f"Your kernels: {ceilings.source}")
+if not (DEVICE.supports("timing") and RUN_BENCHMARKS):
+    print("\nThe course's reference kernels, measured on a GPU:")
+    recorded.show("08_verify/course-roofline")
 
 # %% [markdown]
 # ## Summary

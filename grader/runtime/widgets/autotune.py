@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from grader.runtime import recorded
+
 PARAMETERS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 AXES = ("num_stages", "num_warps", "BLOCK_K")
 NOT_VALUES = (*PARAMETERS, "GROUP_M", "shape")
@@ -89,6 +91,7 @@ def draw(rows: Sequence[dict], x: str, value: str, shape: str | None = None, ax=
     return ax
 
 
+@recorded.replayable("grader.runtime.widgets.autotune:show")
 def show(rows: Sequence[dict], x: str, value: str, shape: str | None = None) -> None:
     """`draw` on a figure of its own, shown."""
     import matplotlib.pyplot as plt

@@ -1,0 +1,338 @@
+"""The course's GPU measurements, recorded, for where a timing cell cannot run.
+
+On a GPU, with COURSE_RECORD naming a folder (`make recordings` sets it), each measurement cell
+keeps what it showed as data: `with recorded.cell("NN_topic/name"):` around the cell's GPU
+branch captures its printed lines, and the figures it drew through a `replayable` function
+(grader.runtime.plots, roofline.show, the autotuning explorer) as that function's arguments; a
+speed cell (perf.grade, integrity.grade) keeps its lines and verdicts under a key made from its
+own source. `python -m grader recordings` collects them into one JSON file per notebook in
+RECORDINGS (grader/runtime/recordings/), with the device, the driver, CUDA, torch and Triton
+versions and the date; those files ship with the course.
+
+Where the cell cannot time (the interpreter), `recorded.show(key)` prints the recording's label
+and replays it: the same lines, the same plots drawn from the recorded data. Where none was
+recorded, it says so. Nothing here is ever parsed back from text."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from grader.runtime import device
+
+RECORD_ENV = "COURSE_RECORD"  # a folder: this run's measurement cells write their records there
+READ_ENV = "COURSE_RECORDINGS"  # a folder to read recordings from instead of RECORDINGS
+RECORDINGS = Path(__file__).with_name("recordings")
+SPOOL = "records.jsonl"  # the file in the COURSE_RECORD folder, one record a line
+SPEED_PREFIX = "speed "  # the key of a speed cell: this and a digest of the cell's source
+# the dataclasses a replayable function may take, rebuilt from their fields on replay
+TYPES = {"roofline.Ceilings", "roofline.Point"}
+
+
+class RecordingError(RuntimeError):
+    """A record cannot be written or collected as it is."""
+
+
+# -- recording, on a GPU ------------------------------------------------------------------------
+
+
+class _Cell:
+    """What one cell showed while recorded: its outputs in order, as data."""
+
+    def __init__(self, key: str, stdout):
+        self.key = key
+        self.outputs: list[dict] = []
+        self.text: list[str] = []
+        self.stdout = stdout
+
+    def write(self, text: str) -> int:
+        self.text.append(text)
+        return self.stdout.write(text)
+
+    def flush(self) -> None:
+        self.stdout.flush()
+
+    def __getattr__(self, name):  # isatty, encoding, ... as the real stream's
+        return getattr(self.stdout, name)
+
+    def flush_text(self) -> None:
+        if self.text:
+            self.outputs.append({"text": "".join(self.text)})
+            self.text = []
+
+    def add(self, output: dict) -> None:
+        self.flush_text()
+        self.outputs.append(output)
+
+
+_active: _Cell | None = None
+
+
+def recording() -> bool:
+    """Whether this run records its measurements (COURSE_RECORD is set)."""
+    return bool(os.environ.get(RECORD_ENV))
+
+
+@contextmanager
+def cell(key: str) -> Iterator[None]:
+    """Around a measurement cell's GPU branch: when recording, keep what it prints and draws
+    under `key` ("NN_topic/name", unique in the course). A branch that raises keeps nothing."""
+    notebook, _, name = key.partition("/")
+    if not (notebook and name):
+        raise ValueError(f"a recorded cell's key is 'NN_topic/name', not {key!r}")
+    with _capture(key, notebook):
+        yield
+
+
+@contextmanager
+def _capture(key: str, notebook: str, **extra) -> Iterator[None]:
+    global _active
+    if not recording() or _active is not None:
+        yield
+        return
+    record = _Cell(key, sys.stdout)
+    _active, sys.stdout = record, record
+    try:
+        yield
+    finally:
+        sys.stdout, _active = record.stdout, None
+    record.flush_text()
+    write({"notebook": notebook, "key": key, "outputs": record.outputs, **extra})
+
+
+@contextmanager
+def speed_cell() -> Iterator[None]:
+    """Around a speed cell's grading, on a GPU: when recording, keep what it prints and its
+    verdicts under the key of the cell's source (`speed_key`)."""
+    source = cell_source()
+    if source is None:
+        yield
+        return
+    with _capture(speed_key(source), Path.cwd().name, source=source):
+        yield
+
+
+def note_verdict(verdict: dict) -> None:
+    """A speed verdict (perf.Verdict.record()), kept as data in the cell being recorded."""
+    if _active is not None:
+        _active.add({"verdict": verdict})
+
+
+def environment() -> dict:
+    """The machine and versions a recording comes from."""
+    dev = device.current()
+    import torch
+    import triton
+
+    found = {
+        "mode": dev.mode,
+        "device": dev.name,
+        "capability": f"sm_{''.join(map(str, dev.capability))}" if dev.capability else None,
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        found["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else None
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        pass
+    return found
+
+
+def write(record: dict) -> None:
+    """Append `record` (notebook, key, outputs) and this machine's `environment()` to the
+    COURSE_RECORD folder's spool."""
+    folder = Path(os.environ[RECORD_ENV])
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {**record, "environment": environment()}
+    with open(folder / SPOOL, "a") as f:
+        f.write(json.dumps(plain(record)) + "\n")
+
+
+def replayable(name: str) -> Callable:
+    """Decorate a function that draws a figure: while a cell is recorded, each call is kept as
+    `name` ("module:function", importable) with its arguments, to be called again on replay."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if _active is not None:
+                _active.add({"call": name, "args": plain(args), "kwargs": plain(kwargs)})
+            return fn(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def plain(value):
+    """`value` as JSON data: mappings as objects, sequences as lists, numbers as floats, the
+    dataclasses of TYPES as their fields with a `__type__`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        kind = f"{type(value).__module__.rpartition('.')[2]}.{type(value).__name__}"
+        if kind not in TYPES:
+            raise RecordingError(f"cannot record a {kind}: add it to recorded.TYPES")
+        fields = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"__type__": kind, **fields}
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, str | bool | int | float) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy and torch numbers and arrays
+        return plain(value.tolist())
+    raise RecordingError(f"cannot record a {type(value).__name__}: {value!r}")
+
+
+def _rebuilt(value):
+    if isinstance(value, dict):
+        if "__type__" in value:
+            module, _, name = value["__type__"].partition(".")
+            cls = getattr(importlib.import_module(f"grader.runtime.{module}"), name)
+            return cls(**{k: _rebuilt(v) for k, v in value.items() if k != "__type__"})
+        return {k: _rebuilt(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebuilt(v) for v in value]
+    return value
+
+
+# -- the key of a speed cell --------------------------------------------------------------------
+
+
+def cell_source() -> str | None:
+    """The source of the cell IPython is running, or None outside IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None or not shell.history_manager.input_hist_raw:
+        return None
+    return shell.history_manager.input_hist_raw[-1]
+
+
+def speed_key(source: str) -> str:
+    """A speed cell's key: a digest of its source, blank lines and trailing spaces aside."""
+    lines = [line.rstrip() for line in source.strip().splitlines() if line.strip()]
+    return SPEED_PREFIX + hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+# -- reading and showing, where nothing can be timed ---------------------------------------------
+
+
+def folder() -> Path:
+    return Path(os.environ.get(READ_ENV) or RECORDINGS)
+
+
+def load(notebook: str) -> dict | None:
+    """The recording of `notebook` (NN_topic), or None where none ships."""
+    path = folder() / f"{notebook}.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def find(key: str) -> tuple[dict, dict] | None:
+    """(the notebook's recording, the cell's entry) for `key`, or None."""
+    notebook = key.partition("/")[0] if "/" in key else None
+    paths = [folder() / f"{notebook}.json"] if notebook else sorted(folder().glob("*.json"))
+    for path in paths:
+        if not path.exists():
+            continue
+        recording_ = json.loads(path.read_text())
+        if key in recording_.get("cells", {}):
+            return recording_, recording_["cells"][key]
+    return None
+
+
+def label(environment_: dict) -> str:
+    """The line a recorded measurement is shown under: where, when and with what it was taken."""
+    e = environment_
+    where = e["device"] + (f" ({e['capability']})" if e.get("capability") else "")
+    extra = ", ".join(
+        f"{name} {e[field]}"
+        for name, field in (("driver", "driver"), ("CUDA", "cuda"))
+        if e.get(field)
+    )
+    return (
+        f"Recorded on {where}, {e['date']}, torch {e['torch']}, Triton {e['triton']}"
+        f"{f' ({extra})' if extra else ''}: the course's reference solution measured on a GPU, "
+        "not this machine and not your code."
+    )
+
+
+def show(key: str) -> bool:
+    """Show the recorded GPU measurement of the cell `key`: its label, then what the cell showed
+    on the GPU (lines printed again, figures drawn again from their data). Says so plainly where
+    none was recorded. Returns whether one was shown."""
+    found = find(key)
+    if found is None:
+        print(
+            f"No GPU recording of this cell ({key}) ships with this copy of the course; run it "
+            "on a GPU to see the measurement."
+        )
+        return False
+    recording_, entry = found
+    print(label(recording_["environment"]))
+    replay(entry["outputs"], recording_["environment"])
+    return True
+
+
+def show_speed() -> bool:
+    """Show the recorded GPU grading of the speed cell now running (found by its source), if
+    the course recorded it."""
+    source = cell_source()
+    found = None if source is None else find(speed_key(source))
+    if found is None:
+        print("No GPU recording of this speed cell ships with this copy of the course.")
+        return False
+    recording_, entry = found
+    print(label(recording_["environment"]) + " What the reference scored there:")
+    replay(entry["outputs"], recording_["environment"])
+    return True
+
+
+def replay(outputs: list[dict], environment_: dict) -> None:
+    """Print each recorded text again and draw each recorded figure again."""
+    for output in outputs:
+        if "text" in output:
+            sys.stdout.write(output["text"])
+        elif "call" in output:
+            module, _, name = output["call"].partition(":")
+            fn = getattr(importlib.import_module(module), name)
+            kwargs = _rebuilt(output["kwargs"])
+            if isinstance(kwargs.get("title"), str):
+                kwargs["title"] += (
+                    f"\n(recorded on {environment_['device']}, {environment_['date']})"
+                )
+            fn(*_rebuilt(output["args"]), **kwargs)
+        elif "verdict" in output:
+            from grader.runtime import perf
+
+            v = output["verdict"]
+            verdict = perf.Verdict(
+                v["comparison"], v["measured"], v["needed"], v["unit"], tuple(v["flags"])
+            )
+            mark = "FLAGGED" if verdict.flags else "ok" if verdict.passed else "TOO SLOW"
+            print(f"{verdict.line()} {mark}")
+    sys.stdout.flush()
