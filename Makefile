@@ -93,20 +93,7 @@ test-fast: setup
 # test-gpu-notebooks: every solution notebook (or NOTEBOOKS="04_matmul 05_autotuning") once, at
 # full size, streaming its output; fails on any failing graded cell or a speed cell short of its
 # points; executed copies in build/executed/, the summary in build/report/notebooks.json.
-# # On a GPU: the solution notebooks run as in test-gpu-notebooks, with COURSE_RECORD set, so that
-# each measurement and speed cell keeps what it showed (grader/runtime/recorded.py); then the
-# records become grader/runtime/recordings/NN_topic.json (device, driver, CUDA, torch, Triton,
-# date), which the CPU notebooks show where they cannot time. Only a run whose notebooks all
-# passed is collected. Commit the files it writes.
-RECORD_SPOOL := $(CURDIR)/build/recordings
-recordings:
-	$(PY) -m grader doctor
-	rm -rf $(RECORD_SPOOL)
-	COURSE_RECORD=$(RECORD_SPOOL) $(PY) -m grader run --cell-timeout $(CELL_TIMEOUT) \
-	  --timeout $(RUN_TIMEOUT) --out build/executed --summary build/report/notebooks.json $(NOTEBOOKS)
-	$(PY) -m grader recordings $(RECORD_SPOOL)
-
-test-gpu-tests: the GPU-marked tests and the fast unit tests, which take the compiled path there;
+# test-gpu-tests: the GPU-marked tests and the fast unit tests, which take the compiled path there;
 # the slow CPU tests (notebooks in the interpreter, known-wrong kernels, the toolchain) are CPU
 # CI's. `.ci/gpu` runs these on a machine without a venv.
 test-gpu:
@@ -123,6 +110,19 @@ test-gpu-notebooks:
 test-gpu-tests:
 	$(PY) -m grader doctor
 	$(PY) -m pytest -m "$(GPU_TESTS)" $(PYTEST_ARGS)
+
+# On a GPU: the solution notebooks run as in test-gpu-notebooks, with COURSE_RECORD set, so that
+# each measurement and speed cell keeps what it showed (grader/runtime/recorded.py); then the
+# records become grader/runtime/recordings/NN_topic.json (device, driver, CUDA, torch, Triton,
+# date), which the CPU notebooks show where they cannot time. Only a run whose notebooks all
+# passed is collected. Commit the files it writes.
+RECORD_SPOOL := $(CURDIR)/build/recordings
+recordings:
+	$(PY) -m grader doctor
+	rm -rf $(RECORD_SPOOL)
+	COURSE_RECORD=$(RECORD_SPOOL) $(PY) -m grader run --cell-timeout $(CELL_TIMEOUT) \
+	  --timeout $(RUN_TIMEOUT) --out build/executed --summary build/report/notebooks.json $(NOTEBOOKS)
+	$(PY) -m grader recordings $(RECORD_SPOOL)
 
 # The benchmark suite on a GPU (bench/report.py): every reference kernel against its baselines
 # in one run, the goals, timing trust and plots, into build/report/. Options go in BENCH_ARGS,

@@ -62,8 +62,15 @@ def problems(notebook: str, source: str) -> list[str]:
 
 
 def declared(source: str) -> list[str]:
-    """The keys of the measurement cells of a notebook's source, in order."""
-    return [k for cell in code_cells(source) for k in CELL.findall(cell)]
+    """The keys of the measurement cells of a notebook's source, in order, and of its speed
+    cells (the digest of each one's source, which a recording goes stale with)."""
+    keys = []
+    for cell in code_cells(source):
+        keys += CELL.findall(cell)
+        body = cell.partition("\n")[2]  # the cell's source, below the `# %%` line
+        if "perf.grade(" in body or "integrity.grade(" in body:
+            keys.append(recorded.speed_key(body))
+    return keys
 
 
 def read_spool(spool: Path) -> list[dict]:
