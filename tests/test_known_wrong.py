@@ -11,7 +11,7 @@ A source whose hint is a compile error (Triton's GPU compiler refuses it, in int
 through grader.runtime.gpu_compile) must fail the visible test, where it is first launched.
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
 Partial submissions (PARTIAL) must pass every test of the exercises they get right and fail one
-of each exercise they do not.
+of each exercise they do not, where said with the message the module states.
 The reference and the given cells are put back afterwards (tests/test_notebooks.py proves that
 the reference passes).
 On a GPU, each source and the reference also run in a second kernel in interpreter mode: every
@@ -122,8 +122,9 @@ def carries_its_hint(case, detail):
     )
 
 
-# The hints of a kernel that Triton's GPU compiler refuses: it fails at its first launch.
-COMPILE_ERRORS = {"loop-carried", "gpu-compile"}
+# The hints of a kernel that Triton's GPU compiler refuses: it fails at its first launch. (Not
+# `operand-dtype`: a dtype an operation refuses fails where that dtype is first tested.)
+COMPILE_ERRORS = {"loop-carried", "gpu-compile", "shape"}
 
 
 def fails_where_it_must(case, cell):
@@ -238,9 +239,12 @@ def test_partial_solution_earns_its_exercises_only(sessions, notebook, name, par
         for grade_id in partial.fails:
             index, end = spans[grade_id]
             tests = [c for c in session.code_cells(index + 1, end + 1) if is_test(c)]
-            assert any(status[c.id][0] != "ok" for c in tests), (
-                f"'{name}' passed every test of {grade_id}"
-            )
+            failed = [status[c.id][1] for c in tests if status[c.id][0] != "ok"]
+            assert failed, f"'{name}' passed every test of {grade_id}"
+            if grade_id in partial.says:
+                assert partial.says[grade_id] in failed[0], (
+                    f"'{name}' should say {partial.says[grade_id]!r} in {grade_id}: {failed[0]}"
+                )
     finally:
         for grade_id in partial.sources:
             status_back, detail = session.run(session.cells[spans[grade_id][0]].source)

@@ -137,11 +137,14 @@ def compare(
     atol: float | None = None,
     name: str = "out",
     context: str = "",
+    hint: hints_.Hint | None = None,
 ) -> None:
     """Raise KernelCheckError unless `actual` matches `expected` within tolerance.
 
     NaN must appear exactly where the reference has NaN, infinities must match exactly, and the
     message names the first mismatches, the worst one, and whether any element was never written.
+    `hint`: the likely cause of a failure, where the caller knows it from evidence the output
+    alone does not hold (grader.runtime.hints.unrescaled_merge); by default, `hints.diagnose`'s.
     """
     __tracebackhide__ = True
     where = f" ({context})" if context else ""
@@ -171,15 +174,18 @@ def compare(
         return
 
     shape = tuple(actual.shape)
-    found = hints_.diagnose(
-        got.view(shape),
-        want.view(shape),
-        ok.view(shape),
-        untouched.view(shape),
-        actual.dtype,
-        rtol,
-        atol,
-    )
+    if hint is not None:
+        found = [hint]
+    else:
+        found = hints_.diagnose(
+            got.view(shape),
+            want.view(shape),
+            ok.view(shape),
+            untouched.view(shape),
+            actual.dtype,
+            rtol,
+            atol,
+        )
     bad = (~ok).nonzero().flatten()
     total = got.numel()
     lines = [f"`{name}` is wrong at {len(bad)} of {total} elements{where}."]
@@ -237,17 +243,31 @@ def _describe(args) -> str:
 
 
 def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
-    """Call student code, turning nbgrader's unfilled stub into one plain sentence; first, say
-    if an answer leans on a cell that grading will not run (grader.runtime.handin)."""
+    """Call student code, turning nbgrader's unfilled stub into one plain sentence, and an error
+    of Triton's type checks (a dtype an operation refuses, shapes that do not broadcast) into a
+    KernelCheckError that names the operation (grader.runtime.hints.raised); first, say if an
+    answer leans on a cell that grading will not run (grader.runtime.handin)."""
     __tracebackhide__ = True
     handin.advise()
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        sentence = stubs.explain(exc, what or f"`{getattr(fn, '__name__', 'your code')}`")
-        if sentence is None:
+        who = what or f"`{getattr(fn, '__name__', 'your code')}`"
+        sentence = stubs.explain(exc, who)
+        if sentence is not None:
+            raise stubs.StubNotFilled(sentence) from None
+        found = hints_.raised(exc)
+        if found is None:
             raise
-        raise stubs.StubNotFilled(sentence) from None
+        innermost = exc
+        while innermost.__cause__ is not None:
+            innermost = innermost.__cause__
+        said = str(innermost).strip()
+        raise KernelCheckError(
+            f"{who} raised {type(innermost).__name__}: {said.splitlines()[-1]}"
+            + (f"\n{said}" if "\n" in said else ""),
+            [found],
+        ) from exc
 
 
 def _run(candidate, args, *, expected, dtype, writes_out, name, context, kernels=()):
@@ -293,6 +313,39 @@ def _padded_contiguous(t):
     return buffer[: t.numel()].view(t.shape).copy_(t)
 
 
+def _largest_first(t):
+    """Floating-point tensor `t` with every row (its last axis) sorted largest first."""
+    if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim:
+        return t.sort(dim=-1, descending=True).values
+    return t
+
+
+def _low_copy(t, low):
+    """Floating-point tensor `t` with its values rounded to `low`, in `t`'s dtype."""
+    if isinstance(t, torch.Tensor) and t.is_floating_point():
+        return t.to(low).to(t.dtype)
+    return t
+
+
+def _probed(failure, again, args, reference, rtol, atol) -> KernelCheckError | None:
+    """The failure with a hint that another run shows, where its own hint asks for one: a
+    factor per row that sorting every row largest first removes (a running sum not rescaled),
+    or float16 numbers that are right on float16 inputs (arithmetic in float16, not a float16
+    store)."""
+    patterns = [h.pattern for h in failure.hints]
+    if patterns == ["row-normalisation"]:
+        probe, hint = tuple(_largest_first(a) for a in args), hints_.largest_first()
+    elif patterns == ["store-dtype"]:
+        low = torch.bfloat16 if "bfloat16" in failure.hints[0].evidence else torch.float16
+        probe = tuple(_low_copy(a, low) for a in args)
+        hint = hints_.computed_in_low_precision(str(low).removeprefix("torch."))
+    else:
+        return None
+    if not _right_again(again, probe, reference(*(_upcast(a) for a in probe)), rtol, atol):
+        return None
+    return KernelCheckError(failure.detail, [hint])
+
+
 def _tf32_copy(t):
     if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
         return precision.tf32_copy(t)
@@ -328,7 +381,9 @@ def check(
     in full precision, a call whose kernels use tl.dot in TF32 (their GPU default) on float32
     inputs is checked again with its float32 inputs rounded to TF32, as a GPU's tensor cores
     round them (`grader.runtime.precision`). A failure on strided inputs is tried again on
-    contiguous copies, and the message says when that is right.
+    contiguous copies, and the message says when that is right; so is a failure whose hint
+    another run can confirm or correct (`_probed`: rows sorted largest first, inputs rounded to
+    float16).
     """
     __tracebackhide__ = True
     if kernels and not writes_out:
@@ -390,6 +445,9 @@ def check(
                 raise KernelCheckError(failure.detail, [hints_.strided_inputs()]) from None
             if on_gpu and tf32 and _passes(actual, expected, rtol, atol, TF32_TO_FLOAT32):
                 raise KernelCheckError(failure.detail, [hints_.tf32(tf32)]) from None
+            probed = _probed(failure, again, args, reference, rtol, atol)
+            if probed is not None:
+                raise probed from None
             raise
         if tf32 and not on_gpu:
             rounded = again(tuple(_tf32_copy(a) for a in args))[0]

@@ -402,6 +402,9 @@ def _hint(message: str) -> hints.Hint:
         found = pattern.search(message)
         if found:
             return hints.loop_carried(*found.groups())
+    found = hints.compile_error(message)  # a dtype an operation refuses, shapes that clash
+    if found is not None:
+        return found
     where = re.search(r"^at (\d+):\d+:", message, re.MULTILINE)
     return hints.gpu_compile(int(where.group(1)) if where else None)
 

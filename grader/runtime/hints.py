@@ -6,15 +6,25 @@ data, and the likely cause. `diagnose` reads the output alone: where the wrong e
 end of an axis, the first row of each head), how they relate to the reference (a constant factor,
 a factor per row, the right values in other places, float16 rounding, inf or NaN where the
 reference is finite, numbers where it is NaN). `checks.check`, which can call the kernel again,
-adds the patterns that need another run: right on contiguous copies of strided inputs, and
-TF32's rounding in `tl.dot`.
+adds the patterns that need another run: right on contiguous copies of strided inputs, TF32's
+rounding in `tl.dot`, right when every row is sorted largest first (a running sum not rescaled),
+right on float16 inputs (float16 arithmetic rather than a float16 store). A caller that knows
+more than the output passes its own hint to `checks.compare` (`unrescaled_merge`), and
+`raised` reads the errors of Triton's type checks (a dtype an operation refuses, shapes that do
+not broadcast), from the interpreter or the compiler, for `checks.call_graded` and
+`grader.runtime.gpu_compile`.
 """
 
 from __future__ import annotations
 
+import itertools
+import linecache
 import math
+import re
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -32,10 +42,14 @@ PATTERNS = {
     "row-normalisation": "each row off by a constant factor of its own",
     "misplaced": "the right values in the wrong places",
     "low-precision": "float16 numbers in a float32 output, or errors of a few float16 units",
+    "store-dtype": "the right result rounded once to float16, in a float32 output",
+    "rescale": "a running sum (or a merge of two) not rescaled when its maximum grows",
     "assumes-contiguous": "wrong on strided inputs, right on contiguous copies of them",
     "tf32": "tl.dot on float32 blocks in TF32, off by about TF32's rounding",
     "loop-carried": "the GPU compiler refuses a variable that a loop reassigns with another type",
     "gpu-compile": "the GPU compiler refuses the kernel, which the interpreter ran",
+    "operand-dtype": "an operation of the kernel refuses the dtype of its operand",
+    "shape": "the operands of an operation of the kernel have shapes that do not broadcast",
 }
 
 
@@ -114,6 +128,144 @@ def gpu_compile(line: int | None) -> Hint:
         "refuses: change what the compiler's message points at (below), so that shapes, dtypes "
         "and constexpr values are fixed when the kernel compiles",
     )
+
+
+def rescale(evidence: str) -> Hint:
+    """A sum of exponentials relative to a maximum, not rescaled when the maximum changes."""
+    return Hint(
+        "rescale",
+        evidence,
+        "a sum of exponentials is relative to its maximum m: when the maximum grows to m', "
+        "multiply the sum kept so far by e^(m - m') before adding the new terms (and, merging two "
+        "states, each side's sum by e^(m_i - m), m the larger maximum)",
+    )
+
+
+def largest_first() -> Hint:
+    """A row-wise failure that goes away when every row is sorted largest first."""
+    return rescale(
+        "the same call is right when every row of the input is sorted largest first (so that "
+        "its maximum never grows along the row), and wrong otherwise"
+    )
+
+
+def unrescaled_merge(
+    d: torch.Tensor, m: torch.Tensor, parts: Sequence[tuple[torch.Tensor, torch.Tensor]]
+) -> Hint | None:
+    """The rescale hint when a merge's sum `d` (for the maximum `m`) adds the sums of some of
+    `parts`, (m_i, d_i) each, without their factor e^(m_i - m), and that makes it wrong."""
+    d, m = d.detach().double().cpu(), m.detach().double().cpu()
+    safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    terms = []
+    for m_i, d_i in parts:
+        d_i = d_i.detach().double().cpu()
+        terms.append((d_i, d_i * torch.exp(m_i.detach().double().cpu() - safe)))
+    right = sum(scaled for _, scaled in terms)
+    for plain in itertools.product((True, False), repeat=len(terms)):
+        if not any(plain):
+            continue
+        formed = sum(raw if p else scaled for p, (raw, scaled) in zip(plain, terms, strict=True))
+        close = torch.isclose(d, formed, rtol=1e-4, atol=1e-30, equal_nan=True)
+        if bool(close.all()) and not bool(torch.isclose(formed, right, rtol=1e-4).all()):
+            sides = [f"d{i}" if p else f"d{i}·e^(m{i} - m)" for i, p in enumerate(plain, start=1)]
+            lacking = [f"d{i}" for i, p in enumerate(plain, start=1) if p]
+            return rescale(
+                f"`d` is {' + '.join(sides)}: {' and '.join(lacking)} "
+                f"{'lacks its' if len(lacking) == 1 else 'lack their'} factor e^(m_i - m)"
+            )
+    return None
+
+
+# Triton's names of scalar types, as a reader knows them.
+_TYPE_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+_DTYPE_ERROR = re.compile(r"Expected dtype \[([^\]]*)\] but got (\w+)")
+_SHAPE_ERROR = re.compile(
+    r"(Cannot make_shape_compatible: [^\n]*|Cannot broadcast[^\n]*|incompatible shapes?[^\n]*)"
+)
+_TOO_LARGE = re.compile(r"numel \((\d+)\) exceeds triton maximum tensor numel \((\d+)\)")
+# Where Triton's compiler points: "at LINE:COLUMN:", the kernel's lines, then a caret line.
+_POINTED = re.compile(r"^at (\d+):(\d+):\n((?:.*\n)*?)\s*\^", re.MULTILINE)
+_CALL = re.compile(r"[A-Za-z_][\w.]*(?=\()")
+
+
+def _type_name(name: str) -> str:
+    return _TYPE_NAMES.get(name.strip(" '\""), name.strip(" '\""))
+
+
+def operation_error(message: str, code: str | None, column: int | None) -> Hint | None:
+    """What an error of Triton's type checks means, for the kernel line `code` at which it
+    arose (`column`: where in the line the failing operation starts): a dtype an operation
+    refuses, or shapes that do not broadcast; None for another error."""
+    code = re.sub(r"\s+#[^'\"]*$", "", code.rstrip()) if code else None  # without a comment
+    call = _CALL.match(code, column) if code and column is not None else None
+    where = f" in `{code.strip()}`" if code else ""
+    dtype = _DTYPE_ERROR.search(message)
+    if dtype is not None:
+        allowed = " or ".join(_type_name(t) for t in dtype.group(1).split(","))
+        operation = f"`{call.group(0)}`" if call else "an operation"
+        return Hint(
+            "operand-dtype",
+            f"{operation} takes {allowed} and was given {_type_name(dtype.group(2))}{where}",
+            "Triton's math functions (`tl.exp`, `tl.log`, `tl.sqrt`, `tl.sigmoid`, ...) take "
+            "float32 or float64 only: upcast the operand with `.to(tl.float32)` (best right "
+            "after its load), and convert back to the output's dtype at the store",
+        )
+    shape = _SHAPE_ERROR.search(message)
+    large = _TOO_LARGE.search(message)
+    if shape is not None:
+        evidence = f"have shapes that do not broadcast ({shape.group(1).rstrip('.')})"
+    elif large is not None:
+        evidence = (
+            f"broadcast to a block of {large.group(1)} elements, more than Triton's "
+            f"{large.group(2)}"
+        )
+    else:
+        return None
+    return Hint(
+        "shape",
+        f"the operands{where or ' of an operation'} {evidence}",
+        "check the shapes of the operands: row indices as a column are `offs_m[:, None]` "
+        "(BLOCK_M, 1), column indices as a row `offs_n[None, :]` (1, BLOCK_N), and a column "
+        "(n, 1) with a row (1, n) makes an (n, n) block; two shapes broadcast where "
+        "each dimension is equal or 1 in one of them, and a mask or a stored value must "
+        "broadcast to the shape of the pointers",
+    )
+
+
+def compile_error(message: str) -> Hint | None:
+    """operation_error for a message of Triton's compiler, which points at the kernel's line."""
+    pointed = _POINTED.search(message)
+    if pointed is None:
+        return operation_error(message, None, None)
+    lines = pointed.group(3).rstrip("\n").split("\n")
+    return operation_error(message, lines[-1], int(pointed.group(2)))
+
+
+def _outside_triton(exc: BaseException):
+    """The innermost frame of `exc`'s traceback that is not Triton's or torch's own."""
+    import triton
+
+    skip = (str(Path(triton.__file__).parent), str(Path(torch.__file__).parent))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skip)]
+    return frames[-1] if frames else None
+
+
+def raised(exc: BaseException) -> Hint | None:
+    """operation_error for an exception a kernel raised: the interpreter's (it wraps the error
+    of Triton's type check, raised at the kernel's line) or, on a GPU, the compiler's."""
+    if type(exc).__name__ == "CompilationError":
+        return compile_error(str(exc))
+    if type(exc).__name__ != "InterpreterError":
+        return None
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 8:
+        chain.append(chain[-1].__cause__)
+    frame = next((f for f in map(_outside_triton, reversed(chain)) if f is not None), None)
+    code, column = None, None
+    if frame is not None:
+        code = linecache.getline(frame.filename, frame.lineno) or frame.line
+        column = getattr(frame, "colno", None)
+    return operation_error(str(chain[-1]), code, column)
 
 
 def _axis_name(axis: int, ndim: int) -> str:
@@ -337,6 +489,8 @@ def _low_precision(
     for low, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
         exact = got.to(low).to(got.dtype) == got
         if bool(exact.all()) and not bool((want.to(low).to(want.dtype) == want).all()):
+            if _rounded_once(got, want, low):
+                return rounded_at_the_store(name)
             return Hint(
                 "low-precision",
                 f"every value the kernel wrote is a {name} number",
@@ -351,6 +505,45 @@ def _low_precision(
         f"the errors are small (at most {relative:.2g} relative), like float16 or TF32 rounding",
         "part of the computation runs in a lower precision than the output: float16 "
         "arithmetic, a float16 accumulator, or tl.dot on float32 blocks in TF32",
+    )
+
+
+# The share of elements that must equal the right result rounded to float16 for a float16 output
+# to count as rounded once, at the store: a float32 sum rounded at the end crosses a float16
+# rounding boundary about once in 1000 elements, float16 arithmetic (inputs rounded, then added)
+# in about one element of three.
+ROUNDED_ONCE = 0.99
+
+
+def _rounded_once(got: torch.Tensor, want: torch.Tensor, low: torch.dtype) -> bool:
+    """Whether `got` is `want` rounded to `low` once: equal to it at nearly every element, and
+    nowhere further than one unit of `low`'s last place."""
+    rounded = want.to(low).to(want.dtype)
+    if float((got == rounded).double().mean()) < ROUNDED_ONCE:
+        return False
+    unit = torch.finfo(low).eps * want.abs() + torch.finfo(low).smallest_normal
+    return bool(((got - want).abs() <= unit).all())
+
+
+def rounded_at_the_store(name: str = "float16") -> Hint:
+    """A float32 result converted to float16 before it is stored into a float32 output."""
+    return Hint(
+        "store-dtype",
+        f"every value the kernel wrote is the right result rounded once to {name}",
+        f"the arithmetic is right, but the value is converted to {name} before the store into "
+        "a float32 output (as Triton's matmul tutorial does with `accumulator.to(tl.float16)`): "
+        "store in the output's dtype, `acc.to(c_ptr.dtype.element_ty)` for an output `c_ptr`",
+    )
+
+
+def computed_in_low_precision(name: str = "float16") -> Hint:
+    """The kernel converts its inputs (or its arithmetic) to float16."""
+    return Hint(
+        "low-precision",
+        f"every value the kernel wrote is a {name} number, and it is right when the inputs are "
+        f"{name} numbers",
+        f"the kernel computes in {name}: keep the arithmetic (and any accumulator) in float32, "
+        "converting only loads and the final store",
     )
 
 

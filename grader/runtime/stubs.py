@@ -48,7 +48,9 @@ def explain(exc: BaseException, what: str = "your code") -> str | None:
     cause = exc.__cause__ if type(exc).__name__ == "InterpreterError" else exc
     if isinstance(cause, NotImplementedError):
         frame = _innermost_frame(cause)
-        where = f"`{frame.name}`" if frame is not None and frame.name != "<module>" else what
+        name = frame.name if frame is not None and frame.name != "<module>" else None
+        # `what` where it names the function that holds the stub ("Exercise 1's `fits`")
+        where = what if name is None or f"`{name}`" in what else f"`{name}`"
         return (
             f"{where} still holds the exercise stub (`{STUB_LINE}`): replace the "
             "`# YOUR CODE HERE` lines with your solution, then re-run its cell."

@@ -28,7 +28,7 @@ import triton.language as tl
 from IPython.display import display
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, integrity, perf, plots, recorded, results, timing
+from grader.runtime import checks, hints, integrity, perf, plots, recorded, results, timing
 from grader.runtime.widgets import online_softmax as walk
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
@@ -176,7 +176,8 @@ def check_merge(a, b, dtype=torch.float32):
     want_m, want_d = state_of(torch.cat([a, b], dim=-1))
     context = f"{len(a)} pairs of chunks, {str(dtype)[6:]}"
     checks.compare(m, want_m, name="m", context=context)
-    checks.compare(d, want_d, name="d", context=context)
+    checks.compare(d, want_d, name="d", context=context,
+                   hint=hints.unrescaled_merge(d, m, [(m1, d1), (m2, d2)]))
 
 
 def chunks(rows, width, scale=1.0, shift=0.0):

@@ -25,8 +25,10 @@ class WithGiven:
 class Partial:
     """A submission right for some exercises and not others (a module's PARTIAL): `sources` maps
     grade_ids to the cells that replace them; every test cell of the exercises in `earns` must
-    pass, and some test cell of each exercise in `fails` must fail."""
+    pass, and some test cell of each exercise in `fails` must fail; `says` maps some of those to a
+    passage that the message of the first of their test cells to fail must hold."""
 
     sources: dict[str, str]
     earns: tuple[str, ...]
     fails: tuple[str, ...]
+    says: dict[str, str] = field(default_factory=dict)

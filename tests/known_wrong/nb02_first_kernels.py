@@ -355,3 +355,25 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
 """,
     },
 }
+
+# Errors of Triton's type checks: the message names the operation and what to do about it.
+WRONG["fused-kernel"].update(
+    {
+        # float16 inputs reach tl.sigmoid, which takes float32 or float64 only
+        "no float32 upcast": fused(
+            MASKS
+            + LOADS.replace(", mask=mask).to(tl.float32)", ", mask=mask)").replace(
+                ", mask=mask_n).to(tl.float32)", ", mask=mask_n)"
+            )
+            + GELU
+            + STORE
+        ),
+        # the bias as a column: z is (BLOCK_N, BLOCK_N), more elements than Triton allows
+        "bias added as a column": fused(
+            MASKS + LOADS.replace("bias[None, :]", "bias[:, None]") + GELU + STORE
+        ),
+    }
+)
+HINTS["fused-kernel"].update(
+    {"no float32 upcast": "operand-dtype", "bias added as a column": "shape"}
+)

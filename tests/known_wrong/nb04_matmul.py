@@ -291,3 +291,16 @@ SLOW = {
         ),
     },
 }
+
+# Triton's tutorial rounds the float32 accumulator to float16 before the store
+# (`c = accumulator.to(tl.float16)`): into a float32 output, the right result rounded once.
+WRONG["matmul-kernel"]["the tutorial's float16 store into a float32 output"] = kernel(
+    OFFSETS
+    + POINTERS
+    + LOOP
+    + MASKED_LOADS
+    + DOT
+    + ADVANCE
+    + STORE.replace("acc.to(c_ptr.dtype.element_ty)", "acc.to(tl.float16)")
+)
+HINTS["matmul-kernel"]["the tutorial's float16 store into a float32 output"] = "store-dtype"

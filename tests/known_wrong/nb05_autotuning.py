@@ -1,6 +1,8 @@
 """Wrong (and slow) solutions for 05 · Autotuning: the shared-memory pruning functions and the
 config space."""
 
+from tests.known_wrong import Partial
+
 NOTEBOOK = "05_autotuning"
 
 
@@ -156,4 +158,15 @@ SLOW = {
         # 64x64 tiles request 32 FLOP per byte, and a single stage leaves loads exposed
         "64x64x32 tiles, one stage": space(f"[{config(64, 64, 32, 4, 1)}]"),
     },
+}
+
+# Exercise 1 left blank, Exercise 2 right: the config space's visible test calls `fits`, and its
+# message must say that Exercise 1's `fits` is still the stub.
+PARTIAL = {
+    "Exercise 1 left blank, the config space right": Partial(
+        {"smem-prune": smem_cell(STUB, STUB, STUB)},
+        earns=(),
+        fails=("smem-prune", "config-space"),
+        says={"config-space": "Exercise 1's `fits` still holds the exercise stub"},
+    ),
 }

@@ -172,15 +172,15 @@ def merge(m1, d1, m2, d2):
 HINTS = {
     "merge": {
         "stub left in place": None,
-        "forgets to rescale the second side": None,
-        "no rescaling at all": None,
+        "forgets to rescale the second side": "rescale",
+        "no rescaling at all": "rescale",
         "NaN when both maxima are -inf": "non-finite",
         "absolute exponentials overflow": "non-finite",
         "minimum instead of maximum": None,
     },
     "chunked-softmax": {
         "stub left in place": None,
-        "never rescales the running sum": "row-normalisation",
+        "never rescales the running sum": "rescale",
         "each chunk normalised on its own": None,
         "no maximum subtracted": "non-finite",
         "float16 statistics": "low-precision",
@@ -194,7 +194,7 @@ HINTS = {
         # row they read whatever memory holds, which may be NaN
         "last block not masked": ("row-normalisation", "non-finite"),
         "pads the last block with 0": "row-normalisation",
-        "d not rescaled when the maximum grows": "row-normalisation",
+        "d not rescaled when the maximum grows": "rescale",
         "NaN in lanes that saw only -inf": "non-finite",
         "lanes summed without rescaling": "row-normalisation",
         "float16 running sum": "loop-carried",
