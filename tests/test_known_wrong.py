@@ -58,6 +58,13 @@ HINTS = {
     for g, v in getattr(m, "HINTS", {}).items()
     for n, pattern in v.items()
 }
+# Sources that only a hidden test rejects, with the reason no visible test can catch them.
+HIDDEN_ONLY = {
+    (m.NOTEBOOK, g, n): reason
+    for m in MODULES
+    for g, v in getattr(m, "HIDDEN_ONLY", {}).items()
+    for n, reason in v.items()
+}
 SLOW_CASES = [
     (m.NOTEBOOK, grade_id, name, source)
     for m in MODULES
@@ -172,24 +179,58 @@ def test_the_solutions_kernels_compile_for_the_gpu(sessions, dev, notebook):
     assert not missing, f"never compiled for the GPU: {', '.join(missing)}"
 
 
+def segments(source):
+    """A test cell's source as [(hidden, code)]: the runs of lines outside nbgrader's hidden
+    regions (what the student's copy holds and runs) and inside them, in order, markers kept.
+    Regions are at the top level of a cell, so running the pieces in turn runs the cell."""
+    pieces = [(False, [])]
+    for line in source.splitlines(keepends=True):
+        if "### BEGIN HIDDEN TESTS" in line:
+            pieces.append((True, []))
+        pieces[-1][1].append(line)
+        if "### END HIDDEN TESTS" in line:
+            pieces.append((False, []))
+    return [(h, "".join(lines)) for h, lines in pieces if "".join(lines).strip()]
+
+
 @pytest.mark.parametrize(
     "notebook, grade_id, name", CASES, ids=[f"{n}:{g}:{w}" for n, g, w in CASES]
 )
 def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
+    """Each known-wrong source fails a test cell, with its hint; and a test the student can run
+    (a visible test cell, or the visible lines of a hidden-test cell) fails, unless the module
+    lists it in HIDDEN_ONLY with the reason no visible test can catch it. After the first failure
+    in a hidden region, only the visible lines of the test cells run on: the student's copy."""
+    case = (notebook, grade_id, name)
     session = sessions(notebook)
-    with swapped_in(session, grade_id, SOURCES[notebook, grade_id, name]) as (exercise, cells):
+    with swapped_in(session, grade_id, SOURCES[case]) as (exercise, cells):
         status, detail = session.run(exercise)
         if status != "ok":  # a wrong source may already fail to define itself; that counts
-            carries_its_hint((notebook, grade_id, name), detail)
+            carries_its_hint(case, detail)
             return
+        hidden_failure = None  # (grade_id, detail) of the first failure, in a hidden region
         for cell, source in cells:
-            status, detail = session.run(source)
-            if status != "ok" and is_test(cell):
-                # rejected, with `detail` as the student would read it
-                carries_its_hint((notebook, grade_id, name), detail)
-                fails_where_it_must((notebook, grade_id, name), cell)
-                return
-        pytest.fail(f"'{name}' passed every test of {grade_id}")
+            for hidden, code in segments(source) if is_test(cell) else [(False, source)]:
+                if hidden and hidden_failure:
+                    continue
+                status, detail = session.run(code)
+                if status == "ok" or not is_test(cell):
+                    continue
+                if hidden_failure is None:  # rejected, with `detail` as the student reads it
+                    carries_its_hint(case, detail)
+                    fails_where_it_must(case, cell)
+                if not hidden:
+                    assert case not in HIDDEN_ONLY, (
+                        f"'{name}' fails a visible test of {grade_id}: remove it from HIDDEN_ONLY"
+                    )
+                    return
+                hidden_failure = (cell.metadata["nbgrader"]["grade_id"], detail)
+        if hidden_failure is None:
+            pytest.fail(f"'{name}' passed every test of {grade_id}")
+        assert case in HIDDEN_ONLY, (
+            f"'{name}' passes every visible test of {grade_id} and fails only the hidden tests of "
+            f"{hidden_failure[0]}: {hidden_failure[1]}"
+        )
 
 
 @contextmanager
@@ -333,3 +374,10 @@ def test_the_verdict_in_the_interpreter_is_the_verdict_on_the_gpu(
         f"'{name or 'the reference'}' of {grade_id}: test cells passed in the interpreter "
         f"{in_interpreter}, on the GPU {on_gpu}"
     )
+
+
+def test_hidden_only_names_known_sources_with_a_reason():
+    """Every HIDDEN_ONLY entry names a source of WRONG and says why no visible test catches it."""
+    for case, reason in HIDDEN_ONLY.items():
+        assert case in SOURCES, f"HIDDEN_ONLY names {case}, which WRONG does not hold"
+        assert isinstance(reason, str) and len(reason.split()) >= 5, f"{case}: give the reason"

@@ -194,11 +194,15 @@ def relu_inputs(n, dtype=torch.float32):
 # ### Visible test
 #
 # `checks.check` calls `relu` on fresh random inputs (two trials), with `out` poisoned, checks
-# that `relu_kernel` wrote `out`, and compares the result with the float64 reference.
+# that `relu_kernel` wrote `out`, and compares the result with the float64 reference. 2500
+# elements take three programs of 1024, the last one partly masked; then the same in float16.
 
 # %% nbgrader={"grade": true, "grade_id": "test-relu-visible", "points": 1}
-checks.check(relu, relu_reference, relu_inputs(1000), kernels=["relu_kernel"])
-print("visible test passed: 1000 elements, float32, written by relu_kernel")
+LOW = [torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
+for dtype in [torch.float32, *LOW]:
+    checks.check(relu, relu_reference, relu_inputs(2500, dtype), kernels=["relu_kernel"])
+print(f"visible test passed: 2500 elements (3 programs), float32 and {[str(d)[6:] for d in LOW]}, "
+      "written by relu_kernel")
 
 # %% [markdown]
 # ### Hidden tests

@@ -355,7 +355,18 @@ expect(op_intensity, ("matmul", (128, 256, 64), "fp16"), 4194304 / 114688, "FLOP
 expect(op_flops, ("softmax", (32, 100)), 16000, "FLOPs", "5 * rows * cols",
        [(3200, "softmax is 5 FLOPs per element: max, subtract, exp, sum, divide"),
         (12800, "softmax is 5 FLOPs per element: did you leave out the exp?")])
-print("visible tests passed: add, matmul and softmax")
+attn_shape = (2, 3, 256, 32)  # batch, heads, n, d
+expect(op_flops, ("attention_naive", attn_shape), 52297728, "FLOPs",
+       "batch*heads*(4*n*n*d + 5*n*n)",
+       [(50331648, "did you leave out the softmax's FLOPs on the scores?"),
+        (17432576, "count every head: multiply by heads too")])
+expect(op_bytes, ("attention_naive", attn_shape, "fp16"), 3538944, "bytes",
+       "batch*heads*(4*n*d + 4*n*n) * 2",
+       [(393216, "naive attention is three kernels: S and P go to memory and come back")])
+expect(op_bytes, ("attention_tiled", attn_shape, "fp16"), 393216, "bytes",
+       "batch*heads*4*n*d * 2",
+       [(3538944, "tiled attention keeps S and P on chip: it reads Q, K, V and writes O")])
+print("visible tests passed: add, matmul, softmax and both attentions")
 
 # %% [markdown]
 # ### Hidden tests
@@ -538,14 +549,18 @@ def classify_bound(op: str, shape: tuple, dtype: str, ceilings: roofline.Ceiling
 # ### Visible test
 #
 # On the H100 datasheet roofline: a large fp16 add, a large fp16 matmul, and an fp32 matmul of 256
-# whose answer depends on whether TF32 is allowed.
+# whose answer depends on whether TF32 is allowed; then an op exactly at the ridge.
 
 # %% nbgrader={"grade": true, "grade_id": "test-roofline-bound-visible", "points": 1}
 expect_bound("add", (1 << 24,), "fp16", H100, intensity=1 / 6)
 expect_bound("matmul", (8192, 8192, 8192), "fp16", H100, intensity=8192 / 3)
 expect_bound("matmul", (256, 256, 256), "fp32", H100, intensity=256 / 6)
 expect_bound("matmul", (256, 256, 256), "fp32", H100, intensity=256 / 6, tf32=True)
-print("visible tests passed: add, matmul fp16, matmul fp32 with and without TF32")
+# a made-up device whose fp32 ridge is exactly 8 FLOP/B, the intensity of a 48^3 fp32 matmul
+EVEN = roofline.Ceilings(2e12, {"fp16": 500e12, "bf16": 500e12, "tf32": 100e12, "fp32": 16e12},
+                         "a made-up device, for an op exactly at the ridge")
+expect_bound("matmul", (48, 48, 48), "fp32", EVEN, intensity=8.0)
+print("visible tests passed: add, matmul fp16, matmul fp32 with and without TF32, the ridge")
 
 # %% [markdown]
 # ### Hidden tests

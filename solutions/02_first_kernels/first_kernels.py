@@ -125,6 +125,7 @@ def add_reference(x, y):  # reads 2n elements, writes n
 
 
 GUARD = 8192  # random elements after each test input
+LOW = [torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])  # tests' 16-bit dtypes
 
 
 def guarded_randn(shape, gen, dtype, guard=GUARD, scale=1.0):
@@ -184,13 +185,16 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block: int = 1024) 
 # %% [markdown]
 # ### Visible test
 #
-# 1000 elements with `BLOCK = 1024`: one program whose last 24 lanes lie past the end. Fresh inputs,
-# two trials, `out` and its guard bands poisoned, a float64 reference; `kernels=["add_kernel"]`
-# requires `add_kernel` to be launched on `x` and `y` and to write every element of `out` itself.
+# 2500 elements with `BLOCK = 1024`: three programs, the last with 572 lanes past the end; float32,
+# then float16. Fresh inputs, two trials, `out` and its guard bands poisoned, a float64 reference;
+# `kernels=["add_kernel"]` requires `add_kernel` to be launched on `x` and `y` and to write every
+# element of `out` itself.
 
 # %% nbgrader={"grade": true, "grade_id": "test-add-visible", "points": 1}
-checks.check(add, add_reference, add_inputs(1000), kernels=["add_kernel"])
-print("visible test passed: 1000 elements, float32, written by add_kernel, nothing past the end")
+for dtype in [torch.float32, *LOW]:
+    checks.check(add, add_reference, add_inputs(2500, dtype), kernels=["add_kernel"])
+print(f"visible test passed: 2500 elements (3 programs), float32 and {[str(d)[6:] for d in LOW]}, "
+      "written by add_kernel, nothing past the end")
 
 # %% [markdown]
 # ### Hidden tests
@@ -524,8 +528,13 @@ def check_fused(shape, dtype=torch.float32, block=None, **input_options):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-fused-visible", "points": 1}
-check_fused((37, 300))
-print("visible test passed: (37, 300) float32, computed by bias_gelu_scale_kernel")
+check_fused((37, 300))  # the launcher's tile: one row of 8192 columns per program
+for dtype in LOW:
+    check_fused((5, 300), dtype)
+check_fused((21, 100), block=(8, 32), row_gap=5)  # 3 x 4 programs; rows 105 elements apart
+check_fused((5, 300), x_scale=100.0)  # |x| up to a few hundred
+print("visible tests passed: (37, 300) float32, low precision, 8 x 32 tiles over strided rows, "
+      "large inputs")
 
 # %% [markdown]
 # ### Hidden tests

@@ -397,12 +397,21 @@ def check_exact_zeros(n_rows, n_cols, dtype=torch.float32):
 # ### Visible test
 #
 # A 127 x 129 float32 matrix (neither side a power of two) of normal scores, then one with `-inf`
-# entries and three rows of nothing but `-inf`.
+# entries and three rows of nothing but `-inf`; scores up to 1e4, rows shifted far apart, rows
+# longer than 1024, float16, and rows that are views into a wider matrix.
 
 # %% nbgrader={"grade": true, "grade_id": "test-softmax-visible", "points": 1}
 check_softmax(127, 129)
 check_softmax(127, 129, minus_inf=0.2, dead_rows=3)
-print("visible tests passed: 127 x 129 float32, normal scores and -inf entries/rows")
+check_softmax(20, 129, spread=1e4)  # one score dominates each row
+check_softmax(20, 129, offset=1e4)  # neighbouring rows thousands apart
+check_softmax(2, 1100)  # longer than 1024
+LOW = [torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
+for dtype in LOW:
+    check_softmax(20, 129, dtype)
+check_softmax(10, 200, padding=7)  # row stride 207 for the input, 200 for the output
+print(f"visible tests passed: 127 x 129 float32, normal scores and -inf entries/rows, large and "
+      f"shifted scores, 1100 columns, {[str(d)[6:] for d in LOW]}, strided rows")
 
 # %% [markdown]
 # ### Hidden tests

@@ -327,7 +327,7 @@ def matmul(a, b, out, *, tf32=False, **config):
 #   bits) says so and uses $u = 2^{-10}$ per product. Where `tl.dot` would run in TF32 on a GPU,
 #   the interpreter checks again with the float32 inputs rounded to TF32, as the GPU would fail.
 #
-# The visible test: odd sizes, contiguous inputs, float32 and float16, default tiles.
+# The visible test: odd sizes, float32, float16, small tiles, strided operands.
 
 # %%
 PAD = 256  # wider than any tile: a kernel that reads or writes past a matrix stays in our buffers
@@ -427,9 +427,14 @@ def check_matmul(fn, M, N, K, dtype, *, layout="contiguous", values="normal", tf
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-matmul-visible", "points": 1}
-for dtype in (torch.float32, torch.float16):
+LOW = [torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
+for dtype in (torch.float32, *LOW):
     check_matmul(matmul, 37, 53, 71, dtype)
-print("visible test passed: 37x71 @ 71x53, float32 and float16")
+tiles = dict(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=2, num_stages=2)
+check_matmul(lambda a, b, out: matmul(a, b, out, **tiles), 37, 53, 71, torch.float16,
+             layout=("transposed", "strided"), trials=1)  # 3 x 2 tiles, 5 steps along K
+print(f"visible test passed: 37x71 @ 71x53, float32 and {[str(d)[6:] for d in LOW]}; "
+      "16x32 tiles on transposed and strided operands")
 
 # %% [markdown]
 # ### Hidden tests

@@ -211,6 +211,18 @@ expected = [big, small] if SMEM_LIMIT >= 192 * 1024 else [small]
 assert kept == expected, (f"float16, limit {SMEM_LIMIT / 1024:.0f} KB: kept "
                           f"{[gemm.describe(c) for c in kept]}, expected "
                           f"{[gemm.describe(c) for c in expected]}")
+assert checks.call_graded(fits, big, 2, 192 * 1024), "a config that needs exactly the limit fits"
+tensor32 = torch.empty(4, 4, dtype=torch.float32, device=DEVICE.torch_device)
+saved_limit = SMEM_LIMIT
+try:  # small needs 24 KiB in float16 and 48 KiB in float32
+    for limit, tensor, what in [(200, tensor32, "float32 (A's dtype), limit 200 KB"),
+                                (16, tensor16, "nothing fits in 16 KB: the config that needs least")]:
+        SMEM_LIMIT = limit * 1024
+        kept = prune_configs([big, small], {"a_ptr": tensor})
+        assert kept == [small], (f"{what}: kept {[gemm.describe(c) for c in kept]}, expected "
+                                 f"{gemm.describe(small)}")
+finally:
+    SMEM_LIMIT = saved_limit
 print("visible tests passed")
 
 # %% nbgrader={"grade": true, "grade_id": "test-smem-hidden", "points": 2}

@@ -188,7 +188,11 @@ def chunks(rows, width, scale=1.0, shift=0.0):
 # %% nbgrader={"grade": true, "grade_id": "test-merge-visible", "points": 1}
 check_merge(chunks(1000, 16), chunks(1000, 16))
 check_merge(chunks(1000, 16, scale=5), chunks(1000, 40, shift=3), dtype=torch.float64)
-print("visible test passed: 2000 random pairs of chunks, float32 and float64")
+empty = torch.full((10, 4), -math.inf, dtype=torch.float64)
+check_merge(empty, empty)  # two empty parts: the empty state (-inf, 0)
+check_merge(chunks(100, 4, shift=5e3), chunks(100, 4, shift=-5e3))  # maxima 1e4 apart
+print("visible test passed: 2000 random pairs of chunks, float32 and float64; empty parts; "
+      "maxima far apart")
 
 # %% nbgrader={"grade": true, "grade_id": "test-merge-hidden", "points": 2}
 check_merge(chunks(8, 4), chunks(8, 4, shift=-2))
@@ -349,7 +353,11 @@ print(f"torch.softmax in float32 on rows of {x_err.shape[1]}: max relative error
 
 # %% nbgrader={"grade": true, "grade_id": "test-chunked-softmax-visible", "points": 1}
 check_softmax(chunked_softmax, 4, 1000)
-print("visible test passed: 4 rows of 1000, float32, chunks of", CHUNK)
+check_softmax(chunked_softmax, 2, 300, scale=1e4)  # magnitudes around 1e4
+check_softmax(chunked_softmax, 2, 300, kind="one-finite")  # whole chunks of -inf
+check_softmax(chunked_softmax, 2, 1000, dtype=torch.float16)
+print(f"visible test passed: 4 rows of 1000, float32, chunks of {CHUNK}; scores near 1e4, "
+      "rows of -inf but one value, float16")
 
 # %% nbgrader={"grade": true, "grade_id": "test-chunked-softmax-hidden", "points": 2}
 check_softmax(lambda x, out: chunked_softmax(x, out, chunk=7), 2, 50)
@@ -499,7 +507,12 @@ def long_softmax(x, out, block=BLOCK):  # reads 2 rows' bytes, writes 1
 
 # %% nbgrader={"grade": true, "grade_id": "test-long-softmax-visible", "points": 1}
 check_long_softmax(ROWS, ROW_LENGTHS[1])
-print(f"visible test passed: {ROWS} rows of {ROW_LENGTHS[1]}, float32, BLOCK={BLOCK}")
+check_long_softmax(ROWS, ROW_LENGTHS[0], torch.float16)
+check_long_softmax(ROWS, ROW_LENGTHS[0], kind="one-finite")  # lanes that see only -inf
+check_long_softmax(ROWS, ROW_LENGTHS[0], scale=1e4)
+check_long_softmax(ROWS, ROW_LENGTHS[0], pad=9)  # rows of a wider tensor
+print(f"visible test passed: {ROWS} rows of {ROW_LENGTHS[1]}, float32, BLOCK={BLOCK}; float16, "
+      "rows of -inf but one value, scores near 1e4, strided rows")
 
 # %% nbgrader={"grade": true, "grade_id": "test-long-softmax-hidden", "points": 2}
 check_long_softmax(2, BLOCK + 1)

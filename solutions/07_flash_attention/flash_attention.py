@@ -389,7 +389,10 @@ print("torch's scaled_dot_product_attention on float16, causal: max abs error "
 
 # %% nbgrader={"grade": true, "grade_id": "test-flash-attention-visible", "points": 1}
 check_attention(*CHECK_SHAPES[0], causal=False)
-print(f"visible test passed: (B, H, N, D) = {CHECK_SHAPES[0]}, non-causal")
+check_attention(1, 2, 40, HEAD_DIMS[0], causal=False, layout="bnhd")  # strided views
+check_attention(1, 1, 96, HEAD_DIMS[0], False, v_offset=1000.0, scale=0.05)  # sums near 1e5
+print(f"visible test passed: (B, H, N, D) = {CHECK_SHAPES[0]}, non-causal; strided views, large "
+      "values")
 
 # %% [markdown]
 # The hidden tests run every shape of the parameters cell and every head dim of the device
@@ -590,7 +593,10 @@ def attn_fwd_causal_kernel(
 
 # %% nbgrader={"grade": true, "grade_id": "test-flash-attention-causal-visible", "points": 1}
 check_attention(*CHECK_SHAPES[0], causal=True)
-print(f"visible test passed: (B, H, N, D) = {CHECK_SHAPES[0]}, causal")
+check_attention(1, 2, 40, HEAD_DIMS[0], causal=True, layout="bnhd")  # strided views
+check_attention(1, 1, 96, HEAD_DIMS[0], True, v_offset=1000.0, scale=0.05)  # sums near 1e5
+print(f"visible test passed: (B, H, N, D) = {CHECK_SHAPES[0]}, causal; strided views, large "
+      "values")
 
 # %% [markdown]
 # The hidden tests run the same cases as Exercise 1's, causal: every shape of the parameters

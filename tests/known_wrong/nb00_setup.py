@@ -98,3 +98,19 @@ def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 """,
     },
 }
+
+# Mistakes that once passed every visible test and failed only the hidden ones (the visible test
+# ran one program); tests/test_known_wrong.py now requires a visible test to fail.
+VISIBLE_CLASSES = {
+    "relu-kernel": {
+        # the given offsets edited: every program starts at element pid, not pid * BLOCK
+        "offsets forget the block": HEADER.replace("pid * BLOCK +", "pid +")
+        + """
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.where(x > 0, x, 0.0), mask=mask)
+""",
+    },
+}
+for _grade_id, _variants in VISIBLE_CLASSES.items():
+    WRONG[_grade_id].update(_variants)
+HINTS["relu-kernel"]["offsets forget the block"] = "coverage"

@@ -377,3 +377,49 @@ WRONG["fused-kernel"].update(
 HINTS["fused-kernel"].update(
     {"no float32 upcast": "operand-dtype", "bias added as a column": "shape"}
 )
+
+# Mistakes that once passed every visible test and failed only the hidden ones (float32 only, the
+# launcher's one-row tiles); tests/test_known_wrong.py now requires a visible test to fail. The
+# plain form of "no float32 upcast" is above, with its hint.
+VISIBLE_CLASSES = {
+    "fused-kernel": {
+        # float16 inputs computed in float16 but for the sigmoid: the cube loses precision
+        "no float32 upcast but for the sigmoid": fused(
+            MASKS
+            + """
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], mask=mask)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n)
+    z = x + bias[None, :]
+    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+    y = z * tl.sigmoid((2.0 * u).to(tl.float32)) * scale
+"""
+            + STORE
+        ),
+        # right with the launcher's tiles of one row and one program per row of columns
+        "offsets forget the block": fused(
+            """
+    mask_n = offs_n < N
+    mask = (offs_m[:, None] < M) & mask_n[None, :]
+"""
+            + LOADS
+            + GELU
+            + STORE
+        )
+        .replace(
+            "offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)",
+            "offs_m = tl.program_id(axis=0) + tl.arange(0, BLOCK_M)",
+        )
+        .replace(
+            "offs_n = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)",
+            "offs_n = tl.program_id(axis=1) + tl.arange(0, BLOCK_N)",
+        ),
+    },
+}
+for _grade_id, _variants in VISIBLE_CLASSES.items():
+    WRONG[_grade_id].update(_variants)
+HINTS["fused-kernel"].update(
+    {
+        "no float32 upcast but for the sigmoid": "low-precision",
+        "offsets forget the block": None,
+    }
+)

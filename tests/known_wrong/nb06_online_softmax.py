@@ -214,3 +214,25 @@ SLOW = {
         .replace("range(0, n_cols, BLOCK)", "range(0, n_cols, 64)"),
     },
 }
+
+# Mistakes that once passed every visible test and failed only the hidden ones (float32 rows of
+# normal scores); tests/test_known_wrong.py now requires a visible test to fail.
+VISIBLE_CLASSES = {
+    "chunked-softmax": {
+        # a chunk of nothing but -inf has m_part = -inf, and -inf - (-inf) is NaN
+        "no guard for a chunk of -inf": CHUNKED
+        + """    m = torch.full((rows, 1), -math.inf, dtype=torch.float32, device=x.device)
+    d = torch.zeros((rows, 1), dtype=torch.float32, device=x.device)
+    for s in range(0, n, chunk):
+        part = x[:, s:s + chunk].float()
+        m_part = part.amax(dim=1, keepdim=True)
+        m, d = merge(m, d, m_part, torch.exp(part - m_part).sum(dim=1, keepdim=True))
+    for s in range(0, n, chunk):
+        out[:, s:s + chunk] = (torch.exp(x[:, s:s + chunk].float() - m) / d).to(out.dtype)
+    return out
+""",
+    },
+}
+for _grade_id, _variants in VISIBLE_CLASSES.items():
+    WRONG[_grade_id].update(_variants)
+HINTS["chunked-softmax"]["no guard for a chunk of -inf"] = "non-finite"
