@@ -280,6 +280,11 @@ def answers_held(folder: Path, graded: Iterable[Answer], notebooks: Iterable[str
                     f"{path} holds {common} of the {len(answer.lines)} lines of "
                     f"{answer.notebook}'s graded answer {answer.grade_id!r}"
                 )
+                if path.removeprefix("course/") in REFERENCE_KERNELS:
+                    found[-1] += (
+                        f": give {answer.notebook} and {notebook_of(path)} kits of their own, "
+                        f"and hand {notebook_of(path)} out after {answer.notebook}'s deadline"
+                    )
     return found
 
 
