@@ -46,8 +46,9 @@ help:
 	@echo "make autograde  grade a batch: ASSIGNMENT=00_setup SUBMISSIONS=path (docs/instructors.md)"
 	@echo "make grading-cost what grading one student costs per notebook on this machine's GPU"
 	@echo "make throughput a synthetic class graded on one GPU and on two: same scores, the gain"
-	@echo "make student-kit what students receive, in build/student-kit/ (a folder and a zip);"
-	@echo "                NOTEBOOKS=\"00_setup 01_roofline\" picks some (default: all)"
+	@echo "make student-kit what students receive, in build/student-kit/: one kit (a folder and"
+	@echo "                a zip) per assignment; NOTEBOOKS=\"00_setup 01_roofline\" picks some"
+	@echo "                (default: all), TOGETHER=1 puts them in one kit"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
 setup: $(STAMP)
@@ -156,7 +157,7 @@ autograde: $(if $(filter $(VENV)/bin/python,$(PY)),setup)
 # What students receive instead of the repository: course/ (rebuilt first), the runtime, pinned
 # requirements, a setup and a lab script (grader/authoring/kit.py; docs/instructors.md).
 student-kit: release
-	$(PY) -m grader kit $(NOTEBOOKS)
+	$(PY) -m grader kit $(NOTEBOOKS)$(if $(TOGETHER), --together)
 
 wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(WHEEL_PYTHON) \

@@ -60,14 +60,12 @@ def _kit(args: argparse.Namespace) -> int:
     from grader.authoring import kit
 
     try:
-        built = kit.build_kit(args.notebooks, out=args.out)
+        built = kit.build_kits(args.notebooks, out=args.out, together=args.together)
     except kit.KitError as problem:
         print(f"kit: {problem}", file=sys.stderr)
         return 2
-    for warning in built.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"student kit of {len(built.notebooks)} notebooks: {', '.join(built.notebooks)}")
-    print(f"  {built.folder}/\n  {built.zip}")
+    for one in built:
+        print(f"student kit of {', '.join(one.notebooks)}: {one.zip}")
     return 0
 
 
@@ -314,9 +312,15 @@ def parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser(
         "kit",
-        help="build the student kit (notebooks, runtime, requirements, scripts) and its zip",
+        help="build the student kits (notebooks, runtime, requirements, scripts), one per "
+        "assignment, and their zips",
     )
     k.add_argument("notebooks", nargs="*", help="NN_topic names (default: all)")
+    k.add_argument(
+        "--together",
+        action="store_true",
+        help="one kit of all the notebooks named, instead of one kit each",
+    )
     k.add_argument(
         "--out", type=Path, default=Path("build/student-kit"), help="where (build/student-kit)"
     )

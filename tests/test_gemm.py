@@ -1,6 +1,7 @@
 """The course's tuned matmul (solutions/05_autotuning/gemm.py, released with 05): both paths are
 correct on awkward shapes and layouts, the path is chosen from the layout, and the config lists
-are well formed. Runs in the interpreter here and compiled on a GPU."""
+of 05's reference answer, which the benchmarks tune over, are well formed. Runs in the interpreter
+here and compiled on a GPU."""
 
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 import triton
 
+from bench import matmul as bench_matmul
 from grader.runtime import checks, device
 from tests.conftest import ROOT
 
@@ -15,6 +17,12 @@ sys.path.insert(0, str(ROOT / "solutions" / "05_autotuning"))
 import gemm  # noqa: E402
 
 SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 2}
+
+
+def as_triton(config: dict) -> triton.Config:
+    """A config dict (meta-parameters, num_warps, num_stages) as a triton.Config."""
+    meta = {k: v for k, v in config.items() if k.isupper()}
+    return triton.Config(meta, num_warps=config["num_warps"], num_stages=config["num_stages"])
 
 
 def reference(a, b):
@@ -50,7 +58,7 @@ def test_both_paths_are_correct_on_aligned_shapes(tma, shape):
 def test_the_persistent_variant_is_correct(shape):
     if not gemm.tma_supported():
         pytest.skip("the persistent variant uses tensor descriptors: sm_90 (or the interpreter)")
-    tuned = gemm.autotuned([gemm.as_triton(SMALL)], kernel=gemm.matmul_kernel_persistent)
+    tuned = gemm.autotuned([as_triton(SMALL)], kernel=gemm.matmul_kernel_persistent)
     for kernel, meta in ((gemm.matmul_kernel_persistent, SMALL), (tuned, {})):
         checks.check(
             lambda a, b, out, kernel=kernel, meta=meta: gemm.launch_persistent(
@@ -88,26 +96,27 @@ def test_the_layout_decides_the_path():
 
 def test_config_lists_are_well_formed():
     for full in (False, True):
-        space = gemm.configs(full)
+        space = bench_matmul.reference_space(full)
         assert all(isinstance(c, triton.Config) for c in space)
         assert len({gemm.describe(c) for c in space}) == len(space), "duplicates"
         for c in space:
             assert set(c.kwargs) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"}
             for v in (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]):
                 assert v >= 16 and v & (v - 1) == 0
-    assert 4 <= len(gemm.DEFAULT) <= 8 < len(gemm.FULL)
-    assert gemm.describe(gemm.as_triton(gemm.DEFAULT[0])) == "128x256x64 G8 w8 s3"
+    default, full = bench_matmul.reference_space(), bench_matmul.reference_space(True)
+    assert 4 <= len(default) <= 8 < len(full)
+    assert gemm.describe(default[0]) == "128x256x64 G8 w8 s3"
 
 
 def test_the_tuned_launcher_takes_the_persistent_path_where_descriptors_work():
-    tuned = gemm.Tuned([gemm.as_triton(SMALL)])
+    tuned = gemm.Tuned([as_triton(SMALL)])
     for transposed, expected in ((False, "persistent"), (True, "pointers")):
         if not transposed and not gemm.tma_supported():
             continue  # no descriptors on this GPU: every layout takes the pointer path
         checks.check(tuned, reference, inputs(96, 80, 48, torch.float16, transposed), atol=1e-3)
         assert tuned.last is getattr(tuned, expected), f"transposed={transposed}"
-        assert gemm.describe(tuned.best_config) == gemm.describe(gemm.as_triton(SMALL))
-    config = gemm.as_triton(SMALL)
+        assert gemm.describe(tuned.best_config) == gemm.describe(as_triton(SMALL))
+    config = as_triton(SMALL)
     checks.check(
         lambda a, b, out: gemm.launch_config(config, a, b, out),
         reference,
@@ -121,7 +130,7 @@ def test_a_kept_plan_serves_only_its_layout_and_reads_each_calls_tensors():
     with its own tensors, and a change of strides, dtype or alignment gets a plan of its own."""
     dev = device.current().torch_device
     gen = checks.generator(3)
-    tuned = gemm.Tuned([gemm.as_triton(SMALL)])
+    tuned = gemm.Tuned([as_triton(SMALL)])
 
     def call(a, b):
         out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=dev)
@@ -172,7 +181,7 @@ def test_a_plan_reuses_its_descriptors_only_for_the_same_addresses(monkeypatch):
         want = (a.double() @ b.double()).to(a.dtype)
         return bool(torch.allclose(out, want, atol=1e-2, rtol=1e-2))
 
-    tuned = gemm.Tuned([gemm.as_triton(SMALL)])
+    tuned = gemm.Tuned([as_triton(SMALL)])
     assert all(right(tuned, *new()) for _ in range(3)), "new tensors at new addresses"
     kept = new()
     assert right(tuned, *kept)
@@ -188,7 +197,7 @@ def test_a_plan_reuses_its_descriptors_only_for_the_same_addresses(monkeypatch):
             "_addresses",
             lambda *tensors, d=dropped: tuple(t.data_ptr() for t in tensors[:d] + tensors[d + 1 :]),
         )
-        stale = gemm.Tuned([gemm.as_triton(SMALL)])
+        stale = gemm.Tuned([as_triton(SMALL)])
         tensors = new()
         assert right(stale, *tensors) and right(stale, *tensors), "same tensors: right"
         tensors[dropped] = new()[dropped]  # only this tensor is new
@@ -209,7 +218,7 @@ def _layouts(dev):
 
 
 def test_launch_config_keeps_a_plan_per_config_and_layout():
-    config, other = gemm.as_triton(SMALL), gemm.as_triton(SMALL | {"BLOCK_N": 16})
+    config, other = as_triton(SMALL), as_triton(SMALL | {"BLOCK_N": 16})
     make = inputs(48, 40, 32, torch.float16)
     for cfg in (config, other, config):
         checks.check(lambda a, b, out, cfg=cfg: gemm.launch_config(cfg, a, b, out), reference, make)

@@ -7,17 +7,21 @@ legitimately contains are not secrets: a line that an answer shares with the cod
 given (`return out`, the imports, the launch grid), and the drafts 08 hands out to be fixed;
 `kit.COINCIDENCES` lists, one by one with its reason, the few lines of the runtime that equal an
 answer's line by chance. A reference kernel (05's gemm.py, 04's blocked matmul) may travel only
-as a side file of a later notebook.
+as a side file of a later notebook. `make student-kit` builds one kit per assignment, and no kit
+file holds another notebook's graded answer whole, but for that reference kernel in a kit
+without the notebook it answers; so 04 and 05 never share a kit.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import zipfile
 from pathlib import Path
@@ -50,9 +54,28 @@ def known():
     return kit.course(extra_kernels=kit.test_and_bench_kernels())
 
 
+# the notebooks of one kit that may hold them together: every one but 04, whose answer 05's
+# gemm.py holds
+TOGETHER = tuple(
+    p.name for p in sorted(build.COURSE.iterdir()) if p.is_dir() and p.name != "04_matmul"
+)
+
+
+@pytest.fixture(scope="module")
+def graded():
+    return kit.answers()
+
+
+@pytest.fixture(scope="module")
+def kits(tmp_path_factory, known):
+    """What `make student-kit` builds: one kit per assignment."""
+    return kit.build_kits(out=tmp_path_factory.mktemp("kits"), known=known)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, known):
-    return kit.build_kit(out=tmp_path_factory.mktemp("kit"), known=known)
+    """One kit of every notebook that may share one, to plant things in."""
+    return kit.build_kit(TOGETHER, out=tmp_path_factory.mktemp("kit"), known=known)
 
 
 @pytest.fixture
@@ -96,28 +119,39 @@ def plant_in_notebook(folder: Path, notebook: str, line: str, cell_type: str = "
     path.write_text(json.dumps(nb))
 
 
-def test_the_kit_holds_what_students_receive_and_nothing_else(built):
-    folder = built.folder
-    assert {p.name for p in folder.iterdir()} == EXPECTED_TOP
-    assert {p.name for p in (folder / "grader").iterdir()} == {"__init__.py", "runtime"}
-    held = files(folder)
-    assert not [p for p in held if NEVER & set(Path(p).parts)]
-    assert not [p for p in held if "__pycache__" in p or p.endswith(".pyc")]
-    # every notebook of course/ with its side files, byte for byte, and the runtime whole
-    assert built.notebooks == tuple(sorted(p.name for p in build.COURSE.iterdir() if p.is_dir()))
-    course = {f"course/{p}" for p in files(build.COURSE) if "__pycache__" not in p}
-    course -= {"course/08_verify/my_draft.py"}  # a student's own file, git-ignored
-    assert course <= held
-    assert {"course/05_autotuning/gemm.py", "course/08_verify/drafts/draft_a.py"} <= held
+def test_each_kit_holds_what_students_receive_and_nothing_else(kits):
+    # one kit per assignment, each with its own notebook alone, all with the same top folder so
+    # that each unzips over the last
+    notebooks = tuple(sorted(p.name for p in build.COURSE.iterdir() if p.is_dir()))
+    assert [k.notebooks for k in kits] == [(name,) for name in notebooks]
+    assert [k.zip.name for k in kits] == [f"{kit.KIT_NAME}-{name}.zip" for name in notebooks]
     runtime = {
         f"grader/runtime/{p}"
         for p in files(kit.RUNTIME)
         if "__pycache__" not in p and not p.endswith(".pyc")
     }
-    assert runtime <= held
-    for rel in course | runtime:
-        original = build.ROOT / rel if rel.startswith("grader") else build.COURSE / rel[7:]
-        assert (folder / rel).read_bytes() == original.read_bytes(), rel
+    for one in kits:
+        folder = one.folder
+        assert folder.name == kit.KIT_NAME
+        assert {p.name for p in folder.iterdir()} == EXPECTED_TOP
+        assert {p.name for p in (folder / "course").iterdir()} == set(one.notebooks)
+        assert {p.name for p in (folder / "grader").iterdir()} == {"__init__.py", "runtime"}
+        held = files(folder)
+        assert not [p for p in held if NEVER & set(Path(p).parts)]
+        assert not [p for p in held if "__pycache__" in p or p.endswith(".pyc")]
+        # its notebook with its side files, byte for byte, and the runtime whole
+        course = {
+            f"course/{p}" for p in files(build.COURSE / one.notebooks[0]) if "__pycache__" not in p
+        }
+        course = {p.replace("course/", f"course/{one.notebooks[0]}/", 1) for p in course}
+        course -= {"course/08_verify/my_draft.py"}  # a student's own file, git-ignored
+        assert course <= held
+        assert runtime <= held
+        for rel in course | runtime:
+            original = build.ROOT / rel if rel.startswith("grader") else build.COURSE / rel[7:]
+            assert (folder / rel).read_bytes() == original.read_bytes(), rel
+    held = {p for one in kits for p in files(one.folder)}
+    assert {"course/05_autotuning/gemm.py", "course/08_verify/drafts/draft_a.py"} <= held
 
 
 def test_the_zip_is_the_folder_and_two_builds_are_identical(built, known, tmp_path):
@@ -126,13 +160,134 @@ def test_the_zip_is_the_folder_and_two_builds_are_identical(built, known, tmp_pa
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
     assert names == {f"{kit.KIT_NAME}/{p}" for p in files(built.folder)}
     assert modes[f"{kit.KIT_NAME}/setup.sh"] & 0o111, "setup.sh must unzip executable"
-    again = kit.build_kit(out=tmp_path / "again", known=known)
+    again = kit.build_kit(TOGETHER, out=tmp_path / "again", known=known)
     assert again.zip.read_bytes() == built.zip.read_bytes()
 
 
-def test_nothing_of_the_answers_is_in_the_kit(built, known):
-    assert kit.leaks(built.folder, known) == []
-    assert kit.imports_outside(built.folder) == []
+def test_nothing_of_the_answers_is_in_any_kit(kits, built, known, graded):
+    for one in [*kits, built]:
+        assert kit.leaks(one.folder, known) == []
+        assert kit.answers_held(one.folder, graded, one.notebooks) == []
+        assert kit.imports_outside(one.folder) == []
+
+
+def solution_cell(notebook: str, grade_id: str) -> str:
+    """The source of a solution cell as the solutions hold it, markers and all."""
+    source = next(a.source for a in build.assignments() if a.name == notebook)
+    cells = build.to_notebook(source).cells
+    return next(
+        c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "answer"),
+    [
+        # a side file of a later notebook: each line may be there (leaks), the answer whole not
+        ("course/06_online_softmax/softmax_ref.py", ("03_softmax", "softmax-kernel")),
+        ("grader/runtime/reference.py", ("00_setup", "relu-kernel")),
+        ("README.md", ("06_online_softmax", "merge")),
+    ],
+)
+def test_a_planted_graded_answer_of_another_notebook_is_caught(copy, known, graded, target, answer):
+    notebook, grade_id = answer
+    # re-indented, its comments changed: the comparison is of normalized lines
+    planted = textwrap.indent(solution_cell(notebook, grade_id), "    ").replace("# ", "# see ")
+    (copy / target).write_text("if True:\n" + planted + "\n")
+    (answer,) = [a for a in graded if (a.notebook, a.grade_id) == (notebook, grade_id)]
+    n = len(answer.lines)
+    found = kit.answers_held(copy, graded, TOGETHER)
+    assert found == [
+        f"{target} holds {n} of the {n} lines of {notebook}'s graded answer {grade_id!r}"
+    ], found
+    # with one line changed it is still the answer (when it has five lines or more); with most
+    # of it gone, no longer
+    kept = sorted(answer.lines)
+    if n >= 5:
+        (copy / target).write_text("\n".join(kept[1:]) + "\nchanged = 1\n")
+        assert len(kit.answers_held(copy, graded, TOGETHER)) == 1
+    (copy / target).write_text("\n".join(kept[: n // 2]) + "\n")
+    assert kit.answers_held(copy, graded, TOGETHER) == []
+
+
+def test_04_and_05_never_share_a_kit(tmp_path, known, graded):
+    # 05's gemm.py holds 04's graded answer: fine in 05's own kit, handed out after 04's deadline
+    later = kit.build_kit(["05_autotuning"], out=tmp_path / "later", known=known, graded=graded)
+    assert kit.answers_held(later.folder, graded, later.notebooks) == []
+    (held,) = kit.answers_held(later.folder, graded, ["04_matmul", "05_autotuning"])
+    assert held.startswith("course/05_autotuning/gemm.py holds ")
+    assert held.endswith(
+        "lines of 04_matmul's graded answer 'matmul-kernel': give 04_matmul and 05_autotuning "
+        "kits of their own, and hand 05_autotuning out after 04_matmul's deadline"
+    )
+    with pytest.raises(kit.KitError, match=r"gemm.py holds \d+ of the \d+ lines of 04_matmul's"):
+        kit.build_kits(["04_matmul", "05_autotuning"], out=tmp_path / "both", together=True)
+    assert not (tmp_path / "both").exists(), "a refused kit must leave nothing to hand out"
+    apart = kit.build_kits(["04_matmul", "05_autotuning"], out=tmp_path / "apart", known=known)
+    assert [k.notebooks for k in apart] == [("04_matmul",), ("05_autotuning",)]
+
+
+def kit_bound(source: Path) -> set[str]:
+    """The names a notebook binds by importing what the kit ships: grader's runtime, or a module
+    released beside the notebook."""
+    side = {p.stem for p in source.parent.rglob("*.py") if p != source}
+    names = set()
+    for cell in build.to_notebook(source).cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in side | {"grader"}:
+                        names.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grader"):
+                names |= {alias.asname or alias.name for alias in node.names}
+    return names
+
+
+def root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Call | ast.Attribute | ast.Subscript):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def answers_by_a_kit_call(solutions: Path) -> list[str]:
+    """Each answer region of the solutions that is one statement whose value comes from what the
+    kit ships (`return gemm.configs(full)`): the reference answer would be the kit's to give."""
+    found = []
+    for a in build.assignments(solutions):
+        shipped = kit_bound(a.source)
+        for cell in build.to_notebook(a.source).cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            region: list[str] | None = None
+            for line in cell.source.splitlines():
+                if line.strip() == kit.MARKERS["solution"][0]:
+                    region = []
+                elif line.strip() == kit.MARKERS["solution"][1] and region is not None:
+                    body = ast.parse(textwrap.dedent("\n".join(region))).body
+                    value = getattr(body[0], "value", None) if len(body) == 1 else None
+                    if value is not None and root_name(value) in shipped:
+                        found.append(f"{a.name} {grade_id}: {ast.unparse(body[0])}")
+                    region = None
+                elif region is not None:
+                    region.append(line)
+    return found
+
+
+def test_no_answer_is_one_call_of_what_the_kit_ships(tmp_path):
+    assert answers_by_a_kit_call(build.SOLUTIONS) == []
+    # 05's Exercise 2 as it was answered when gemm.py shipped the course's config lists
+    shutil.copytree(build.SOLUTIONS / "05_autotuning", tmp_path / "05_autotuning")
+    source = tmp_path / "05_autotuning" / "autotuning.py"
+    text = source.read_text()
+    begin = text.index("### BEGIN SOLUTION", text.index("def config_space("))
+    end = text.index("    ### END SOLUTION", begin)
+    source.write_text(
+        text[:begin] + "### BEGIN SOLUTION\n    return gemm.configs(full)\n" + text[end:]
+    )
+    assert answers_by_a_kit_call(tmp_path) == [
+        "05_autotuning config-space: return gemm.configs(full)"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -173,6 +328,7 @@ def test_a_line_shown_in_prose_is_caught(copy, known):
 def test_a_reference_kernel_travels_only_with_a_later_notebook(copy, known):
     gemm = copy / "course" / "05_autotuning" / "gemm.py"
     assert kit.leaks(copy, known) == []  # 05's side file may hold 04's answer
+    (copy / "course" / "04_matmul").mkdir()  # as if 04 were in this kit too
     shutil.copyfile(gemm, copy / "course" / "04_matmul" / "gemm.py")
     shutil.copyfile(gemm, copy / "grader" / "runtime" / "gemm.py")
     found = kit.leaks(copy, known)
@@ -187,7 +343,7 @@ def test_a_reference_kernel_travels_only_with_a_later_notebook(copy, known):
         ("grader/runtime/gemm.py", "04_matmul"),
     }
     # nor in 05's notebook itself: only side files, which the instructor hands out knowingly
-    (copy / "course" / "04_matmul" / "gemm.py").unlink()
+    shutil.rmtree(copy / "course" / "04_matmul")
     (copy / "grader" / "runtime" / "gemm.py").unlink()
     kernel = kit.triton_kernels(gemm.read_text())[0].splitlines()
     plant_in_notebook(
@@ -238,16 +394,19 @@ def test_an_unpinned_import_is_refused(copy):
     assert kit.imports_outside(copy) == ["grader/runtime/results.py: imports pandas"]
 
 
-def test_some_notebooks_and_the_order_warning(tmp_path, known):
-    first = kit.build_kit(["01_roofline", "00_setup"], out=tmp_path / "a", known=known)
+def test_some_notebooks_one_kit_each_or_together(tmp_path, known):
+    each = kit.build_kits(["01_roofline", "00_setup"], out=tmp_path / "a", known=known)
+    assert [k.notebooks for k in each] == [("00_setup",), ("01_roofline",)]
+    assert [{p.name for p in (k.folder / "course").iterdir()} for k in each] == [
+        {"00_setup"},
+        {"01_roofline"},
+    ]
+    (first,) = kit.build_kits(
+        ["01_roofline", "00_setup"], out=tmp_path / "b", known=known, together=True
+    )
     assert first.notebooks == ("00_setup", "01_roofline")
     assert {p.name for p in (first.folder / "course").iterdir()} == {"00_setup", "01_roofline"}
-    assert first.warnings == ()
-    both = kit.build_kit(["04_matmul", "05_autotuning"], out=tmp_path / "b", known=known)
-    assert len(both.warnings) == 1
-    assert "hand 05_autotuning out only after 04_matmul's deadline" in both.warnings[0]
-    later = kit.build_kit(["05_autotuning"], out=tmp_path / "c", known=known)
-    assert later.warnings == ()
+    assert first.zip == tmp_path / "b" / f"{kit.KIT_NAME}-00_setup+01_roofline.zip"
 
 
 def test_an_unknown_notebook_is_named_with_the_known_ones(tmp_path, capsys):
@@ -278,6 +437,49 @@ def test_requirements_pin_what_the_kit_imports(built):
     assert not [x for x in cpu + gpu if x.startswith(NOT_FOR_STUDENTS)]
     makefile = (build.ROOT / "Makefile").read_text()
     assert f"TORCH  ?= torch=={pins['torch']}" in makefile
+    # the sizes setup.sh states were measured for these pins: a pin that moves needs them anew
+    for package, (version, _) in kit.DOWNLOAD_LARGEST.items():
+        assert pins[package] == version, (
+            f"{package} is pinned at {pins[package]}; kit.DOWNLOAD_LARGEST and DOWNLOAD_ALL were "
+            f"measured for {version}: measure them again as their comment says"
+        )
+    count, total = kit.DOWNLOAD_ALL
+    assert f"# download: about {total} MB in {count} packages" in cpu[1]
+    assert cpu[1].count(" MB") == len(kit.DOWNLOAD_LARGEST) + 2
+    assert gpu[1].startswith("# download: torch's CUDA build")
+
+
+def pip_sizes(output: str) -> dict[str, float]:
+    """MB by wheel file of what pip's output says it fetched: its own figure for a download or a
+    cached file, the file's size for a local one ("Processing /path")."""
+    found = {}
+    scale = {"kB": 1e-3, "MB": 1.0, "GB": 1e3}
+    for m in re.finditer(r"(?:Downloading|Using cached) (\S+) \(([\d.]+) ([kMG]B)\)", output):
+        found[m[1].rsplit("/", 1)[-1]] = float(m[2]) * scale[m[3]]
+    for m in re.finditer(r"^Processing (/\S+\.whl)", output, re.M):
+        if Path(m[1]).is_file():
+            found[Path(m[1]).name] = Path(m[1]).stat().st_size / 1e6
+    return found
+
+
+def test_pip_sizes_reads_each_way_pip_reports_a_wheel(tmp_path):
+    local = tmp_path / "six-1.17.0-py2.py3-none-any.whl"
+    local.write_bytes(b"x" * 2_000_000)
+    output = (
+        "Collecting torch==2.13.0\n"
+        "  Downloading https://example.org/whl/torch-2.13.0-cp311.whl (191.8 MB)\n"
+        "  Using cached triton-3.9.0-cp311.whl (285.8 MB)\n"
+        "  Downloading tqdm-4.70.1-py3-none-any.whl (78 kB)\n"
+        f"Processing {local} (from -r requirements.txt (line 9))\n"
+    )
+    assert pip_sizes(output) == pytest.approx(
+        {
+            "torch-2.13.0-cp311.whl": 191.8,
+            "triton-3.9.0-cp311.whl": 285.8,
+            "tqdm-4.70.1-py3-none-any.whl": 0.078,
+            local.name: 2.0,
+        }
+    )
 
 
 def test_make_student_kit_calls_the_builder(root):
@@ -292,6 +494,13 @@ def test_make_student_kit_calls_the_builder(root):
     assert dry.returncode == 0, dry.stderr
     assert re.search(r"^python -m grader build$", dry.stdout, re.M), "course/ is rebuilt first"
     assert re.search(r"^python -m grader kit 00_setup 01_roofline$", dry.stdout, re.M)
+    together = subprocess.run(
+        ["make", "-n", "student-kit", "NOTEBOOKS=00_setup 01_roofline", "TOGETHER=1", "PY=py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert re.search(r"^py -m grader kit 00_setup 01_roofline --together$", together.stdout, re.M)
 
 
 def solved(notebook: Path, source: Path) -> nbformat.NotebookNode:
@@ -335,6 +544,18 @@ def test_the_kit_works_from_a_fresh_folder(built, tmp_path):
     print(f"setup.sh took {seconds:.0f} s")
     assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
     assert "known-bad combinations: none found" in setup.stdout  # the doctor, from the kit
+    # it said what it would download before pip started, and pip showed each package as it went
+    count, total = kit.DOWNLOAD_ALL
+    said = setup.stdout.index(f"setup: downloads about {total} MB in {count} packages")
+    pip_starts = re.search(r"^\s*(Collecting|Processing) ", setup.stdout, re.M)
+    assert pip_starts and said < pip_starts.start(), setup.stdout[:3000]
+    fetched = pip_sizes(setup.stdout)
+    print(f"pip fetched {len(fetched)} wheels, {sum(fetched.values()):.0f} MB")
+    assert len(fetched) >= 0.9 * count, "pip's output no longer names each package it fetches"
+    assert 0.75 * total <= sum(fetched.values()) <= 1.25 * total, (
+        f"setup.sh says about {total} MB; pip fetched {sum(fetched.values()):.0f} MB: measure "
+        "kit.DOWNLOAD_ALL again as its comment says"
+    )
     python = folder / ".venv" / "bin" / "python"
     installed = subprocess.run(
         [python, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True

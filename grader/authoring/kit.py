@@ -1,18 +1,24 @@
-"""The student kit: what students receive instead of the repository. `build_kit()` writes
-build/student-kit/<KIT_NAME>/ and a zip of it: the chosen notebooks of course/ with the files
-released beside them, the student runtime (grader/__init__.py and grader/runtime/, nothing else of
-grader), pinned requirements for the CPU and for an NVIDIA GPU, two scripts (set up, open
-JupyterLab) and a README.
+"""The student kit: what students receive instead of the repository. `build_kits()` writes one
+kit per assignment (by default), or one kit of several notebooks when asked (`together`): each is
+build/student-kit/<label>/<KIT_NAME>/ and a zip of it, build/student-kit/<KIT_NAME>-<label>.zip,
+whose top folder is <KIT_NAME> for every assignment, so that each unzips over the last. A kit holds
+the chosen notebooks of course/ with the files released beside them, the student runtime
+(grader/__init__.py and grader/runtime/, nothing else of grader), pinned requirements for the CPU
+and for an NVIDIA GPU, two scripts (set up, open JupyterLab) and a README.
 
-No answer may travel with it: `leaks()` compares every code line of a kit, normalized, with the
-lines of the solutions' answers, hidden tests and reference kernels. An answer may appear only in
-a side file released with a later notebook (05's gemm.py holds 04's blocked matmul): a kit that
-holds both is built with a warning to hand the later notebook out after the earlier deadline.
+No answer may travel with it. `leaks()` compares every code line of a kit, normalized, with the
+lines of the solutions' answers, hidden tests and reference kernels; a line of an answer may
+appear only in a side file released with a later notebook. `answers_held()` compares each kit
+file with each graded answer (the solution regions of an answer cell, normalized): no file may
+hold another notebook's answer, whole or nearly (ANSWER_SHARE of its lines), except a reference
+kernel of REFERENCE_KERNELS (05's gemm.py holds 04's blocked matmul) in a kit without the
+notebook it answers, handed out after that notebook's deadline. So 04 and 05 never share a kit.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import json
 import re
@@ -46,14 +52,26 @@ PROVIDERS = {
 }
 # Not imported by any released code, but what students open the notebooks with.
 TOOLS = ("ipykernel", "jupyterlab")
+# What `bash setup.sh` downloads, which it says before it starts (the `# download:` line of
+# requirements.txt): pip's sizes of the wheels, in MB, for the pinned versions on Linux x86-64 and
+# Python 3.11, as `pip install --dry-run --ignore-installed --requirement requirements.txt`
+# reports them. The two largest by package and version, then the packages and MB in all.
+# tests/test_kit.py fails when a pin moves from these versions, and compares the total with what
+# pip reports while it installs the kit in a fresh folder.
+DOWNLOAD_LARGEST = {"torch": ("2.13.0", 192), "triton": ("3.9.0", 286)}
+DOWNLOAD_ALL = (111, 580)
 # Side files under solutions/ that hold the reference answer of an earlier notebook's exercise,
 # by path under solutions/ and the notebook they answer. They may be released only with a later
-# notebook (the rule of `leaks()`).
+# notebook (the rule of `leaks()`), in a kit without the notebook they answer (`answers_held()`).
 REFERENCE_KERNELS = {"05_autotuning/gemm.py": "04_matmul"}
 MARKERS = {
     "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
     "hidden test": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
 }
+# A kit file that holds this share of the lines of another notebook's graded answer holds the
+# answer (`answers_held`): a copy with a line or two changed is still the answer. Notebooks share
+# idioms (00's ReLU and 02's masked add start alike), so well under all of it is no answer.
+ANSWER_SHARE = 0.8
 # Normalized lines this short are syntax shared by any two programs (`else:`, `return`, `)`,
 # `pass`); they name nothing of an answer, and every kernel has them. So do the returns of an
 # empty or constant value, whatever their length.
@@ -112,12 +130,20 @@ class Leak:
 
 @dataclass(frozen=True)
 class Kit:
-    """A built kit: its folder, its zip, the notebooks it holds and the warnings of its build."""
+    """A built kit: its folder, its zip and the notebooks it holds."""
 
     folder: Path
     zip: Path
     notebooks: tuple[str, ...]
-    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The graded answer of one solution cell: its solution regions' normalized code lines."""
+
+    notebook: str
+    grade_id: str
+    lines: frozenset[str]
 
 
 # -- lines and how they are compared
@@ -128,7 +154,8 @@ def normalize(line: str) -> str:
     return re.sub(r"\s+", "", line)
 
 
-def code_lines(text: str) -> list[tuple[int, str]]:
+@functools.cache  # every kit holds the same runtime: each of its files is read once per process
+def code_lines(text: str) -> tuple[tuple[int, str], ...]:
     """(line number, normalized line) of Python source, comments dropped; lines too short to name
     anything (TRIVIAL) and returns of an empty value (EMPTY_RETURNS) are left out. Source that does
     not tokenize (a notebook's shell escape) is cut at its first `#` instead."""
@@ -145,7 +172,7 @@ def code_lines(text: str) -> list[tuple[int, str]]:
         norm = normalize(line)
         if len(norm) >= TRIVIAL and norm not in EMPTY_RETURNS:
             out.append((i, norm))
-    return out
+    return tuple(out)
 
 
 def regions(source: str, kind: str) -> tuple[list[str], str]:
@@ -211,6 +238,54 @@ def course(solutions: Path = build.SOLUTIONS, extra_kernels: Iterable[Path] = ()
     for line in given:  # students have these lines in the open, so they are no secret
         secrets.pop(line, None)
     return Course(secrets, frozenset(given))
+
+
+def answers(solutions: Path = build.SOLUTIONS) -> list[Answer]:
+    """The graded answer of every solution cell of every notebook."""
+    found = []
+    for a in build.assignments(solutions):
+        for cell in build.to_notebook(a.source).cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("solution"):
+                inside = "\n".join(regions(cell.source, "solution")[0])
+                lines = frozenset(line for _, line in code_lines(inside))
+                if lines:
+                    found.append(Answer(a.name, meta["grade_id"], lines))
+    return found
+
+
+def answers_held(folder: Path, graded: Iterable[Answer], notebooks: Iterable[str]) -> list[str]:
+    """Each file of the kit at `folder` that holds ANSWER_SHARE or more of the lines of another
+    notebook's graded answer (its own notebook's answers are `leaks()`'s to find), with the
+    answer. A reference kernel of
+    REFERENCE_KERNELS is allowed in its side file when the kit does not hold the notebook it
+    answers (`notebooks`, the kit's)."""
+    texts: dict[str, list[str]] = {}
+    for piece in kit_text(folder):
+        texts.setdefault(piece.path, []).append(piece.text)
+    allowed_here = {
+        f"course/{rel}": answered
+        for rel, answered in REFERENCE_KERNELS.items()
+        if answered not in set(notebooks)
+    }
+    found = []
+    for path, pieces in texts.items():
+        held = {line for text in pieces for _, line in code_lines(text)}
+        for answer in graded:
+            if answer.notebook == notebook_of(path) or allowed_here.get(path) == answer.notebook:
+                continue
+            common = len(answer.lines & held)
+            if common >= ANSWER_SHARE * len(answer.lines):
+                found.append(
+                    f"{path} holds {common} of the {len(answer.lines)} lines of "
+                    f"{answer.notebook}'s graded answer {answer.grade_id!r}"
+                )
+                if path.removeprefix("course/") in REFERENCE_KERNELS:
+                    found[-1] += (
+                        f": give {answer.notebook} and {notebook_of(path)} kits of their own, "
+                        f"and hand {notebook_of(path)} out after {answer.notebook}'s deadline"
+                    )
+    return found
 
 
 def triton_kernels(source: str) -> list[str]:
@@ -312,17 +387,6 @@ def selected(names: Iterable[str], course_dir: Path = build.COURSE) -> list[str]
     return [n for n in known if n in names] if names else known
 
 
-def ordering_warnings(notebooks: Iterable[str]) -> list[str]:
-    """One line per reference kernel in the kit whose exercise is in the kit too."""
-    chosen = set(notebooks)
-    return [
-        f"this kit holds {answers} and {rel.split('/')[0]}, whose {rel.split('/', 1)[1]} holds "
-        f"{answers}'s graded answer: hand {rel.split('/')[0]} out only after {answers}'s deadline"
-        for rel, answers in REFERENCE_KERNELS.items()
-        if answers in chosen and rel.split("/")[0] in chosen
-    ]
-
-
 def versions(root: Path = build.ROOT) -> dict[str, str]:
     """Exact versions by package: pyproject.toml's pins, torch's and triton's from the Makefile
     (pyproject.toml gives them as ranges)."""
@@ -346,12 +410,23 @@ def requirements(gpu: bool, root: Path = build.ROOT) -> str:
     if gpu:
         packages.pop("triton")  # the CUDA build of torch pins its own
         head = "# NVIDIA GPU: a CUDA build of torch (setup.sh gpu), which brings its own Triton."
+        download = (
+            "# download: torch's CUDA build with NVIDIA's CUDA libraries and Triton, several GB in "
+            "all (pip shows each package's size as it downloads it)"
+        )
     else:
         head = "# CPU (the default): torch's CPU build (setup.sh), and Triton for its interpreter."
+        count, total = DOWNLOAD_ALL
+        largest = ", ".join(f"{p} {mb} MB" for p, (_, mb) in DOWNLOAD_LARGEST.items())
+        rest = total - sum(mb for _, mb in DOWNLOAD_LARGEST.values())
+        download = (
+            f"# download: about {total} MB in {count} packages (these and what they need): "
+            f"{largest}, the others {rest} MB"
+        )
     missing = [p for p in packages if p not in pins]
     if missing:
         raise KitError(f"pyproject.toml pins no exact version of {', '.join(missing)}")
-    return "\n".join([head, *(f"{p}=={pins[p]}" for p in packages)]) + "\n"
+    return "\n".join([head, download, *(f"{p}=={pins[p]}" for p in packages)]) + "\n"
 
 
 def imports_outside(folder: Path) -> list[str]:
@@ -361,21 +436,26 @@ def imports_outside(folder: Path) -> list[str]:
     for piece in kit_text(folder):
         if not piece.is_code:
             continue
-        source = "\n".join(
-            "" if line.lstrip().startswith(("%", "!")) else line for line in piece.text.splitlines()
-        )
-        for node in ast.walk(ast.parse(source, piece.path)):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in local | PROVIDERS.keys():
-                    found.append(f"{piece.path}: imports {name}")
+        for name in imported(piece.text, piece.path):
+            top = name.split(".")[0]
+            if top not in sys.stdlib_module_names and top not in local | PROVIDERS.keys():
+                found.append(f"{piece.path}: imports {name}")
     return found
+
+
+@functools.cache
+def imported(source: str, path: str) -> tuple[str, ...]:
+    """The modules a piece of code imports (absolute imports only), shell escapes left out."""
+    source = "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
+    names = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return tuple(names)
 
 
 # -- writing it
@@ -397,18 +477,47 @@ def write_zip(folder: Path, target: Path) -> None:
             z.writestr(info, path.read_bytes())
 
 
+def build_kits(
+    names: Iterable[str] = (),
+    out: Path = OUT,
+    course_dir: Path = build.COURSE,
+    known: Course | None = None,
+    together: bool = False,
+) -> list[Kit]:
+    """Write, into `out` (emptied first), one kit per notebook of `names` (default all), or one kit
+    of them all when `together`. Refuses, and leaves nothing in `out`, when any kit would leak an
+    answer or import an unpinned package."""
+    notebooks = selected(names, course_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    known = known or course(extra_kernels=test_and_bench_kernels())
+    graded = answers()
+    groups = [notebooks] if together else [[name] for name in notebooks]
+    try:
+        return [build_kit(group, out, course_dir, known, graded) for group in groups]
+    except KitError:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
 def build_kit(
     names: Iterable[str] = (),
     out: Path = OUT,
     course_dir: Path = build.COURSE,
     known: Course | None = None,
+    graded: list[Answer] | None = None,
 ) -> Kit:
-    """Write the kit of the notebooks `names` (default all) into `out`: a folder and its zip.
-    Refuses a kit that would leak an answer or import an unpinned package."""
+    """Write one kit of the notebooks `names` (default all) into `out`: the folder
+    out/<label>/<KIT_NAME>/ and out/<KIT_NAME>-<label>.zip, the label naming its notebooks.
+    Refuses a kit that would leak an answer, hold another notebook's graded answer or import an
+    unpinned package, and then leaves nothing of it behind."""
     notebooks = selected(names, course_dir)
-    folder = out / KIT_NAME
-    if out.exists():
-        shutil.rmtree(out)
+    label = "+".join(notebooks)
+    folder = out / label / KIT_NAME
+    target = out / f"{KIT_NAME}-{label}.zip"
+    if folder.parent.exists():
+        shutil.rmtree(folder.parent)
+    target.unlink(missing_ok=True)
     folder.mkdir(parents=True)
     for name in notebooks:
         shutil.copytree(course_dir / name, folder / "course" / name, ignore=_ignore)
@@ -423,15 +532,17 @@ def build_kit(
         script.chmod(0o755)
 
     known = known or course(extra_kernels=test_and_bench_kernels())
+    graded = answers() if graded is None else graded
     problems = [str(leak) for leak in leaks(folder, known)]
+    problems += answers_held(folder, graded, notebooks)
     problems += imports_outside(folder)
     if problems:
-        shutil.rmtree(out)
+        shutil.rmtree(folder.parent)
+        if not any(out.iterdir()):
+            out.rmdir()
         raise KitError(
-            "the kit would hold what students must not receive, or need a package it does "
-            "not pin:\n  " + "\n  ".join(problems)
+            f"the kit of {', '.join(notebooks)} would hold what students must not receive, or "
+            "need a package it does not pin:\n  " + "\n  ".join(problems)
         )
-    write_zip(folder, out / f"{KIT_NAME}.zip")
-    return Kit(
-        folder, out / f"{KIT_NAME}.zip", tuple(notebooks), tuple(ordering_warnings(notebooks))
-    )
+    write_zip(folder, target)
+    return Kit(folder, target, tuple(notebooks))

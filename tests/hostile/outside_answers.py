@@ -10,7 +10,7 @@ from tests.hostile import Attacker
 # Wrong answers, each a one-line change of the authors' answer.
 WRONG = {
     "00_setup": ("relu-kernel", "tl.where(x > 0, x, 0.0)", "x"),  # no ReLU at all
-    "05_autotuning": ("config-space", "return gemm.configs(full)", "return gemm.configs(False)"),
+    "05_autotuning": ("config-space", "if full:", "if False:"),  # the full space is the default
     "07_flash_attention": ("flash-attention-kernel", "(acc / l_i[:, None])", "acc"),  # unscaled
 }
 SHADOW = b"raise SystemExit('a module beside the notebook ran')\n"

@@ -21,8 +21,13 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
   echo "       PYTHON=python3.12 bash setup.sh" >&2
   exit 1
 fi
+packages=$(grep -v '^#' "$requirements" | tr '\n' ' ')
+echo "setup: installs into .venv here: ${packages% }"
+echo "setup: downloads $(sed -n 's/^# download: //p' "$requirements")"
+echo "setup: pip lists each package as it downloads it, then installs them all at once, which can"
+echo "       take a few minutes more on a laptop"
 "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet ${index:+--extra-index-url "$index"} \
+.venv/bin/python -m pip install --progress-bar on ${index:+--extra-index-url "$index"} \
   --requirement "$requirements"
 echo "setup: installed into .venv; your device and versions:"
 .venv/bin/python -m grader.runtime
