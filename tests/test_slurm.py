@@ -132,7 +132,7 @@ def cluster(tmp_path_factory):
 
 def _answered(release, source, broken: bool):
     """The release with its solution cells answered from the source; `broken`: a kernel that
-    skips every element past the first block."""
+    hard-codes the default block size (it passes the visible test, not the hidden one)."""
     nb = copy.deepcopy(release)
     theirs = [c for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")]
     mine = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
@@ -147,7 +147,7 @@ def _answered(release, source, broken: bool):
             c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "relu-kernel"
         ]
         assert "pid * BLOCK + tl.arange" in kernel.source, "00_setup changed: update this test"
-        kernel.source = kernel.source.replace("pid * BLOCK + tl.arange", "0 * BLOCK + tl.arange")
+        kernel.source = kernel.source.replace("pid * BLOCK + tl.arange", "pid * 1024 + tl.arange")
     return nb
 
 
