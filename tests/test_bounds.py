@@ -31,6 +31,7 @@ def test_an_unmasked_load_is_reported_with_its_argument_distance_line_and_fix():
     with pytest.raises(bounds.OutOfBoundsError) as caught:
         run(k.copy_unmasked_load, x, out)
     message = str(caught.value)
+    assert message.startswith("`copy_unmasked_load` goes outside its tensors: a load at line")
     assert "24 elements past the end of `x_ptr` (float32[1000])" in message
     assert "`x = tl.load(x_ptr + offsets)`" in message
     assert "Does the load past n carry a mask?" in message
@@ -55,6 +56,14 @@ def test_reads_before_the_start_through_a_helper_and_scalar_loads_are_reported()
             k.rows_through_helper[(4,)](x, torch.zeros(4, 32), 32, 32, BLOCK=64)
     with pytest.raises(bounds.OutOfBoundsError, match="1 element past the end of `x_ptr`"):
         run(k.first_element, torch.randn(100), torch.zeros(100), block=128, grid=(1,))
+
+
+def test_a_read_far_past_every_guard_is_switched_off_and_reported():
+    x = torch.randn(1000)
+    out = torch.zeros(1000)
+    with pytest.raises(bounds.OutOfBoundsError, match="268435480 elements past the end of `x_ptr`"):
+        run(k.far_read, x, out)
+    assert torch.equal(out, x)
 
 
 def test_a_neighbouring_tensor_does_not_hide_a_read_past_the_end():

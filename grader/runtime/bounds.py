@@ -93,16 +93,21 @@ class _Arena:
 
     def __init__(self, storage: torch.UntypedStorage, start: int, stop: int):
         self.storage, self.start, self.stop = storage, start, stop
-        size = stop - start
-        self.guard = max(MIN_GUARD, min(size, MAX_GUARD))
-        shift = start % 64  # the copy keeps the original's alignment
-        self.buffer = torch.full((2 * self.guard + size + 64,), BYTE, dtype=torch.uint8)
-        self.offset = self.guard + (shift - self.buffer.data_ptr() - self.guard) % 64
-        self.base = self.buffer.data_ptr() + self.offset  # where `start` lands
+        self.guard = max(MIN_GUARD, min(stop - start, MAX_GUARD))
         self.arguments: list[_Argument] = []
+
+    def size(self) -> int:
+        return 2 * self.guard + self.stop - self.start + 64
+
+    def place(self, buffer: torch.Tensor) -> None:
+        """Make `buffer` (uint8, `size()` bytes, all BYTE) the copy, and copy the bytes in."""
+        self.buffer = buffer
+        shift = self.start % 64  # the copy keeps the original's alignment
+        self.offset = self.guard + (shift - buffer.data_ptr() - self.guard) % 64
+        self.base = buffer.data_ptr() + self.offset  # where `start` lands
         self._region().copy_(self._original())
-        self.before = self.buffer[: self.offset]
-        self.after = self.buffer[self.offset + size :]
+        self.before = buffer[: self.offset]
+        self.after = buffer[self.offset + self.stop - self.start :]
 
     def _original(self) -> torch.Tensor:
         bytes_ = torch.empty(0, dtype=torch.uint8, device=self.storage.device)
@@ -114,11 +119,10 @@ class _Arena:
 
     def copy(self, t: torch.Tensor) -> torch.Tensor:
         """`t` (whose memory this arena copies), as a view of the copy."""
-        first = self.offset + t.data_ptr() - self.start
+        storage = self.buffer.untyped_storage()
+        first = self.base + t.data_ptr() - self.start - storage.data_ptr()
         view = torch.empty(0, dtype=t.dtype)
-        return view.set_(
-            self.buffer.untyped_storage(), first // t.element_size(), t.shape, t.stride()
-        )
+        return view.set_(storage, first // t.element_size(), t.shape, t.stride())
 
     def back(self) -> None:
         self._original().copy_(self._region())
@@ -175,6 +179,7 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
             key = value.untyped_storage().data_ptr()
             by_storage.setdefault(key, []).append((name, value, span))
     made: dict[int, _Arena] = {}  # id of each tensor -> its arena
+    arenas: dict[int, _Arena] = {}
     for members in by_storage.values():
         # tensors of one storage share a copy only where their bytes overlap: a read past one
         # must not land in the next
@@ -188,7 +193,7 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
         for cluster in clusters:
             start = min(s[0] for _, _, s in cluster)
             stop = max(s[1] for _, _, s in cluster)
-            arena = _Arena(cluster[0][1].untyped_storage(), start, stop)
+            arena = arenas[id(cluster[0][1])] = _Arena(cluster[0][1].untyped_storage(), start, stop)
             for name, value, (first, last) in cluster:
                 made[id(value)] = arena
                 same = next((a for a in arena.arguments if a.tensor is value), None)
@@ -196,6 +201,13 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
                     arena.arguments.append(_Argument([name], value, first, last))
                 else:
                     same.names.append(name)
+
+    # one buffer holds every copy, so that a load can tell a lane inside it from one far outside
+    whole = torch.full((sum(a.size() for a in arenas.values()),), BYTE, dtype=torch.uint8)
+    at = 0
+    for arena in arenas.values():
+        arena.place(whole[at : at + arena.size()])
+        at += arena.size()
 
     def swap(value):
         if isinstance(value, torch.Tensor) and _span(value) is not None:
@@ -205,7 +217,8 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
     return (
         tuple(swap(a) for a in args),
         {k: swap(v) for k, v in kwargs.items()},
-        list({id(a): a for a in made.values()}.values()),
+        list(arenas.values()),
+        whole,
     )
 
 
@@ -216,10 +229,14 @@ class _Report:
     """The addresses that loads let through and found holding the guard's bytes: per call site,
     the lowest and the highest, in a tensor that `tl.store` writes."""
 
-    def __init__(self):
-        self.addresses = torch.empty((SITES, 2), dtype=torch.int64)
+    def __init__(self, whole: torch.Tensor):
+        self.low, self.high = whole.data_ptr(), whole.data_ptr() + whole.numel()
+        # per site: lowest and highest suspect address, and the lowest address of a lane that
+        # read inside a copy (which argument the pointer came from, for a read far outside)
+        self.addresses = torch.empty((SITES, 3), dtype=torch.int64)
         self.addresses[:, 0] = _INT64_MAX
         self.addresses[:, 1] = -1
+        self.addresses[:, 2] = _INT64_MAX
         self.sites: dict[tuple[str, int], int] = {}
 
     def slot(self, where: tuple[str, int]) -> int | None:
@@ -234,39 +251,49 @@ _REPORTS: list[_Report] = []
 
 
 def _checked_load(pointer, mask=None, other=None, *args, **kwargs):
-    """`tl.load`, then a look at what it read (the module's docstring says how)."""
+    """`tl.load` with lanes outside the launch's copies switched off, then a look at what it
+    read (the module's docstring says how)."""
     import triton.language as tl
 
-    value = tl.load(pointer, mask, other, *args, **kwargs)
     ptype = getattr(pointer, "type", None)
-    if not _REPORTS or ptype is None or not ptype.scalar.is_ptr():
-        return value
-    if ptype.is_ptr() and ptype.element_ty.is_block():  # a block pointer
-        return value
+    if (
+        not _REPORTS
+        or ptype is None
+        or not ptype.scalar.is_ptr()
+        or (ptype.is_ptr() and ptype.element_ty.is_block())  # a block pointer
+        or (mask is not None and not isinstance(mask, tl.tensor))
+    ):
+        return tl.load(pointer, mask, other, *args, **kwargs)
+    report = _REPORTS[-1]
+    address = pointer.to(tl.int64)
+    inside = (address >= report.low) & (address < report.high)
+    wanted = inside if mask is None else mask & inside
+    value = tl.load(pointer, wanted, other, *args, **kwargs)
     width = value.dtype.primitive_bitwidth
-    if width not in _SENTINEL or value.dtype == tl.int1:
-        return value
-    hit = value.to(getattr(tl, f"int{width}"), bitcast=True) == _SENTINEL[width]
-    if isinstance(mask, tl.tensor):
+    if width in _SENTINEL and value.dtype != tl.int1:
+        guard = value.to(getattr(tl, f"int{width}"), bitcast=True) == _SENTINEL[width]
+        hit = guard | ~inside
+    else:
+        hit = ~inside
+    if mask is not None:
         hit = hit & mask
-    elif mask is not None and not mask:
-        return value
     if not hit.type.is_block():
         hit = tl.full((1,), 0, tl.int1) | hit
     if not tl.max(hit.to(tl.int8)):
         return value
-    report = _REPORTS[-1]
     caller = sys._getframe(1)
     slot = report.slot((caller.f_code.co_filename, caller.f_lineno))
     if slot is None:
         return value
-    address = pointer.to(tl.int64)
     low = tl.min(tl.where(hit, address, _INT64_MAX))
     high = tl.max(tl.where(hit, address, -1))
     where = report.addresses[slot].data_ptr()
     first = tl.full((), where, tl.int64).to(tl.pointer_type(tl.int64))
     tl.store(first, tl.minimum(tl.load(first), low))
     tl.store(first + 1, tl.maximum(tl.load(first + 1), high))
+    fine = inside & ~hit if mask is None else mask & inside & ~hit
+    anchor = tl.min(tl.where(fine, address, _INT64_MAX))
+    tl.store(first + 2, tl.minimum(tl.load(first + 2), anchor))
     return value
 
 
@@ -317,11 +344,45 @@ def _how_far(arg: _Argument, elements: int) -> str:
     return f"{-elements} element{'s' * (elements != -1)} before the start of {names} ({shape})"
 
 
+def _nearest(arenas: list[_Arena], address: int, anchor: int) -> tuple[_Argument, int] | None:
+    """The argument whose guard holds `address` or, for an address outside every copy (a lane
+    that the load switched off), the one that `anchor` (an address the same load read inside a
+    copy) lies in, else the nearest; and how far, as `_Arena.owner` says. None for an address
+    inside a copy's data."""
+    for arena in arenas:
+        low = arena.buffer.data_ptr()
+        if low <= address < low + arena.buffer.numel():
+            return arena.owner(address)
+    arguments = [a for arena in arenas for a in arena.arguments]
+    copies = {id(a): arena for arena in arenas for a in arena.arguments}
+    for arg in arguments:
+        arena = copies[id(arg)]
+        if arena.base + arg.start - arena.start <= anchor < arena.base + arg.stop - arena.start:
+            arguments = [arg]
+
+    def distance(arg):
+        arena = copies[id(arg)]
+        low, high = arena.base + arg.start - arena.start, arena.base + arg.stop - arena.start
+        return max(low - address, address - high + 1, 0)
+
+    arg = min(arguments, key=distance)
+    arena = copies[id(arg)]
+    original = address - arena.base + arena.start
+    size = arg.tensor.element_size()
+    if original >= arg.stop:
+        return arg, (original - arg.stop) // size + 1
+    return arg, -((arg.start - original + size - 1) // size)
+
+
 def _verdict(name: str, arenas: list[_Arena], report: _Report) -> OutOfBoundsError | None:
     lines = []
     for (filename, lineno), slot in report.sites.items():
-        low, high = (int(v) for v in report.addresses[slot])
-        found = [f for a in arenas for address in (low, high) if (f := a.owner(address))]
+        low, high, anchor = (int(v) for v in report.addresses[slot])
+        found = [
+            f
+            for address in (low, high)
+            if 0 <= address < _INT64_MAX and (f := _nearest(arenas, address, anchor))
+        ]
         if found:
             arg, elements = max(found, key=lambda f: abs(f[1]))
             lines.append(f"a load at {_line(filename, lineno)} reads {_how_far(arg, elements)}")
@@ -330,17 +391,14 @@ def _verdict(name: str, arenas: list[_Arena], report: _Report) -> OutOfBoundsErr
             lines.append(f"a store writes {_how_far(arg, elements)}")
     if not lines:
         return None
-    loads = any(line.startswith("a load") for line in lines)
-    fix = (
-        f"Does the {'load' if loads else 'store'} past n carry a mask? Give every tl.load and "
-        "tl.store the mask that keeps its lanes inside the tensor (`mask=offsets < n`, per axis "
-        "for a tile)."
-    )
+    loads = lines[0].startswith("a load")
     return OutOfBoundsError(
-        f"`{name}` accessed memory outside its tensor arguments: "
-        + "; ".join(lines)
-        + ". On a GPU such an access reads or overwrites whatever memory lies there, or stops "
-        "the kernel with an illegal memory access.\n" + fix,
+        f"`{name}` goes outside its tensors: {lines[0]}. Does the {'load' if loads else 'store'} "
+        "past n carry a mask?\n"
+        + "".join(f"Also {line}.\n" for line in lines[1:])
+        + "On a GPU such an access reads or overwrites whatever memory lies there, or stops the "
+        "kernel with an illegal memory access. Give every tl.load and tl.store the mask that "
+        "keeps its lanes inside the tensor (`mask=offsets < n`, per axis for a tile).",
         (hints.out_of_bounds(loads),),
     )
 
@@ -361,8 +419,10 @@ def launch(kernel, run, args: tuple, kwargs: dict):
     guarded = _guarded(params, args, kwargs) if names else None
     if guarded is None:
         return run(*args, **kwargs)
-    new_args, new_kwargs, arenas = guarded
-    report = _Report()
+    new_args, new_kwargs, arenas, whole = guarded
+    if not arenas:
+        return run(*args, **kwargs)
+    report = _Report(whole)
     _REPORTS.append(report)
     had_real = _REAL in scope
     for n in names:
