@@ -51,11 +51,3 @@ def first_element(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     value = tl.load(x_ptr + n)
     offsets = tl.arange(0, BLOCK)
     tl.store(out_ptr + offsets, tl.zeros((BLOCK,), tl.float32) + value, mask=offsets < n)
-
-
-@triton.jit
-def far_read(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """Reads a gigabyte past x for every lane of the last program: no guard reaches that far."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    far = tl.where(offsets < n, offsets, offsets + (1 << 28))
-    tl.store(out_ptr + offsets, tl.load(x_ptr + far), mask=offsets < n)

@@ -202,7 +202,6 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
                 else:
                     same.names.append(name)
 
-    # one buffer holds every copy, so that a load can tell a lane inside it from one far outside
     whole = torch.full((sum(a.size() for a in arenas.values()),), BYTE, dtype=torch.uint8)
     at = 0
     for arena in arenas.values():
@@ -218,7 +217,6 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
         tuple(swap(a) for a in args),
         {k: swap(v) for k, v in kwargs.items()},
         list(arenas.values()),
-        whole,
     )
 
 
@@ -229,14 +227,12 @@ class _Report:
     """The addresses that loads let through and found holding the guard's bytes: per call site,
     the lowest and the highest, in a tensor that `tl.store` writes."""
 
-    def __init__(self, whole: torch.Tensor):
-        self.low, self.high = whole.data_ptr(), whole.data_ptr() + whole.numel()
-        # per site: lowest and highest suspect address, and the lowest address of a lane that
-        # read inside a copy (which argument the pointer came from, for a read far outside)
-        self.addresses = torch.empty((SITES, 3), dtype=torch.int64)
+    def __init__(self):
+        self.flag = torch.zeros(1, dtype=torch.int8)
+        self.flags: dict = {}  # a block of pointers to the flag, per shape
+        self.addresses = torch.empty((SITES, 2), dtype=torch.int64)  # per site: lowest, highest
         self.addresses[:, 0] = _INT64_MAX
         self.addresses[:, 1] = -1
-        self.addresses[:, 2] = _INT64_MAX
         self.sites: dict[tuple[str, int], int] = {}
 
     def slot(self, where: tuple[str, int]) -> int | None:
@@ -251,10 +247,10 @@ _REPORTS: list[_Report] = []
 
 
 def _checked_load(pointer, mask=None, other=None, *args, **kwargs):
-    """`tl.load` with lanes outside the launch's copies switched off, then a look at what it
-    read (the module's docstring says how)."""
+    """`tl.load`, then a look at what it read (the module's docstring says how)."""
     import triton.language as tl
 
+    value = tl.load(pointer, mask, other, *args, **kwargs)
     ptype = getattr(pointer, "type", None)
     if (
         not _REPORTS
@@ -263,37 +259,37 @@ def _checked_load(pointer, mask=None, other=None, *args, **kwargs):
         or (ptype.is_ptr() and ptype.element_ty.is_block())  # a block pointer
         or (mask is not None and not isinstance(mask, tl.tensor))
     ):
-        return tl.load(pointer, mask, other, *args, **kwargs)
-    report = _REPORTS[-1]
-    address = pointer.to(tl.int64)
-    inside = (address >= report.low) & (address < report.high)
-    wanted = inside if mask is None else mask & inside
-    value = tl.load(pointer, wanted, other, *args, **kwargs)
+        return value
     width = value.dtype.primitive_bitwidth
-    if width in _SENTINEL and value.dtype != tl.int1:
-        guard = value.to(getattr(tl, f"int{width}"), bitcast=True) == _SENTINEL[width]
-        hit = guard | ~inside
-    else:
-        hit = ~inside
+    if width not in _SENTINEL or value.dtype == tl.int1:
+        return value
+    report = _REPORTS[-1]
+    hit = value.to(getattr(tl, f"int{width}"), bitcast=True) == _SENTINEL[width]
     if mask is not None:
         hit = hit & mask
+    # any lane hit? A store of 1 into the report's flag, read back here, is the cheapest way to
+    # know (a reduction such as tl.max is a function the interpreter calls with its own set-up)
+    shape = tuple(hit.shape)
+    if shape not in report.flags:
+        flags = tl.full(shape, report.flag.data_ptr(), tl.int64)
+        report.flags[shape] = flags.to(tl.pointer_type(tl.int8))
+    tl.store(report.flags[shape], 1, mask=hit)
+    if not report.flag[0]:
+        return value
+    report.flag[0] = 0
     if not hit.type.is_block():
         hit = tl.full((1,), 0, tl.int1) | hit
-    if not tl.max(hit.to(tl.int8)):
-        return value
     caller = sys._getframe(1)
     slot = report.slot((caller.f_code.co_filename, caller.f_lineno))
     if slot is None:
         return value
+    address = pointer.to(tl.int64)
     low = tl.min(tl.where(hit, address, _INT64_MAX))
     high = tl.max(tl.where(hit, address, -1))
-    where = report.addresses[slot].data_ptr()
-    first = tl.full((), where, tl.int64).to(tl.pointer_type(tl.int64))
+    first = tl.full((), report.addresses[slot].data_ptr(), tl.int64)
+    first = first.to(tl.pointer_type(tl.int64))
     tl.store(first, tl.minimum(tl.load(first), low))
     tl.store(first + 1, tl.maximum(tl.load(first + 1), high))
-    fine = inside & ~hit if mask is None else mask & inside & ~hit
-    anchor = tl.min(tl.where(fine, address, _INT64_MAX))
-    tl.store(first + 2, tl.minimum(tl.load(first + 2), anchor))
     return value
 
 
@@ -344,45 +340,11 @@ def _how_far(arg: _Argument, elements: int) -> str:
     return f"{-elements} element{'s' * (elements != -1)} before the start of {names} ({shape})"
 
 
-def _nearest(arenas: list[_Arena], address: int, anchor: int) -> tuple[_Argument, int] | None:
-    """The argument whose guard holds `address` or, for an address outside every copy (a lane
-    that the load switched off), the one that `anchor` (an address the same load read inside a
-    copy) lies in, else the nearest; and how far, as `_Arena.owner` says. None for an address
-    inside a copy's data."""
-    for arena in arenas:
-        low = arena.buffer.data_ptr()
-        if low <= address < low + arena.buffer.numel():
-            return arena.owner(address)
-    arguments = [a for arena in arenas for a in arena.arguments]
-    copies = {id(a): arena for arena in arenas for a in arena.arguments}
-    for arg in arguments:
-        arena = copies[id(arg)]
-        if arena.base + arg.start - arena.start <= anchor < arena.base + arg.stop - arena.start:
-            arguments = [arg]
-
-    def distance(arg):
-        arena = copies[id(arg)]
-        low, high = arena.base + arg.start - arena.start, arena.base + arg.stop - arena.start
-        return max(low - address, address - high + 1, 0)
-
-    arg = min(arguments, key=distance)
-    arena = copies[id(arg)]
-    original = address - arena.base + arena.start
-    size = arg.tensor.element_size()
-    if original >= arg.stop:
-        return arg, (original - arg.stop) // size + 1
-    return arg, -((arg.start - original + size - 1) // size)
-
-
 def _verdict(name: str, arenas: list[_Arena], report: _Report) -> OutOfBoundsError | None:
     lines = []
     for (filename, lineno), slot in report.sites.items():
-        low, high, anchor = (int(v) for v in report.addresses[slot])
-        found = [
-            f
-            for address in (low, high)
-            if 0 <= address < _INT64_MAX and (f := _nearest(arenas, address, anchor))
-        ]
+        low, high = (int(v) for v in report.addresses[slot])
+        found = [f for a in arenas for address in (low, high) if (f := a.owner(address))]
         if found:
             arg, elements = max(found, key=lambda f: abs(f[1]))
             lines.append(f"a load at {_line(filename, lineno)} reads {_how_far(arg, elements)}")
@@ -403,6 +365,23 @@ def _verdict(name: str, arenas: list[_Arena], report: _Report) -> OutOfBoundsErr
     )
 
 
+_CHECKED: set = set()  # launches found in bounds, which are not checked again
+
+
+def _key(fn, args: tuple, kwargs: dict):
+    """What a launch's accesses depend on, but for the values in its tensors: the program, each
+    tensor's dtype, shape and strides, every other argument."""
+
+    def part(v):
+        if isinstance(v, torch.Tensor):
+            return ("tensor", v.dtype, tuple(v.shape), v.stride())
+        if isinstance(v, bool | int | float | str | type(None)):
+            return v
+        return ("other", id(v))
+
+    return (fn.__code__, tuple(map(part, args)), tuple((k, part(v)) for k, v in kwargs.items()))
+
+
 def launch(kernel, run, args: tuple, kwargs: dict):
     """`run(*args, **kwargs)`, the launch of `kernel`; in interpreter mode, on guarded copies of
     its tensor arguments with its loads watched, raising OutOfBoundsError where one of its loads
@@ -413,16 +392,19 @@ def launch(kernel, run, args: tuple, kwargs: dict):
         return run(*args, **kwargs)
     import triton.language
 
+    key = _key(fn, args, kwargs)
+    if key in _CHECKED:
+        return run(*args, **kwargs)
     scope = fn.__globals__
     names = [k for k, v in scope.items() if v is triton.language]
     params = list(inspect.signature(fn).parameters)
     guarded = _guarded(params, args, kwargs) if names else None
     if guarded is None:
         return run(*args, **kwargs)
-    new_args, new_kwargs, arenas, whole = guarded
+    new_args, new_kwargs, arenas = guarded
     if not arenas:
         return run(*args, **kwargs)
-    report = _Report(whole)
+    report = _Report()
     _REPORTS.append(report)
     had_real = _REAL in scope
     for n in names:
@@ -441,4 +423,5 @@ def launch(kernel, run, args: tuple, kwargs: dict):
     error = _verdict(fn.__name__, arenas, report)
     if error is not None:
         raise error
+    _CHECKED.add(key)
     return result
