@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grader.runtime import checks, stubs
+from grader.runtime import bounds, checks, stubs
 from tests import kernels
 
 
@@ -159,7 +159,12 @@ def test_returning_candidates_are_checked_for_dtype():
 
 
 def test_writes_past_the_end_of_the_output_are_caught():
-    with pytest.raises(checks.KernelCheckError, match="wrote outside `out`: 28 elements past"):
+    # in the interpreter, grader.runtime.bounds sees the store first and names the argument
+    if checks.device.current().is_gpu:
+        caught = (checks.KernelCheckError, "wrote outside `out`: 28 elements past")
+    else:
+        caught = (bounds.OutOfBoundsError, "a store writes 28 elements past the end of `out_ptr`")
+    with pytest.raises(caught[0], match=caught[1]):
         checks.check(
             kernels.launch(kernels.relu_no_mask, block=128), kernels.relu_reference, inputs(100)
         )

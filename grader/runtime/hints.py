@@ -83,6 +83,17 @@ def out_of_bounds_store() -> Hint:
     )
 
 
+def out_of_bounds(loads: bool) -> Hint:
+    """A load or store outside a tensor argument, seen in the interpreter (runtime.bounds)."""
+    what = "read" if loads else "wrote"
+    return Hint(
+        "missing-mask",
+        f"the kernel {what} outside a tensor it was given",
+        "a lane past the tensor's end that no mask switches off still reads (or writes) memory: "
+        "mask the load as well as the store with the tensor's bounds, `offsets < n`",
+    )
+
+
 def strided_inputs() -> Hint:
     return Hint(
         "assumes-contiguous",

@@ -15,7 +15,9 @@ Launches are seen through `triton.runtime.KernelInterface.__getitem__`, which ev
 (compiled, interpreted, autotuned) uses for `kernel[grid]`; it is patched only while a recording
 is open, and an autotuner's own benchmarking runs are not recorded. In interpreter mode each
 recorded launch is also compiled for the GPU (`grader.runtime.gpu_compile`), its autotuner's
-trials included: a kernel that Triton's compiler refuses fails there, as it would on a GPU.
+trials included: a kernel that Triton's compiler refuses fails there, as it would on a GPU; and
+it runs on guarded copies of its tensor arguments, so that a load or store outside them fails
+(`grader.runtime.bounds`).
 
 Limits. A launch through `kernel.run(...)` is not seen (the call counts as not launched). An
 element that the kernel rewrites with the value already there counts as not written by it, so
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.runtime import gpu_compile, precision
+from grader.runtime import bounds, gpu_compile, precision
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -154,7 +156,7 @@ def _recording_getitem(kernel, grid):
         watching = list(_ACTIVE)
         before = [r._launched(kernel, args, kwargs) for r in watching]
         with gpu_compile.checking(kernel):
-            result = launch(*args, **kwargs)
+            result = bounds.launch(kernel, launch, args, kwargs)
         for r, b in zip(watching, before, strict=True):
             r._finished(b)
         return result

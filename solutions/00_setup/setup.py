@@ -143,9 +143,10 @@ def relu_reference(x):  # reads n elements, writes n
 # ### Exercise 1 · the ReLU kernel (4 points)
 #
 # The offsets and mask are written for you. Load the block of `x`, compute `max(x, 0)`, and store
-# it to `out`. Which of the two memory operations needs the mask, and why? Which elementwise
-# function of `triton.language` computes `max(x, 0)` (look for a maximum, or a choice between two
-# values by a condition)? The points: 3 for correctness here, 1 for speed on a GPU, below.
+# it to `out`. Both memory operations take the mask: what would the load read past `n`, and what
+# would the store overwrite there? Which elementwise function of `triton.language` computes
+# `max(x, 0)` (look for a maximum, or a choice between two values by a condition)? The points: 3
+# for correctness here, 1 for speed on a GPU, below.
 
 # %% nbgrader={"grade_id": "relu-kernel", "solution": true}
 @triton.jit
@@ -164,6 +165,8 @@ def relu_kernel(
     mask = offsets < n  # (BLOCK,), False past the end
     # -- load, compute, store: reads n elements, writes n
     ### BEGIN SOLUTION
+    # both masked: past n, the load would read memory that is not x's (on a GPU, an illegal
+    # address or another tensor's data) and the store would overwrite memory that is not out's
     x = tl.load(x_ptr + offsets, mask=mask)  # (BLOCK,)
     y = tl.where(x > 0, x, 0.0)  # (BLOCK,)
     tl.store(out_ptr + offsets, y, mask=mask)

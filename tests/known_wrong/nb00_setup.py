@@ -114,3 +114,16 @@ VISIBLE_CLASSES = {
 for _grade_id, _variants in VISIBLE_CLASSES.items():
     WRONG[_grade_id].update(_variants)
 HINTS["relu-kernel"]["offsets forget the block"] = "coverage"
+
+# A load without the mask: the store is masked, so the output is right, and on a GPU the read past
+# the end goes unseen (compute-sanitizer's memcheck sees it: tests/test_bounds_gpu.py). The
+# interpreter's bounds check (grader.runtime.bounds) rejects it, naming `x_ptr` and the mask.
+WRONG["relu-kernel"]["unmasked load"] = (
+    HEADER
+    + """
+    x = tl.load(x_ptr + offsets)
+    tl.store(out_ptr + offsets, tl.where(x > 0, x, 0.0), mask=mask)
+"""
+)
+HINTS["relu-kernel"]["unmasked load"] = "missing-mask"
+INTERPRETER_ONLY = {"relu-kernel": {"unmasked load"}}
