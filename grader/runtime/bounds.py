@@ -15,11 +15,13 @@ copied back afterwards, exception or not. A store outside its tensor lands in a 
 it. A load cannot change memory, so every name bound to `triton.language` in the kernel's module
 is, during the launch, a stand-in module whose `load` calls `triton.language.load` and then looks
 at what came back: lanes that the mask lets through and that hold the guard's bytes may have
-read a guard. For those lanes alone (rare: data seldom holds 0xA5A5...), it stores the lowest
-and highest address of each call site, with `tl` operations, into a report tensor; after the
-launch, an address inside a guard is out of bounds, and the guard says whose. Every step uses
-Triton's public language (`tl.load`, `tensor.to(..., bitcast=True)`, a pointer cast to int64 and
-back) and Python's own name lookup; nothing of the interpreter's internals.
+read a guard. Whether any lane did is one masked store into a flag tensor, read back at once
+(the stand-in is Python, run by the interpreter like the kernel). Only then (rare: data seldom
+holds 0xA5A5...) does it keep the lowest and highest address of those lanes per call site, with
+`tl` operations, in a report tensor; after the launch, an address inside a guard is out of
+bounds, and the guard says whose. Every step uses Triton's public language (`tl.load`,
+`tensor.to(..., bitcast=True)`, a pointer cast to int64 and back) and Python's own name lookup;
+nothing of the interpreter's internals. It runs under Triton 3.6 and 3.9.
 
 Why not triton-viz (PyPI, 3.0, the newest release): its sanitizer reaches into the interpreter's
 internals (`interpreter_builder`, `_patch_lang`, `TensorHandle`) and does not import under
@@ -29,15 +31,21 @@ so it would be a second pass over every launch), replaces `triton.jit` while it 
 prints its report in colour and exits the process (`SystemExit`) on a violation, and brings about
 230 MB of dependencies (pyarrow, z3-solver, flask, cairocffi, pre-commit).
 
-How far. A read further past a tensor than its guard (as large as the tensor, at least 64 KiB)
-is not seen, nor a read through `triton` spelled out (`triton.language.load`), a block pointer or
-a tensor descriptor, nor loads in `@triton.jit` helpers of other modules than the kernel's.
-A launch given a tensor descriptor or a tuple of tensors is not checked. A store of bytes that
-happen to equal the guard's is not seen. Stores are reported by argument, without their line.
+How far. A read further past a tensor than its guard (as large as the tensor, at least 64 KiB,
+and at least the memory around it in its own allocation) is not seen: it reads whatever memory
+lies there, as without the check. Nor is a read through `triton` spelled out
+(`triton.language.load`), a block pointer or a tensor descriptor, a load in a `@triton.jit`
+helper of another module than the kernel's, or a read whose place depends on the tensors' values
+alone (a gather with bad indices) after one launch of the same shapes passed.
+A launch given a tensor descriptor or a tuple of tensors is not checked. A store of bytes equal
+to the guard's is not seen. Stores are reported by argument, without their line.
 
-Cost. Per launch, a copy of each tensor argument in and out (the interpreter's sizes are small);
-per load, five `tl` operations on the loaded block, a fraction of the interpreter's own work
-around each load (see the measurement in tests/test_bounds.py's docstring).
+Cost. Each distinct launch (program, dtypes, shapes, strides, other arguments) is checked once
+per process; a launch found in bounds runs plainly afterwards (a second trial of a check, the
+same cell run again). A checked launch copies each tensor argument in and out and adds four `tl`
+operations to each load: on a 2-core CPU, 1.7 to 1.9 times the interpreter's own time for
+load-bound kernels (a ReLU over 100k elements: 198 ms against 106 ms; 64 row sums of 1000
+columns, 8 loads per program: 726 ms against 436 ms).
 """
 
 from __future__ import annotations
@@ -93,11 +101,15 @@ class _Arena:
 
     def __init__(self, storage: torch.UntypedStorage, start: int, stop: int):
         self.storage, self.start, self.stop = storage, start, stop
-        self.guard = max(MIN_GUARD, min(stop - start, MAX_GUARD))
+        # a guard as large as the tensor, and never smaller than the room the original memory
+        # has on that side (a window of a larger buffer, such as 04's padded frame)
+        guard = max(MIN_GUARD, min(stop - start, MAX_GUARD))
+        self.guard = max(guard, start - storage.data_ptr())
+        self.guard_after = max(guard, storage.data_ptr() + storage.nbytes() - stop)
         self.arguments: list[_Argument] = []
 
     def size(self) -> int:
-        return 2 * self.guard + self.stop - self.start + 64
+        return self.guard + self.stop - self.start + self.guard_after + 64
 
     def place(self, buffer: torch.Tensor) -> None:
         """Make `buffer` (uint8, `size()` bytes, all BYTE) the copy, and copy the bytes in."""

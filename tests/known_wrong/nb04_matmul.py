@@ -249,16 +249,17 @@ def grouped_pid(pid, num_pid_m, num_pid_n, group_m):
 
 # The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
 # None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
-# A wrong K loop spoils every element alike, which no pattern of the output shows; the stores
-# outside `out` are reported by the notebook's own guard, whose message names the mask.
+# A wrong K loop spoils every element alike, which no pattern of the output shows; a missing mask
+# is reported, in the interpreter, by grader.runtime.bounds (the load or store past the matrix),
+# and on a GPU by the notebook's own guard or not at all (a read past A or B spoils the values).
 HINTS = {
     "matmul-kernel": {
         "stub left in place": None,
         "never stores": None,
         "broadcast product in the launcher": None,
-        "missing K mask": None,
-        "missing M and N masks": None,
-        "store masked on rows only": None,
+        "missing K mask": ("missing-mask", None),
+        "missing M and N masks": ("missing-mask", None),
+        "store masked on rows only": ("missing-mask", None),
         "strides ignored (assumes contiguous)": None,
         "accumulates in the output dtype (float16)": "low-precision",
         "pointers never advance": None,
