@@ -56,6 +56,7 @@ COURSE_ERRORS = (
     "KernelCheckError",
     "LLMError",
     "ModeError",
+    "OutOfBoundsError",
     "RecordingError",
     "StubNotFilled",
     "TimingUnavailable",
