@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grader.runtime import device, hints
+from grader.runtime import device, gpu_compile, hints
 
 BYTE = 0xA5
 MIN_GUARD = 64 * 1024  # bytes on each side of a tensor, at least
@@ -323,22 +323,6 @@ _REAL = "_course_triton_language"  # the real module stays in the kernel's globa
 # -- the launch -----------------------------------------------------------------------------------
 
 
-def _function(kernel):
-    """The Python function of interpreted `kernel` (through autotuners, heuristics), or None."""
-    from triton.runtime import JITFunction, KernelInterface
-
-    obj = kernel
-    for _ in range(8):
-        inner = getattr(obj, "fn", None)
-        if inspect.isfunction(inner):
-            interpreted = isinstance(obj, KernelInterface) and not isinstance(obj, JITFunction)
-            return inner if interpreted else None
-        if inner is None:
-            return None
-        obj = inner
-    return None
-
-
 def _line(filename: str, lineno: int) -> str:
     text = linecache.getline(filename, lineno).strip()
     return f"line {lineno} (`{text}`)" if text else f"line {lineno}"
@@ -399,7 +383,8 @@ def launch(kernel, run, args: tuple, kwargs: dict):
     its tensor arguments with its loads watched, raising OutOfBoundsError where one of its loads
     or stores went outside them."""
     __tracebackhide__ = True
-    fn = None if device.current().is_gpu else _function(kernel)
+    inner = None if device.current().is_gpu else gpu_compile.interpreted(kernel)
+    fn = None if inner is None else inner.fn
     if fn is None or _REPORTS:  # a GPU, a compiled kernel, or a launch inside a checked one
         return run(*args, **kwargs)
     import triton.language

@@ -85,7 +85,7 @@ class CheckUnavailable(RuntimeError):
 # -- the launch, as a GPU would compile it ---------------------------------------------------------
 
 
-def _interpreted(kernel):
+def interpreted(kernel):
     """The interpreted kernel under `kernel` (through autotuners, heuristics and stand-ins that
     forward `fn`), or None for a compiled one."""
     from triton.runtime import JITFunction, KernelInterface
@@ -222,7 +222,7 @@ def program(kernel) -> dict:
     def describe(v, names, modules=()):
         import triton.language as tl
 
-        if v is not None and _interpreted(v) is v:
+        if v is not None and interpreted(v) is v:
             fn = v.fn
             if fn.__module__.partition(".")[0] == "triton":  # triton.language's own
                 return {"import": [fn.__module__, fn.__qualname__]}
@@ -449,7 +449,7 @@ def check_launch(kernel, args, kwargs) -> None:
 def checking(kernel):
     """Around one `kernel[grid](...)`: in interpreter mode, every run of the interpreted kernel
     under `kernel` (an autotuner's trials included) is compiled for the GPU targets first."""
-    inner = None if device.current().is_gpu else _interpreted(kernel)
+    inner = None if device.current().is_gpu else interpreted(kernel)
     if inner is None or "run" in vars(inner):  # a GPU, or a launch inside a checked one
         yield
         return
