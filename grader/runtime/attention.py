@@ -226,25 +226,32 @@ def fuzz_cases(
     dev: device.Device | None = None, *, count: int = 8, seed: int | None = None
 ) -> list[verify.Case]:
     """`count` random cases: ragged N, causal and not, head dims 16/32/64 (interpreter) or 64/128
-    (GPU), batch and heads above 1, fp32 and fp16 (bf16 on a GPU), contiguous or transposed."""
+    (GPU), batch and heads above 1, fp32 and fp16 (bf16 on a GPU), contiguous or transposed. The
+    third case (count >= 3) is fp16 with large, nearly flat values (|V| ~ 1000 over several key
+    blocks), as the sweep's "fp16 |V|~1000 flat" case: an fp16 accumulator loses the low digits
+    there on every device, where elsewhere only the interpreter's exact fp32 would show it."""
     dev = dev or device.current()
     rng = random.Random(checks.new_seed() if seed is None else seed)
     dims = dev.pick(gpu=(64, 128), interpreter=(16, 32, 64))
     n_max = dev.pick(gpu=1100, interpreter=120)
+    n_long = dev.pick(gpu=512, interpreter=96)  # several key blocks of any tile the course uses
     dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if dev.supports("bf16") else [])
     out = []
     for i in range(count):
         b, h = (2, 3) if i == 0 else (rng.choice((1, 2)), rng.choice((1, 2)))
-        n = rng.randint(1, n_max)
+        n = rng.randint(n_long if i == 2 else 1, n_max)
         d = dims[i % len(dims)]
         causal = i % 2 == 1
-        dtype = rng.choice(dtypes)
+        dtype = torch.float16 if i == 2 else rng.choice(dtypes)
         layout = rng.choice(("contiguous", "bnhd"))
+        large = {"scales": (0.01, 1.0, 100.0), "v_offset": 1000.0} if i == 2 else {}
         name = (
             f"fuzz B={b} H={h} N={n} D={d} {str(dtype)[6:]}{' causal' if causal else ''}"
-            f"{' ' + layout if layout != 'contiguous' else ''}"
+            f"{' ' + layout if layout != 'contiguous' else ''}{' |V|~1000 flat' if large else ''}"
         )
-        out.append(_case(name, (b, h, n, d), dtype, dev, causal=causal, layouts=(layout,) * 3))
+        out.append(
+            _case(name, (b, h, n, d), dtype, dev, causal=causal, layouts=(layout,) * 3, **large)
+        )
     return out
 
 
