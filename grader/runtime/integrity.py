@@ -276,12 +276,11 @@ class Measurement:
     flags: list[str] = field(default_factory=list)  # why the times cannot be trusted
     lines: list[str] = field(default_factory=list)  # the timings, for people
 
-    def seconds(self, variant: str) -> float:
-        """The candidate's median seconds per call for `variant`, over every comparison."""
+    def seconds(self, variant: str) -> float | None:
+        """The candidate's median seconds per call for `variant`, over every comparison; None
+        where `variant` has none (the measurement was flagged before it was compared)."""
         times = [c["candidate_ms"] for c in self.comparisons.values() if c["variant"] == variant]
-        if not times:
-            raise KeyError(f"no timing of variant {variant!r}")
-        return min(times) * 1e-3
+        return min(times) * 1e-3 if times else None
 
     def __str__(self) -> str:
         if not self.ok:
