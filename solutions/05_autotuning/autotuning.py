@@ -383,8 +383,8 @@ def launch_config(config):
     return lambda a, b, out: gemm.launch_config(config, a, b, out)
 
 
-def check_space(space, full_space):
-    """The space's structure, then every config on an aligned and an odd float16 problem."""
+def check_structure(space, full_space):
+    """The space's structure: sizes, meta-parameters, no config twice, one that fits an H100."""
     assert isinstance(space, list) and 1 <= len(space) <= 8, (
         f"the default space needs 1 to 8 configs, it has {len(space) if isinstance(space, list) else space!r}")
     assert isinstance(full_space, list) and len(full_space) > len(space), (
@@ -406,6 +406,11 @@ def check_space(space, full_space):
         seen.add(gemm.describe(cfg))
     fit = [checks.call_graded(fits, c, 2, 227 * 1024, what="Exercise 1's `fits`") for c in space]
     assert any(fit), "no config fits an H100's 227 KB in float16"
+
+
+def check_space(space, full_space):
+    """The space's structure, then every config on an aligned and an odd float16 problem."""
+    check_structure(space, full_space)
     for cfg in space:
         for shape in [(64, 48, 80), (37, 53, 71)]:  # descriptors where possible; pointers
             try:
@@ -422,6 +427,7 @@ check_matmul(matmul, 96, 80, 112)
 print(f"visible tests passed: {len(space)} configs (full: {len(full_space)}), each correct")
 
 # %% nbgrader={"grade": true, "grade_id": "test-config-space-hidden", "points": 2}
+check_structure(checks.call_graded(config_space, False), config_space(True))  # as on a GPU
 check_matmul(matmul, 37, 53, 71)  # odd sizes through the autotuned launcher; hidden tests follow
 ### BEGIN HIDDEN TESTS
 for shape in [(3, 5, 7), (130, 70, 200), (64, 64, 16)]:
