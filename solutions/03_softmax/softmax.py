@@ -453,8 +453,9 @@ print(f"hidden tests passed: {CHECK_SHAPES}, dtypes {[str(d)[6:] for d in DTYPES
 # H100's 50 MB L2 per its datasheet, so every pass goes to device memory) against a baseline timed
 # in the same run, alternately, and re-check your output after timing:
 #
-# - at least **2.5x** as fast as `softmax_eager`. The traffic count allows at most 4x; a clean
-#   single pass gets most of it, while a kernel that moves the matrix four times gets about 2x;
+# - at least **3x** as fast as `softmax_eager`. The traffic count gives a single pass 4x (a
+#   little more, as eager's steps run below the copy's bandwidth, in the steps' table); a
+#   kernel that moves the matrix four times gets 2x by the count, and measured 2.6x on an H200;
 # - at least **0.9x** the speed of `torch.softmax`, which is a single pass too: PyTorch's CUDA
 #   softmax (`aten/src/ATen/native/cuda/SoftMax.cu`) keeps a row of this length on chip.
 
@@ -475,7 +476,7 @@ def softmax_case(baseline):
 
 
 perf.grade(softmax_case(perf.Baseline("eager (5 operations)", lambda: softmax_eager(x_speed),
-                                      at_least=2.5)), points=1)
+                                      at_least=3.0)), points=1)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-softmax-vs-torch", "points": 1}
 perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_speed, dim=1),

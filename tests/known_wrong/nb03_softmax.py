@@ -202,7 +202,7 @@ HINTS = {
 }
 
 # Correct but slow. Both read the matrix more than once from device memory or keep too few loads
-# in flight; on the graded shape neither can reach 2.5x the eager version or 0.9x torch.softmax.
+# in flight; on the graded shape neither can reach 3x the eager version or 0.9x torch.softmax.
 SLOW = {
     "softmax-kernel": {
         # max, sum and normalise as three kernels: three reads and one write of the matrix
