@@ -239,12 +239,13 @@ def fuzz_cases(
     out = []
     for i in range(count):
         b, h = (2, 3) if i == 0 else (rng.choice((1, 2)), rng.choice((1, 2)))
-        n = rng.randint(n_long if i == 2 else 1, n_max)
+        flat = i == 2  # the large, flat values
+        n = rng.randint(n_long if flat else 1, n_max)
         d = dims[i % len(dims)]
         causal = i % 2 == 1
-        dtype = torch.float16 if i == 2 else rng.choice(dtypes)
+        dtype = torch.float16 if flat else rng.choice(dtypes)
         layout = rng.choice(("contiguous", "bnhd"))
-        large = {"scales": (0.01, 1.0, 100.0), "v_offset": 1000.0} if i == 2 else {}
+        large = {"scales": (0.01, 1.0, 100.0), "v_offset": 1000.0} if flat else {}
         name = (
             f"fuzz B={b} H={h} N={n} D={d} {str(dtype)[6:]}{' causal' if causal else ''}"
             f"{' ' + layout if layout != 'contiguous' else ''}{' |V|~1000 flat' if large else ''}"

@@ -74,15 +74,9 @@ _SENTINEL = {
 }
 
 
-class OutOfBoundsError(AssertionError):
+class OutOfBoundsError(hints.HintedError):
     """A kernel read or wrote outside a tensor argument; after the message's first line, the
     hint (grader.runtime.hints)."""
-
-    def __init__(self, message: str, found: tuple[hints.Hint, ...] = ()):
-        first, _, rest = message.partition("\n")
-        super().__init__(first + hints.render(found) + ("\n" + rest if rest else ""))
-        self.detail = message
-        self.hints = found
 
 
 # -- the guarded copies ---------------------------------------------------------------------------
@@ -191,7 +185,7 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
             key = value.untyped_storage().data_ptr()
             by_storage.setdefault(key, []).append((name, value, span))
     made: dict[int, _Arena] = {}  # id of each tensor -> its arena
-    arenas: dict[int, _Arena] = {}
+    arenas: list[_Arena] = []
     for members in by_storage.values():
         # tensors of one storage share a copy only where their bytes overlap: a read past one
         # must not land in the next
@@ -205,7 +199,8 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
         for cluster in clusters:
             start = min(s[0] for _, _, s in cluster)
             stop = max(s[1] for _, _, s in cluster)
-            arena = arenas[id(cluster[0][1])] = _Arena(cluster[0][1].untyped_storage(), start, stop)
+            arena = _Arena(cluster[0][1].untyped_storage(), start, stop)
+            arenas.append(arena)
             for name, value, (first, last) in cluster:
                 made[id(value)] = arena
                 same = next((a for a in arena.arguments if a.tensor is value), None)
@@ -214,9 +209,9 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
                 else:
                     same.names.append(name)
 
-    whole = torch.full((sum(a.size() for a in arenas.values()),), BYTE, dtype=torch.uint8)
+    whole = torch.full((sum(a.size() for a in arenas),), BYTE, dtype=torch.uint8)
     at = 0
-    for arena in arenas.values():
+    for arena in arenas:
         arena.place(whole[at : at + arena.size()])
         at += arena.size()
 
@@ -228,7 +223,7 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
     return (
         tuple(swap(a) for a in args),
         {k: swap(v) for k, v in kwargs.items()},
-        list(arenas.values()),
+        arenas,
     )
 
 
@@ -317,7 +312,10 @@ class _Language(types.ModuleType):
 
 _LANGUAGE = _Language("triton.language")
 _LANGUAGE.load = _checked_load
-_REAL = "_course_triton_language"  # the real module stays in the kernel's globals under this name
+# The interpreter refuses to run a kernel whose globals do not hold the real `triton.language`
+# ("must be visible from within jit'd function"): while its names point at the stand-in, the real
+# module stays there under this one.
+_REAL = "_course_triton_language"
 
 
 # -- the launch -----------------------------------------------------------------------------------

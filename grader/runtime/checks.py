@@ -36,15 +36,9 @@ TF32_TO_FLOAT32 = 2.0**13  # TF32's unit roundoff (2^-11) over float32's (2^-24)
 GUARD = 16384  # poisoned elements on each side of an output: more than any block oversteps
 
 
-class KernelCheckError(AssertionError):
+class KernelCheckError(hints_.HintedError):
     """A kernel's output is wrong; the message says where and by how much, and, after its first
     line, the likely cause of each pattern in `hints` (grader.runtime.hints)."""
-
-    def __init__(self, message: str, hints: Sequence[hints_.Hint] = ()):
-        first, _, rest = message.partition("\n")
-        super().__init__(first + hints_.render(hints) + ("\n" + rest if rest else ""))
-        self.detail = message  # without the hints
-        self.hints = tuple(hints)
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -107,7 +101,7 @@ def guarded(shape, dtype: torch.dtype, where: str | None = None, guard: int | No
             raise KernelCheckError(
                 f"your kernel wrote outside `{name}`: {after} elements past its end and "
                 f"{before} before its start were overwritten{where_text}.",
-                [hints_.out_of_bounds_store()],
+                [hints_.out_of_bounds(loads=False)],
             )
 
     return out, check

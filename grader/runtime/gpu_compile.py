@@ -67,15 +67,9 @@ IMPORTABLE = frozenset({"triton", "math", "torch", "numpy"})
 _PLAIN = (bool, int, float, str, type(None))
 
 
-class GPUCompileError(AssertionError):
+class GPUCompileError(hints.HintedError):
     """Triton's compiler refuses a kernel that the interpreter ran; the message gives the
     compiler's own words and, after its first line, the hints (grader.runtime.hints)."""
-
-    def __init__(self, message: str, found: tuple[hints.Hint, ...] = ()):
-        first, _, rest = message.partition("\n")
-        super().__init__(first + hints.render(found) + ("\n" + rest if rest else ""))
-        self.detail = message
-        self.hints = found
 
 
 class CheckUnavailable(RuntimeError):

@@ -73,18 +73,20 @@ def render(hints: Sequence[Hint]) -> str:
     return "".join(f"\n{h}" for h in hints)
 
 
-def out_of_bounds_store() -> Hint:
-    """Writes into the poisoned guards around an output."""
-    return Hint(
-        "missing-mask",
-        "the kernel stored outside the output",
-        "a store without the right mask writes into whatever memory follows the output: mask "
-        "every store (and load) with the tensor's bounds, `offsets < n`",
-    )
+class HintedError(AssertionError):
+    """A failed check whose message carries, after its first line, the likely cause of each
+    pattern in `hints`; `detail` is the message without them."""
+
+    def __init__(self, message: str, hints: Sequence[Hint] = ()):
+        first, _, rest = message.partition("\n")
+        super().__init__(first + render(hints) + ("\n" + rest if rest else ""))
+        self.detail = message
+        self.hints = tuple(hints)
 
 
 def out_of_bounds(loads: bool) -> Hint:
-    """A load or store outside a tensor argument, seen in the interpreter (runtime.bounds)."""
+    """A load or store outside a tensor: seen in the interpreter by runtime.bounds, and a store
+    into the poisoned guards around an output by runtime.checks."""
     what = "read" if loads else "wrote"
     return Hint(
         "missing-mask",
