@@ -52,6 +52,7 @@ COURSE_ERRORS = (
     "CensusUnavailable",
     "CheckUnavailable",
     "GPUCompileError",
+    "HintedError",
     "IntegrityError",
     "KernelCheckError",
     "LLMError",
