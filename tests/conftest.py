@@ -35,7 +35,6 @@ LONGEST_FIRST = (
     "test_hostile.py",
     "test_autograde_inputs.py",
     "test_nbgrader.py",
-    "test_notebooks.py",
     "test_kit.py",
     "test_autograde.py",
     "test_browser.py",

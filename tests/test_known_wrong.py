@@ -12,7 +12,7 @@ through grader.runtime.gpu_compile) must fail the visible test, where it is firs
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
 Partial submissions (PARTIAL) must pass every test of the exercises they get right and fail one
 of each exercise they do not, where said with the message the module states.
-The reference and the given cells are put back afterwards (tests/test_notebooks.py proves that
+The reference and the given cells are put back afterwards (tests/test_nbgrader.py proves that
 the reference passes).
 On a GPU, each source and the reference also run in a second kernel in interpreter mode: every
 correctness test cell must give the same verdict there as on the GPU.

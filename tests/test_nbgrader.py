@@ -2,19 +2,27 @@
 correctness point; course/'s notebook, as students receive it, earns nothing (it passes no test)
 and grading it does not crash.
 
+The solution's run is also the check that every solution notebook executes top to bottom (with
+its hidden tests) within its CPU budget, its graded cells passing without writing to stderr
+(nbgrader would score such a cell 0) and its speed cells awarding no points off the GPU
+(execute.read_grades). On a GPU, `make test-gpu-notebooks` makes that check at full size.
+
 Assignments are graded side by side, each in a course directory (and gradebook) of its own."""
 
 import os
 import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+import nbformat
 import pytest
 
-from grader.authoring import build
+from grader.authoring import build, execute, nbgrader_main
 from grader.runtime import device
 from tests import shared
 
 ASSIGNMENTS = build.assignments()
+DEVICE = device.current()
 WORKERS = max(2, os.cpu_count() or 1)
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
@@ -22,22 +30,34 @@ pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 def autograde(registered, root, assignment):
     """Submit the solution of `assignment`, as generated (with every other assignment, by
     `generate_assignment "*"` as `make release` runs it), and its folder of course/ untouched, as
-    two students in a course directory of its own, and autograde both."""
+    two students in a course directory of its own, and autograde both: nbgrader's completed
+    process and the CPU seconds it used, its kernels' included."""
     shared.copy_course(registered, root)
     submitted = root / "submitted"
     shutil.copytree(root / "source" / assignment, submitted / "solution" / assignment)
     shutil.copytree(build.COURSE / assignment, submitted / "blank" / assignment)
-    return build.nbgrader("autograde", assignment, "--force", root=root, check=False)
+    command = nbgrader_main.command(
+        "autograde", assignment, "--force", f"--CourseDirectory.root={root}"
+    )
+    with open(root / "stdout.txt", "w+") as out, open(root / "stderr.txt", "w+") as err:
+        child = subprocess.Popen(
+            command, cwd=root, env=build.nbgrader_env(), stdout=out, stderr=err
+        )
+        _, status, usage = os.wait4(child.pid, 0)  # its rusage counts the kernels it reaped
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        run = subprocess.CompletedProcess(command, child.returncode, out.read(), err.read())
+    return run, usage.ru_utime + usage.ru_stime
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, registered_course):
-    """{assignment: (course directory, autograde's completed process)}."""
+    """{assignment: (course directory, autograde's completed process, its CPU seconds)}."""
     tmp = tmp_path_factory.mktemp("graded")
     roots = {a.name: tmp / a.name for a in ASSIGNMENTS}
     with ThreadPoolExecutor(WORKERS) as pool:
         runs = pool.map(lambda name: autograde(registered_course, roots[name], name), roots)
-        return {name: (roots[name], run) for name, run in zip(roots, runs, strict=True)}
+        return {name: (roots[name], *run) for name, run in zip(roots, runs, strict=True)}
 
 
 def scores(root, assignment, student):
@@ -50,7 +70,7 @@ def scores(root, assignment, student):
 
 @pytest.mark.parametrize("assignment", [a.name for a in ASSIGNMENTS])
 def test_solution_earns_every_correctness_point(graded, assignment):
-    root, run = graded[assignment]
+    root, run, _ = graded[assignment]
     assert run.returncode == 0, run.stderr[-3000:]
     got = scores(root, assignment, "solution")
     assert got, "no graded cells found"
@@ -65,8 +85,29 @@ def test_solution_earns_every_correctness_point(graded, assignment):
 def test_the_course_notebook_passes_no_test_and_grading_survives(graded, assignment):
     """What `nbgrader validate --invert` checks of course/, through the autograder: every graded
     cell scores 0."""
-    root, run = graded[assignment]
+    root, run, _ = graded[assignment]
     assert run.returncode == 0, run.stderr[-3000:]
     assert list((root / "autograded" / "blank" / assignment).glob("*.ipynb"))
     got = scores(root, assignment, "blank")
     assert got and all(score == 0 for score, _ in got.values()), got
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS, ids=lambda a: a.name)
+def test_solution_executes_within_its_budget(graded, assignment):
+    """Every graded cell of the solution ran and passed without stderr, its speed cells scored 0
+    off the GPU, and the kernel's CPU seconds, which is what the notebook costs a student's core,
+    are within the notebook's budget. The figure measured is stricter than the budget asks: it
+    holds nbgrader's own process and the blank notebook's kernel too."""
+    root, run, cpu_seconds = graded[assignment.name]
+    assert run.returncode == 0, run.stderr[-3000:]
+    executed = root / "autograded" / "solution" / assignment.name / assignment.notebook_name
+    grades = execute.read_grades(
+        nbformat.read(executed, as_version=4), grades_speed=DEVICE.grades_speed
+    )
+    assert not grades.problems, "\n".join(grades.problems)
+    assert grades.total > 0, f"{assignment.name} has no graded cell"
+    budget = execute.budget_for(DEVICE)
+    assert 0 < cpu_seconds <= budget, (
+        f"grading {assignment.name}'s solution and blank notebook used {cpu_seconds:.0f} CPU "
+        f"seconds, over the solution notebook's budget of {budget:.0f} s"
+    )
