@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -168,3 +170,12 @@ def test_writes_past_the_end_of_the_output_are_caught():
         checks.check(
             kernels.launch(kernels.relu_no_mask, block=128), kernels.relu_reference, inputs(100)
         )
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 3, 4), (1, 7, 1, 3)])
+def test_unravel_is_torchs_unravel_index(shape):
+    for flat in range(math.prod(shape)):
+        want = (
+            tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if shape else ()
+        )
+        assert checks.unravel(flat, shape) == tuple(int(i) for i in want)

@@ -115,8 +115,15 @@ def poison_mask(t: torch.Tensor) -> torch.Tensor:
     return t == _INT_POISON
 
 
-def _index(flat: int, shape: Sequence[int]) -> list[int]:
-    return [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape))] if shape else []
+def unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The index of element `flat` of a contiguous tensor of `shape`, in plain Python
+    (torch.unravel_index imports sympy on its first call: a third of a second, in every kernel
+    that reports a mismatch)."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def _fmt(x: float) -> str:
@@ -187,19 +194,20 @@ def compare(
         first = int(untouched.nonzero()[0])
         lines.append(
             f"{int(untouched.sum())} elements were never written (they still hold the "
-            f"NaN poison), the first at {_index(first, actual.shape)}: does the grid cover every "
+            f"NaN poison), the first at {list(unravel(first, actual.shape))}: does the grid "
+            "cover every "
             "element, and does the mask let the last block's valid elements through?"
         )
     finite_bad = finite & ~ok
     if bool(finite_bad.any()):
         worst = int(torch.where(finite_bad, error, torch.zeros_like(error)).argmax())
         lines.append(
-            f"max abs error {_fmt(float(error[worst]))} at {_index(worst, actual.shape)} "
+            f"max abs error {_fmt(float(error[worst]))} at {list(unravel(worst, actual.shape))} "
             f"(expected {_fmt(float(want[worst]))}, got {_fmt(float(got[worst]))}; "
             f"tolerance atol={atol:g} + rtol={rtol:g}*|expected|)."
         )
     listed = ", ".join(
-        f"{_index(int(i), actual.shape)}: expected {_fmt(float(want[i]))}, got "
+        f"{list(unravel(int(i), actual.shape))}: expected {_fmt(float(want[i]))}, got "
         + ("poison (never written)" if untouched[i] else _fmt(float(got[i])))
         for i in bad[:MAX_LISTED]
     )

@@ -291,12 +291,6 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
 
 
-def _index(flat: int, shape) -> tuple[int, ...]:
-    if not shape:
-        return ()
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape)))
-
-
 def _mismatch(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float):
     """((kind, what is wrong in words) or None, max abs error over finite elements, first bad
     index)."""
@@ -314,7 +308,7 @@ def _mismatch(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: f
     if ok.all():
         return None, max_abs, None
     bad = ~ok
-    first = _index(int(bad.nonzero()[0]), actual.shape)
+    first = checks.unravel(int(bad.nonzero()[0]), actual.shape)
     total = got.numel()
     if untouched.any():
         what = (
