@@ -195,8 +195,7 @@ def compare(
         lines.append(
             f"{int(untouched.sum())} elements were never written (they still hold the "
             f"NaN poison), the first at {list(unravel(first, actual.shape))}: does the grid "
-            "cover every "
-            "element, and does the mask let the last block's valid elements through?"
+            "cover every element, and does the mask let the last block's valid elements through?"
         )
     finite_bad = finite & ~ok
     if bool(finite_bad.any()):
