@@ -37,7 +37,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +54,7 @@ from grader.grading import (
     jupyter_data,
     nbgrader_policy,
     sandbox,
+    zygote,
 )
 from grader.grading.findings import printable
 
@@ -177,10 +178,12 @@ def kernel_sandbox(
         yield jail.nbgrader_options(spec), {**env, **variables}
 
 
+def nbgrader_args(batch: Batch, *args: str) -> list[str]:
+    return [*args, f"--CourseDirectory.root={batch.root}", f"--CourseDirectory.db_url={batch.url}"]
+
+
 def nbgrader_command(batch: Batch, *args: str) -> list[str]:
-    return nbgrader_main.command(
-        *args, f"--CourseDirectory.root={batch.root}", f"--CourseDirectory.db_url={batch.url}"
-    )
+    return nbgrader_main.command(*nbgrader_args(batch, *args))
 
 
 def run_nbgrader(batch: Batch, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -538,12 +541,17 @@ def _save(batch: Batch, student: str, run: findings.Run) -> findings.Run:
 
 
 def grade_one(
-    batch: Batch, student: str, given: dict[str, object], gpu: devices.Gpu | None = None
+    batch: Batch,
+    student: str,
+    given: dict[str, object],
+    gpu: devices.Gpu | None = None,
+    zygotes: zygote.Pool | None = None,
 ) -> findings.Run:
-    """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given; the
-    outcome, also saved as JSON. What runs is assembled on this side (grader.grading.assemble):
-    each released notebook with the student's answer cells, and nothing else of theirs. A
-    submission without one readable notebook is recorded with zeros without running it."""
+    """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given, forked
+    from one of `zygotes` where they are given; the outcome, also saved as JSON. What runs is
+    assembled on this side (grader.grading.assemble): each released notebook with the student's
+    answer cells, and nothing else of theirs. A submission without one readable notebook is
+    recorded with zeros without running it."""
     folder = batch.folder("submitted", student)
     staged = batch.folder(assemble.ASSEMBLED, student)
     written = assemble.stage(folder, given, staged)
@@ -556,7 +564,7 @@ def grade_one(
     data_limit = None
     if batch.mode != "gpu":  # see grader.grading.sandbox: leave the resident slack to the watchdog
         data_limit = batch.memory_limit - min(sandbox.GIB, batch.memory_limit // 4)
-    command = nbgrader_command(
+    args = nbgrader_args(
         batch,
         "autograde",
         batch.assignment,
@@ -564,15 +572,21 @@ def grade_one(
         f"--CourseDirectory.submitted_directory={assemble.ASSEMBLED}",
     )
     for _ in range(1 + LOCK_RETRIES):
-        with kernel_sandbox(batch, gpu) as (options, env):
+        with (
+            kernel_sandbox(batch, gpu) as (options, env),
+            zygotes.lease() if zygotes else nullcontext() as forks,
+        ):
             finished = sandbox.run(
-                [*command, *options, "--force"],
+                [*args, *options, "--force"]
+                if forks
+                else nbgrader_main.command(*args, *options, "--force"),
                 log=log,
                 timeout=batch.timeout,
                 memory_limit=batch.memory_limit,
                 data_limit=data_limit,
                 cwd=batch.root,
                 env=env,
+                zygote=forks,
             )
         text = log.read_text(encoding="utf-8", errors="replace")
         if finished.ok or not any(race in text for race in LOST_RACES):
@@ -671,6 +685,7 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
     held = devices.Pool(gpus)
     runs: dict[str, findings.Run] = {}
     with (
+        zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes,
         ThreadPoolExecutor(max(1, batch.jobs)) as pool,
         tqdm(total=len(todo), desc=f"grading {batch.assignment}", unit="student") as bar,
     ):
@@ -678,7 +693,7 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
         def one(student: str) -> findings.Run:
             _interrupted(batch, student)
             with held.lease() as gpu:
-                return grade_one(batch, student, given, gpu)
+                return grade_one(batch, student, given, gpu, zygotes)
 
         futures = {pool.submit(one, s): s for s in todo}
         try:

@@ -22,6 +22,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grader.grading.zygote import Zygote
 
 POLL_SECONDS = 0.5
 GIB = 1 << 30
@@ -92,33 +96,44 @@ def run(
     data_limit: int | None = None,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    zygote: Zygote | None = None,
 ) -> Finished:
     """Run `command`, its output going to `log`; kill its whole tree past `timeout` seconds or
-    past `memory_limit` bytes resident; with `data_limit`, set RLIMIT_DATA on it first."""
+    past `memory_limit` bytes resident; with `data_limit`, set RLIMIT_DATA on it first. With
+    `zygote` (grader.grading.zygote), `command` is nbgrader's arguments, forked by the zygote
+    rather than started afresh."""
     psutil = _psutil()
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     killed: list[str] = []
     peak = 0
-    with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(
-            list(command),
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        if data_limit is not None:  # set before nbgrader starts the kernel, which inherits it
-            with contextlib.suppress(ProcessLookupError):  # it has already finished
-                resource.prlimit(proc.pid, resource.RLIMIT_DATA, (data_limit, data_limit))
-        seen = {proc.pid: psutil.Process(proc.pid)}  # every process of the tree seen so far
+    with contextlib.ExitStack() as stack:
+        if zygote is None:
+            out = stack.enter_context(open(log, "w", encoding="utf-8"))
+            proc = subprocess.Popen(
+                list(command),
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            if data_limit is not None:  # set before nbgrader starts the kernel, which inherits it
+                with contextlib.suppress(ProcessLookupError):  # it has already finished
+                    resource.prlimit(proc.pid, resource.RLIMIT_DATA, (data_limit, data_limit))
+            pid, wait = proc.pid, proc.wait
+        else:
+            where = Path(cwd) if cwd is not None else Path.cwd()
+            given = dict(env) if env is not None else dict(os.environ)
+            pid = zygote.start(command, cwd=where, env=given, log=log, data_limit=data_limit)
+            wait = zygote.wait  # the child stays the zygote's until then, so it can be watched
+        seen = {pid: psutil.Process(pid)}  # every process of the tree seen so far
         done = threading.Event()
 
         def watch():
             nonlocal peak
             while not done.wait(POLL_SECONDS):
-                tree = _tree(seen[proc.pid])
+                tree = _tree(seen[pid])
                 seen.update((p.pid, p) for p in tree)
                 used = resident_bytes(tree)
                 peak = max(peak, used)
@@ -133,7 +148,7 @@ def run(
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         try:
-            returncode = proc.wait()
+            returncode = wait()
         finally:
             done.set()
             watcher.join()

@@ -1,0 +1,99 @@
+"""The nbgrader zygote: a forked run takes its arguments, working directory, environment, data
+limit and log; its exit status comes back; grader.grading.sandbox watches, limits and kills it
+as it does a process it started itself; and a class graded through zygotes gets the scores of
+fresh processes (tests/test_autograde.py grades its class so)."""
+
+import os
+import resource
+import sys
+import time
+
+import pytest
+
+from grader.authoring import build
+from grader.grading import sandbox, zygote
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="grading forks on Linux")
+
+
+def report():
+    """A run's main for the tests: prints what it was given; exits with the status asked for."""
+    args = sys.argv[1:]
+    print("args", args)
+    print("cwd", os.getcwd())
+    print("env", os.environ.get("ZYGOTE_TEST"), "HOME" in os.environ)
+    print("data", resource.getrlimit(resource.RLIMIT_DATA)[0])
+    if "sleep" in args:
+        time.sleep(60)
+    if "hog" in args:
+        hog = bytearray(600 << 20)
+        print(len(hog))
+        time.sleep(60)
+    if "raise" in args:
+        raise ValueError("a failing run")
+    sys.exit(int(args[0]) if args and args[0].isdigit() else 0)
+
+
+MAIN = "tests.test_zygote:report"
+
+
+@pytest.fixture
+def forks(tmp_path):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}
+    z = zygote.Zygote(env, build.ROOT, main=MAIN)
+    yield z
+    z.close()
+    assert z.process.returncode == 0
+
+
+def test_a_run_gets_its_arguments_folder_environment_limit_and_log(forks, tmp_path):
+    log = tmp_path / "run.log"
+    env = {"ZYGOTE_TEST": "mine"}
+    pid = forks.start(["7", "--x=1"], cwd=tmp_path, env=env, log=log, data_limit=1 << 33)
+    assert pid > 0 and pid != forks.process.pid
+    assert forks.wait() == 7
+    text = log.read_text()
+    assert "args ['7', '--x=1'" in text  # then the kernel connection's options
+    assert f"cwd {tmp_path}" in text
+    assert "env mine False" in text  # the run's environment alone
+    assert f"data {1 << 33}" in text
+
+
+def test_runs_follow_one_another_and_failures_are_reported(forks, tmp_path):
+    for n in range(3):
+        forks.start([str(n)], cwd=tmp_path, env={}, log=tmp_path / f"{n}.log")
+        assert forks.wait() == n
+    forks.start(["raise"], cwd=tmp_path, env={}, log=tmp_path / "raise.log")
+    assert forks.wait() == 1
+    assert "ValueError: a failing run" in (tmp_path / "raise.log").read_text()
+
+
+def test_the_sandbox_kills_a_forked_run_past_its_time(forks, tmp_path):
+    done = sandbox.run(
+        ["sleep"], log=tmp_path / "log", timeout=2, memory_limit=sandbox.GIB, zygote=forks
+    )
+    assert done.killed == "timeout" and done.returncode == -9
+    assert done.seconds < 30
+
+
+def test_the_sandbox_kills_a_forked_run_past_its_memory(forks, tmp_path):
+    done = sandbox.run(
+        ["hog"], log=tmp_path / "log", timeout=60, memory_limit=300 << 20, zygote=forks
+    )
+    assert done.killed == "memory"
+    forks.start(["0"], cwd=tmp_path, env={}, log=tmp_path / "after.log")
+    assert forks.wait() == 0  # the zygote goes on
+
+
+def test_a_pool_lends_each_zygote_to_one_run_and_restarts_a_dead_one(tmp_path):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}
+    with zygote.pool(1, env, build.ROOT) as zygotes:
+        assert zygotes.started == []  # none until lent
+        with zygotes.lease() as first:
+            pass
+        first.process.kill()
+        first.process.wait()
+        with zygotes.lease() as second:
+            assert second is not first and second.process.poll() is None
+        assert len(zygotes.started) == 2
+    assert second.process.returncode == 0
