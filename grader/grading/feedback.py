@@ -16,7 +16,9 @@ produced once it could have seen a hidden test:
   submission brought is dropped before the run. Until that cell starts, the kernel has never been
   sent a hidden line (its sandbox holds no notebook), so the copy needs no filter. (nbgrader
   lists ClearMetadataPreprocessor after execution; it is off unless configured, and were it on,
-  the page would show no output of the student's process at all.)
+  the page would show no output of the student's process at all.) Once the run is over, `settle`
+  drops the copy of each cell whose outputs are still the copied ones (a later display update is
+  how they could change), so that the notebook does not hold its outputs twice.
 - `page`, through `FeedbackPage`, the last of GenerateFeedback's preprocessors, shows the cells
   before that one with their copied outputs, and from it on only the trusted side's own words:
   for each graded cell its score and points from the gradebook (nbgrader's GetGrades), a status
@@ -43,6 +45,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from grader.grading import hidden_tests, nbgrader_policy, verdicts
 
 SNAPSHOT = "course_feedback"  # nb.metadata: {"cells": n, "outputs": [outputs of each cell shown]}
+UNCHANGED = None  # in SNAPSHOT's outputs: the cell's outputs did not change after the copy
 TIMEOUT = "CellTimeoutError"  # the error nbgrader's Execute records for a cell past its timeout
 # Besides Python's own: the course's (grader/runtime; tests/test_feedback.py keeps this complete)
 # and those of torch and Triton that an exercise's mistakes raise (out of memory, a kernel that
@@ -92,14 +95,27 @@ def snapshot(nb, shown: int) -> None:
     }
 
 
+def settle(nb) -> None:
+    """Once the run is over: each cell whose outputs are still those `snapshot` copied keeps no
+    copy (UNCHANGED), so that the notebook does not hold its outputs twice (a cell's output is
+    kept up to nbgrader_policy.OUTPUT_LIMIT, and the copy would double it)."""
+    saved = nb.metadata[SNAPSHOT]
+    saved["outputs"] = [
+        UNCHANGED if outputs == cell.get("outputs", []) else outputs
+        for outputs, cell in zip(saved["outputs"], nb.cells, strict=False)
+    ]
+
+
 def _copied(nb) -> list | None:
-    """The outputs `snapshot` recorded, one list per cell shown; None where there is no record
-    of this notebook's cells."""
+    """The outputs `snapshot` recorded, one list per cell shown (UNCHANGED: the cell's own);
+    None where there is no record of this notebook's cells."""
     saved = nb.metadata.get(SNAPSHOT)
     if not isinstance(saved, dict) or saved.get("cells") != len(nb.cells):
         return None
     outputs = saved.get("outputs")
     if not isinstance(outputs, list) or len(outputs) > len(nb.cells):
+        return None
+    if not all(o is UNCHANGED or isinstance(o, list) for o in outputs):
         return None
     return outputs
 
@@ -179,7 +195,8 @@ def page(nb) -> None:
             continue
         cell.metadata.pop("execution", None)  # times from the kernel's own message headers
         if index < shown:
-            cell.outputs = [_static(o) for o in copied[index]]
+            kept = cell.outputs if copied[index] is UNCHANGED else copied[index]
+            cell.outputs = [_static(o) for o in kept]
             continue
         if cell.metadata.get("nbgrader", {}).get("grade") is True:
             said = [verdict(cell, grade_ids, why)]

@@ -37,6 +37,7 @@ class CappedExecute(Execute):
         done = super().preprocess(nb, resources, km)
         if feedback.SNAPSHOT not in nb.metadata:
             feedback.snapshot(nb, len(nb.cells))
+        feedback.settle(nb)
         self._timer.save()
         return done
 
