@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import importlib.metadata
 import json
 import linecache
 import os
@@ -182,6 +183,13 @@ def serve() -> None:
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever else prints (the compiler's diagnostics) goes to stderr
     knobs.cache.manager_class = _no_files()
+    # triton.compile keys that cache by a hash of Triton's own files, its 500 MB library
+    # included: 0.4 s of CPU in every helper, for a key NoFiles never files anything under.
+    # Triton's own compile workers set the key the same way.
+    from triton.runtime import cache
+
+    version = importlib.metadata.version("triton")
+    cache.triton_key = lambda: f"{version}-front-end-only"
     knobs.runtime.add_stages_inspection_hook = _stop_after_ttgir
     knobs.runtime.override_arch = None
     knobs.nvidia.mock_ptx_version = "no ptxas: the front end only"
