@@ -101,13 +101,14 @@ def fresh(tmp_path_factory):
     return root
 
 
-def test_two_builds_are_byte_identical(fresh, tmp_path):
-    build.build(tmp_path / "build", tmp_path / "course")
-    for sub in ("course", "build/source"):
+def test_two_builds_are_byte_identical(fresh, registered_course):
+    """This module's build against the run's other one (tests.shared.generate_course: the same
+    steps, in a folder and process of their own)."""
+    for sub, other in (("course", "release"), ("build/source", "source")):
         first = sorted(p for p in (fresh / sub).rglob("*") if p.is_file())
         assert first, f"nothing built under {sub}"
         for path in first:
-            twin = tmp_path / sub / path.relative_to(fresh / sub)
+            twin = registered_course / other / path.relative_to(fresh / sub)
             assert path.read_bytes() == twin.read_bytes(), f"{path} differs between builds"
 
 
