@@ -152,14 +152,14 @@ def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path)
     batch = autograde.Batch(ASSIGNMENT, "interpreter", root=root)
     autograde.prepare(batch)
     inbox = grading_cost.reference_submission(batch, tmp_path / "inbox")
-    real = autograde.run_nbgrader
+    real = autograde.nbgrader_args
 
-    def broken_feedback(batch, *args, **kwargs):  # nbconvert cannot find the page's template
+    def broken_feedback(batch, *args):  # nbconvert cannot find the page's template
         if args[0] == "generate_feedback":
             args = (*args, "--HTMLExporter.template_name=no-such-template")
-        return real(batch, *args, **kwargs)
+        return real(batch, *args)
 
-    monkeypatch.setattr(autograde, "run_nbgrader", broken_feedback)
+    monkeypatch.setattr(autograde, "nbgrader_args", broken_feedback)
     code, printed, report, review, out = _grade(root, inbox)
     student = grading_cost.STUDENT
     assert code == 1, printed[-3000:]
@@ -169,7 +169,7 @@ def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path)
     assert not (out / "feedback" / student).exists()
     assert "no-such-template" in (out / "feedback.log").read_text()
 
-    monkeypatch.setattr(autograde, "run_nbgrader", real)  # the cause fixed: the same command
+    monkeypatch.setattr(autograde, "nbgrader_args", real)  # the cause fixed: the same command
     code, printed, report, review, out = _grade(root, inbox)
     assert code == 0, printed[-3000:]
     assert "None: every submission was graded without trouble." in report

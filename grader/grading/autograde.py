@@ -114,6 +114,8 @@ class Batch:
     force: bool = False
     jailed: bool = True  # each student's kernel in grader.grading.jail (bubblewrap)
     gpus: list[devices.Gpu] = field(default_factory=list)  # in GPU mode; none: all visible
+    # forking nbgraders for the batch's runs, where `autograde` made them (grader.grading.zygote)
+    zygotes: zygote.Pool | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -685,7 +687,9 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
     held = devices.Pool(gpus)
     runs: dict[str, findings.Run] = {}
     with (
-        zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes,
+        nullcontext(batch.zygotes)
+        if batch.zygotes
+        else zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes,
         ThreadPoolExecutor(max(1, batch.jobs)) as pool,
         tqdm(total=len(todo), desc=f"grading {batch.assignment}", unit="student") as bar,
     ):
@@ -742,10 +746,19 @@ def feedback(batch: Batch) -> dict[str, str]:
     for student in students(batch):  # a page written there must not stand in for a failed one
         for page in pages:
             _remove(batch.folder("autograded", student) / page)
-    done = run_nbgrader(batch, "generate_feedback", batch.assignment, "--force", check=False)
     log = batch.out / "feedback.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(done.stdout + done.stderr, encoding="utf-8")
+    args = nbgrader_args(batch, "generate_feedback", batch.assignment, "--force")
+    with batch.zygotes.lease() if batch.zygotes else nullcontext() as forks:
+        done = sandbox.run(
+            args if forks else nbgrader_main.command(*args),
+            log=log,
+            timeout=batch.timeout,
+            memory_limit=batch.memory_limit,
+            cwd=batch.root,
+            env=environment(batch),
+            zygote=forks,
+        )
+    said = log.read_text(encoding="utf-8", errors="replace")
     target = batch.out / "feedback"
     if target.exists():
         shutil.rmtree(target)
@@ -765,7 +778,7 @@ def feedback(batch: Batch) -> dict[str, str]:
             and not (made / f"{n}.html").is_file()
         ]
         if lacking:
-            why = findings.crash_detail(done.stdout + done.stderr)
+            why = findings.crash_detail(said)
             missing[student] = (
                 f"nbgrader generate_feedback wrote no page for {', '.join(lacking)} ({why}); "
                 f"see {log}, fix the cause and run the same command again"
@@ -917,6 +930,17 @@ def autograde(
             "--submissions (a folder <student>/<assignment>/<notebook>.ipynb, or an LMS zip) "
             "or --exchange"
         )
+    with zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes:
+        batch.zygotes = zygotes
+        try:
+            return _grade_and_report(batch, names, device, grades_speed, grade)
+        finally:
+            batch.zygotes = None
+
+
+def _grade_and_report(
+    batch: Batch, names: list[str], device: str, grades_speed: bool, grade: Grader | None
+) -> tuple[classreport.ClassResults, dict[str, Path]]:
     runs = grade_all(batch, names, grade)
     given = released(batch)
     recorded = gradebook.grades(batch.url, batch.assignment)
