@@ -7,6 +7,7 @@ import os
 import resource
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,15 @@ def test_a_run_gets_its_arguments_folder_environment_limit_and_log(forks, tmp_pa
     assert f"cwd {tmp_path}" in text
     assert "env mine False" in text  # the run's environment alone
     assert f"data {1 << 33}" in text
+
+
+def test_what_a_run_makes_in_temporary_folders_goes_with_it(forks, tmp_path):
+    log = tmp_path / "run.log"
+    forks.start(["0"], cwd=tmp_path, env={}, log=log)
+    assert forks.wait() == 0
+    (sockets,) = [a.partition("=")[2] for a in log.read_text().split("'") if ".ip=" in a]
+    assert "/kernel-" in sockets  # kernel_connection's private folder, made in the run
+    assert not Path(sockets).parent.exists()
 
 
 def test_runs_follow_one_another_and_failures_are_reported(forks, tmp_path):

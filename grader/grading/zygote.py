@@ -24,9 +24,11 @@ import json
 import os
 import queue
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -171,6 +173,9 @@ def _child(run: dict, main: Callable[[], object]) -> None:
         if run["data_limit"] is not None:
             limit = int(run["data_limit"])
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        # The child ends with os._exit, which runs no atexit function: what the run makes with
+        # tempfile (kernel_connection's socket folder) goes in a folder removed here instead.
+        scratch = tempfile.tempdir = tempfile.mkdtemp(prefix="nbgrader-")
         from grader.authoring import kernel_connection
 
         sys.argv = kernel_connection.command_line(["nbgrader", *run["args"]])
@@ -181,6 +186,8 @@ def _child(run: dict, main: Callable[[], object]) -> None:
             code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
             if isinstance(exit_.code, str):
                 print(exit_.code, file=sys.stderr)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     except BaseException:
         traceback.print_exc()
     finally:
