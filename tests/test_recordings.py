@@ -70,9 +70,7 @@ def test_a_recorded_cell_is_shown_on_the_cpu_with_its_label_and_plot(
     assert title.startswith("Bandwidth on NVIDIA H200") and "recorded on NVIDIA H200" in title
 
 
-def test_while_grading_a_recorded_figure_is_named_not_drawn(
-    record_run, tmp_path, monkeypatch, capsys
-):
+def test_while_grading_a_figure_is_named_not_drawn(record_run, tmp_path, monkeypatch, capsys):
     with recorded.cell("00_setup/sweep"):
         print("copy: 3900 GB/s")
         draw([1, 2], {"yours": (10.0, 20.0)}, title="Bandwidth on NVIDIA H200")
@@ -84,8 +82,10 @@ def test_while_grading_a_recorded_figure_is_named_not_drawn(
     assert recorded.show("00_setup/sweep")
     shown = capsys.readouterr().out
     assert "copy: 3900 GB/s" in shown
-    assert "a recorded figure, tests.test_recordings:draw: not drawn while grading" in shown
+    assert "(a figure, tests.test_recordings:draw: not drawn while grading)" in shown
     assert DRAWN == []
+    draw([1], {"mine": (1.0,)}, title="drawn live")  # a figure of the student's own numbers
+    assert "not drawn while grading" in capsys.readouterr().out and DRAWN == []
 
 
 def test_a_cell_without_a_recording_says_so(tmp_path, monkeypatch, capsys):

@@ -11,10 +11,10 @@ versions and the date; those files ship with the course.
 
 Where the cell cannot time (the interpreter), `recorded.show(key)` prints the recording's label
 and replays it: the same lines, the same plots drawn from the recorded data. Where none was
-recorded, it says so. While nbgrader grades (NBGRADER_EXECUTION=autograde), a recorded figure is
-named, not drawn: it is the course's, the same for every student, and grades nothing, while
-drawing it cost up to a second of each graded student's CPU. Nothing here is ever parsed back
-from text."""
+recorded, it says so. While nbgrader grades (NBGRADER_EXECUTION=autograde), a figure (drawn by a
+`replayable` function, the course's only way to draw one) is named, not drawn: it grades
+nothing, and drawing cost up to a second of each graded student's CPU. Nothing here is ever
+parsed back from text."""
 
 from __future__ import annotations
 
@@ -173,13 +173,17 @@ def write(record: dict) -> None:
 
 def replayable(name: str) -> Callable:
     """Decorate a function that draws a figure: while a cell is recorded, each call is kept as
-    `name` ("module:function", importable) with its arguments, to be called again on replay."""
+    `name` ("module:function", importable) with its arguments, to be called again on replay.
+    While nbgrader grades, the figure is named, not drawn."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             if _active is not None:
                 _active.add({"call": name, "args": plain(args), "kwargs": plain(kwargs)})
+            if os.environ.get(GRADING_ENV) == GRADING:
+                print(f"(a figure, {name}: not drawn while grading)")
+                return None
             return fn(*args, **kwargs)
 
         return call
@@ -317,13 +321,10 @@ def show_speed() -> bool:
 
 
 def replay(outputs: list[dict], environment_: dict) -> None:
-    """Print each recorded text again and draw each recorded figure again (while grading, name
-    it)."""
+    """Print each recorded text again and draw each recorded figure again."""
     for output in outputs:
         if "text" in output:
             sys.stdout.write(output["text"])
-        elif "call" in output and os.environ.get(GRADING_ENV) == GRADING:
-            print(f"(a recorded figure, {output['call']}: not drawn while grading)")
         elif "call" in output:
             module, _, name = output["call"].partition(":")
             fn = getattr(importlib.import_module(module), name)
