@@ -167,7 +167,7 @@ def test_grade_here_runs_one_student_per_gpu_and_survives_a_crash(tmp_path, monk
     batch = _batch(tmp_path, students, jobs=4)  # more threads than GPUs: the others wait
     spans, guard = [], threading.Lock()
 
-    def fake_grade_one(batch, student, given, gpu, zygotes=None):
+    def fake_grade_one(batch, student, given, gpu):
         start = time.monotonic()
         time.sleep(0.1)
         with guard:

@@ -114,7 +114,7 @@ class Batch:
     force: bool = False
     jailed: bool = True  # each student's kernel in grader.grading.jail (bubblewrap)
     gpus: list[devices.Gpu] = field(default_factory=list)  # in GPU mode; none: all visible
-    # forking nbgraders for the batch's runs, where `autograde` made them (grader.grading.zygote)
+    # forking nbgraders for the batch's runs while `forking` holds them (grader.grading.zygote)
     zygotes: zygote.Pool | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -186,6 +186,39 @@ def nbgrader_args(batch: Batch, *args: str) -> list[str]:
 
 def nbgrader_command(batch: Batch, *args: str) -> list[str]:
     return nbgrader_main.command(*nbgrader_args(batch, *args))
+
+
+@contextmanager
+def forking(batch: Batch) -> Iterator[None]:
+    """`batch.zygotes` for as long as the block runs, where the batch has none yet: the nbgrader
+    runs of its students and of its feedback are then forked (grader.grading.zygote)."""
+    if batch.zygotes is not None:
+        yield
+        return
+    with zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes:
+        batch.zygotes = zygotes
+        try:
+            yield
+        finally:
+            batch.zygotes = None
+
+
+def run_sandboxed(
+    batch: Batch, args: list[str], *, log: Path, env: dict[str, str], data_limit: int | None = None
+) -> sandbox.Finished:
+    """`nbgrader ARGS` within the batch's limits (grader.grading.sandbox), its output in `log`:
+    forked from one of `batch.zygotes` where it has them, else started afresh."""
+    with batch.zygotes.lease() if batch.zygotes else nullcontext() as forks:
+        return sandbox.run(
+            args if forks else nbgrader_main.command(*args),
+            log=log,
+            timeout=batch.timeout,
+            memory_limit=batch.memory_limit,
+            data_limit=data_limit,
+            cwd=batch.root,
+            env=env,
+            zygote=forks,
+        )
 
 
 def run_nbgrader(batch: Batch, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -543,17 +576,12 @@ def _save(batch: Batch, student: str, run: findings.Run) -> findings.Run:
 
 
 def grade_one(
-    batch: Batch,
-    student: str,
-    given: dict[str, object],
-    gpu: devices.Gpu | None = None,
-    zygotes: zygote.Pool | None = None,
+    batch: Batch, student: str, given: dict[str, object], gpu: devices.Gpu | None = None
 ) -> findings.Run:
-    """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given, forked
-    from one of `zygotes` where they are given; the outcome, also saved as JSON. What runs is
-    assembled on this side (grader.grading.assemble): each released notebook with the student's
-    answer cells, and nothing else of theirs. A submission without one readable notebook is
-    recorded with zeros without running it."""
+    """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given; the
+    outcome, also saved as JSON. What runs is assembled on this side (grader.grading.assemble):
+    each released notebook with the student's answer cells, and nothing else of theirs. A
+    submission without one readable notebook is recorded with zeros without running it."""
     folder = batch.folder("submitted", student)
     staged = batch.folder(assemble.ASSEMBLED, student)
     written = assemble.stage(folder, given, staged)
@@ -574,21 +602,9 @@ def grade_one(
         f"--CourseDirectory.submitted_directory={assemble.ASSEMBLED}",
     )
     for _ in range(1 + LOCK_RETRIES):
-        with (
-            kernel_sandbox(batch, gpu) as (options, env),
-            zygotes.lease() if zygotes else nullcontext() as forks,
-        ):
-            finished = sandbox.run(
-                [*args, *options, "--force"]
-                if forks
-                else nbgrader_main.command(*args, *options, "--force"),
-                log=log,
-                timeout=batch.timeout,
-                memory_limit=batch.memory_limit,
-                data_limit=data_limit,
-                cwd=batch.root,
-                env=env,
-                zygote=forks,
+        with kernel_sandbox(batch, gpu) as (options, env):
+            finished = run_sandboxed(
+                batch, [*args, *options, "--force"], log=log, env=env, data_limit=data_limit
             )
         text = log.read_text(encoding="utf-8", errors="replace")
         if finished.ok or not any(race in text for race in LOST_RACES):
@@ -687,9 +703,7 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
     held = devices.Pool(gpus)
     runs: dict[str, findings.Run] = {}
     with (
-        nullcontext(batch.zygotes)
-        if batch.zygotes
-        else zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes,
+        forking(batch),
         ThreadPoolExecutor(max(1, batch.jobs)) as pool,
         tqdm(total=len(todo), desc=f"grading {batch.assignment}", unit="student") as bar,
     ):
@@ -697,7 +711,7 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
         def one(student: str) -> findings.Run:
             _interrupted(batch, student)
             with held.lease() as gpu:
-                return grade_one(batch, student, given, gpu, zygotes)
+                return grade_one(batch, student, given, gpu)
 
         futures = {pool.submit(one, s): s for s in todo}
         try:
@@ -748,16 +762,7 @@ def feedback(batch: Batch) -> dict[str, str]:
             _remove(batch.folder("autograded", student) / page)
     log = batch.out / "feedback.log"
     args = nbgrader_args(batch, "generate_feedback", batch.assignment, "--force")
-    with batch.zygotes.lease() if batch.zygotes else nullcontext() as forks:
-        done = sandbox.run(
-            args if forks else nbgrader_main.command(*args),
-            log=log,
-            timeout=batch.timeout,
-            memory_limit=batch.memory_limit,
-            cwd=batch.root,
-            env=environment(batch),
-            zygote=forks,
-        )
+    done = run_sandboxed(batch, args, log=log, env=environment(batch))
     said = log.read_text(encoding="utf-8", errors="replace")
     target = batch.out / "feedback"
     if target.exists():
@@ -930,12 +935,8 @@ def autograde(
             "--submissions (a folder <student>/<assignment>/<notebook>.ipynb, or an LMS zip) "
             "or --exchange"
         )
-    with zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes:
-        batch.zygotes = zygotes
-        try:
-            return _grade_and_report(batch, names, device, grades_speed, grade)
-        finally:
-            batch.zygotes = None
+    with forking(batch):
+        return _grade_and_report(batch, names, device, grades_speed, grade)
 
 
 def _grade_and_report(
