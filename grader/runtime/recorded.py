@@ -58,9 +58,11 @@ class _Cell:
         self.outputs: list[dict] = []
         self.text: list[str] = []
         self.stdout = stdout
+        self.muted = 0  # inside a replayable call: what it prints is not kept (replay prints it)
 
     def write(self, text: str) -> int:
-        self.text.append(text)
+        if not self.muted:
+            self.text.append(text)
         return self.stdout.write(text)
 
     def flush(self) -> None:
@@ -171,20 +173,28 @@ def write(record: dict) -> None:
         f.write(json.dumps(plain(record)) + "\n")
 
 
-def replayable(name: str) -> Callable:
-    """Decorate a function that draws a figure: while a cell is recorded, each call is kept as
-    `name` ("module:function", importable) with its arguments, to be called again on replay.
-    While nbgrader grades, the figure is named, not drawn."""
+def replayable(name: str, *, figure: bool = True) -> Callable:
+    """Decorate a function that draws a figure (`figure`) or prints a table: while a cell is
+    recorded, each call is kept as `name` ("module:function", importable) with its arguments, to
+    be called again on replay; what the call itself prints is not kept as text, as its replay
+    prints it. While nbgrader grades, a figure is named, not drawn; a table is printed."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            if _active is not None:
-                _active.add({"call": name, "args": plain(args), "kwargs": plain(kwargs)})
-            if os.environ.get(GRADING_ENV) == GRADING:
+            cell_ = _active
+            if cell_ is not None:
+                cell_.add({"call": name, "args": plain(args), "kwargs": plain(kwargs)})
+            if figure and os.environ.get(GRADING_ENV) == GRADING:
                 print(f"(a figure, {name}: not drawn while grading)")
                 return None
-            return fn(*args, **kwargs)
+            if cell_ is None:
+                return fn(*args, **kwargs)
+            cell_.muted += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                cell_.muted -= 1
 
         return call
 
