@@ -13,6 +13,7 @@ The public surface, by module (`from grader.runtime import device, checks, ...`)
 | `plots` | the plots of the reader's measurements: one call per plot, matplotlib inside |
 | `results` | the figures a notebook measured, kept for later notebooks' plots |
 | `integrity` | the graded call launches the student's kernel; timing in a separate process |
+| `profile` | a kernel's hardware counters, read by Nsight Compute (`ncu`) in a child process |
 | `launches` | the exercise's own kernel did the work: launched on the inputs, wrote the output |
 | `gpu_compile` | in interpreter mode, each graded launch also compiled for the GPU (sm_80, sm_90) |
 | `verify` | the audit of a candidate kernel against a reference (08) |
@@ -22,6 +23,7 @@ The public surface, by module (`from grader.runtime import device, checks, ...`)
 | `widgets` | the notebooks' explorers (roofline, online softmax, autotuning) |
 
 `stubs` recognises an untouched exercise stub for `checks`; `compile_helper` is the process in
-which `gpu_compile` runs Triton's compiler. Importing this package is light:
+which `gpu_compile` runs Triton's compiler; `profile_canary` is the vector add that
+`profile.canary` profiles, imported only after `device.setup()`. Importing this package is light:
 torch and triton are imported by the modules that need them, and triton only after
 `device.setup()`."""

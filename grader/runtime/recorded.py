@@ -39,7 +39,14 @@ RECORDINGS = Path(__file__).with_name("recordings")
 SPOOL = "records.jsonl"  # the file in the COURSE_RECORD folder, one record a line
 SPEED_PREFIX = "speed "  # the key of a speed cell: this and a digest of the cell's source
 # the dataclasses a replayable function may take, rebuilt from their fields on replay
-TYPES = {"roofline.Ceilings", "roofline.Point"}
+TYPES = {
+    "roofline.Ceilings",
+    "roofline.Point",
+    "profile.Profile",
+    "profile.KernelProfile",
+    "profile.Conditions",
+    "profile.Stall",
+}
 GRADING_ENV, GRADING = "NBGRADER_EXECUTION", "autograde"  # set in the kernel nbgrader grades in
 
 
