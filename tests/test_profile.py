@@ -8,6 +8,7 @@ import math
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,11 @@ seen = {{"argv": argv, "spec": open(spec).read() if spec else None}}
 open(plan["seen"], "w").write(json.dumps(seen))
 if "--log-file" in argv:
     open(argv[argv.index("--log-file") + 1], "w").write(plan["log"])
+if plan["hang"]:  # a profiled program that never ends, under an ncu that waits for it
+    import subprocess, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    open(plan["hang"], "w").write(str(child.pid))
+    time.sleep(120)
 sys.stdout.write(plan["stdout"])
 sys.stderr.write(plan["stderr"])
 sys.exit(plan["rc"])
@@ -246,8 +252,9 @@ def fake_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.delenv(profile.NCU_ENV, raising=False)
 
-    def install(log="", stdout="", stderr="", rc=0):
-        plan = dict(log=log, stdout=stdout, stderr=stderr, rc=rc, version=VERSION, seen=str(seen))
+    def install(log="", stdout="", stderr="", rc=0, hang=""):
+        plan = dict(log=log, stdout=stdout, stderr=stderr, rc=rc, hang=hang)
+        plan.update(version=VERSION, seen=str(seen))
         script = folder / "ncu"
         script.write_text(FAKE.format(python=sys.executable, plan=json.dumps(plan)))
         script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -352,6 +359,33 @@ def test_no_rows_at_all_is_refused(fake_ncu):
     with pytest.raises(ProfileError, match="printed no rows of counters") as raised:
         collect()
     assert raised.value.reason == "no-rows"
+
+
+def test_a_profile_past_its_time_ends_the_profiled_program_too(fake_ncu, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    fake_ncu(hang=str(pid_file))
+    started = time.monotonic()
+    with pytest.raises(ProfileError, match="ncu ran past 4 s") as raised:
+        collect(timeout=4)
+    assert raised.value.reason == "timeout"
+    assert time.monotonic() - started < 30, "waited for the profiled program to end by itself"
+    pid = int(pid_file.read_text())
+    for _ in range(50):
+        if not _running(pid):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the profiled program outlived the timeout")
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
 
 
 def _add_only(**changes) -> str:

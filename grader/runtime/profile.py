@@ -55,6 +55,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -709,29 +710,17 @@ def collect(
             launch_skip=launch_skip,
             clock_control=clock_control,
         )
-        try:
-            done = subprocess.run(
-                argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
-            raise ProfileError(
-                "timeout",
-                f"ncu ran past {timeout:g} s: each kernel is replayed once per pass of counters; "
-                "profile fewer launches (launch_count) or a smaller problem",
-            ) from None
+        returncode, stdout, stderr = _run(argv, cwd=tmp, env=env, timeout=timeout)
         logged = log.read_text(errors="replace") if log.exists() else ""
-    output = "\n".join([logged, done.stdout, done.stderr])
-    error = failure(output, done.returncode, regex)
+    output = "\n".join([logged, stdout, stderr])
+    error = failure(output, returncode, regex)
     if error is not None:
         raise error
-    launches = parse_csv(logged, top_stalls=top_stalls) or parse_csv(
-        done.stdout, top_stalls=top_stalls
-    )
+    launches = parse_csv(logged, top_stalls=top_stalls) or parse_csv(stdout, top_stalls=top_stalls)
     if not launches:
         raise ProfileError(
             "no-rows",
-            f"ncu printed no rows of counters (exit {done.returncode}). Its last lines: "
-            f"{_tail(output)}",
+            f"ncu printed no rows of counters (exit {returncode}). Its last lines: {_tail(output)}",
         )
     missing = [k for k in kernels if not any(p.kernel == k for p in launches)]
     if missing and len(launches) < count:
@@ -742,6 +731,31 @@ def collect(
         )
     refuse_bad_values(launches)
     return launches
+
+
+def _run(argv: list[str], *, cwd: str, env: dict, timeout: float) -> tuple[int, str, str]:
+    """Run ncu in a session of its own, so that a timeout ends the profiled program with it."""
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise ProfileError(
+                "timeout",
+                f"ncu ran past {timeout:g} s: each kernel is replayed once per pass of counters; "
+                "profile fewer launches (launch_count) or a smaller problem",
+            ) from None
+    return proc.returncode, stdout, stderr
 
 
 @dataclass(frozen=True)
