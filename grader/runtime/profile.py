@@ -125,7 +125,8 @@ METRICS: tuple[Metric, ...] = (
         "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
         "l1_sectors_per_load",
         "sector",
-        "32-byte sectors L1 looked up for global loads",
+        "32-byte sectors L1 looked up for global loads (LDG; cp.async and TMA copies, which "
+        "Triton's pipelined matmuls use, are not counted here)",
     ),
     Metric(
         "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
