@@ -186,14 +186,9 @@ METRICS: tuple[Metric, ...] = (
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
         "tensor_pipe_pct",
         "%",
-        "cycles the tensor pipe ran warp-level MMA (mma.sync; Ampere's tl.dot), of its peak",
-    ),
-    Metric(
-        "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
-        "tensor_pipe_pct",
-        "%",
-        "cycles the tensor pipe ran warpgroup MMA (wgmma; Hopper's tl.dot), of its peak",
-        majors=(9,),
+        "cycles the tensor pipe ran floating-point MMA, of its peak: warp-level mma.sync (HMMA, "
+        "Ampere's tl.dot) and, on Hopper, warpgroup wgmma too (HGMMA, QGMMA: Hopper's tl.dot); "
+        "integer MMA (IMMA) is not counted",
     ),
 )
 # The warp states between two issued instructions (Nsight Compute's Warp State Statistics): each
@@ -467,11 +462,6 @@ def stalls_of(raw: Mapping[str, float | None], top: int = 3) -> tuple[Stall, ...
 
 
 def _record(cells: Mapping[str, str], raw: dict, top_stalls: int) -> KernelProfile:
-    def pct(*names):
-        values = [raw[n] for n in names if raw.get(n) is not None]
-        return max(values) if values else None
-
-    tensor = [m.name for m in METRICS if m.feeds == "tensor_pipe_pct"]
     return KernelProfile(
         kernel=cells.get("Kernel Name", ""),
         launch=int(number(cells.get("ID", "")) or 0),
@@ -500,7 +490,9 @@ def _record(cells: Mapping[str, str], raw: dict, top_stalls: int) -> KernelProfi
         ),
         l2_hit_rate_pct=raw.get("lts__t_sector_hit_rate.pct"),
         achieved_occupancy_pct=raw.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
-        tensor_pipe_pct=pct(*tensor),
+        tensor_pipe_pct=raw.get(
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+        ),
         stalls=stalls_of(raw, top_stalls),
         raw=raw,
     )
