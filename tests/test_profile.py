@@ -18,18 +18,22 @@ from grader.runtime.profile import ProfileError
 
 # What `ncu --csv --page raw --print-units base --log-file LOG` writes to LOG on an H100 for two
 # launches: a vector add of 2**25 float32 and a matmul (kernel names as Triton gives them),
-# metric columns in ncu's alphabetical order, a row of units, thousands separators.
+# metric columns in ncu's alphabetical order, a row of units, thousands separators. Among them
+# are columns ncu adds unasked, with text in them: the device's name, and one that printed
+# "No-CC" on an H200 (its name here stands in for ncu's), and a launch attribute.
 SAMPLE = (
     "==PROF== Connected to process 4242 (/usr/bin/python3.11)\n"
     '==PROF== Profiling "profile_canary_add" - 0: 0%....50%....100% - 9 passes\n'
     '==PROF== Profiling "matmul_kernel" - 1: 0%....50%....100% - 9 passes\n'
     "==PROF== Disconnected from process 4242\n"
     '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
-    '"Block Size","Grid Size","Device","CC","dram__bytes_read.sum","dram__bytes_write.sum",'
+    '"Block Size","Grid Size","Device","CC","device__attribute_confidential_compute_mode",'
+    '"device__attribute_display_name","dram__bytes_read.sum","dram__bytes_write.sum",'
     '"gpu__time_duration.sum","l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",'
     '"l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",'
     '"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",'
-    '"l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum","lts__t_requests_srcunit_tex_op_read.sum",'
+    '"l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum","launch__registers_per_thread",'
+    '"lts__t_requests_srcunit_tex_op_read.sum",'
     '"lts__t_requests_srcunit_tex_op_write.sum","lts__t_sector_hit_rate.pct",'
     '"lts__t_sectors_srcunit_tex_op_read.sum","lts__t_sectors_srcunit_tex_op_write.sum",'
     '"sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",'
@@ -53,16 +57,17 @@ SAMPLE = (
     '"smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio",'
     '"smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio",'
     '"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"\n'
-    '"","","","","","","","","","","","byte","byte","nsecond","request","request","sector",'
-    '"sector","request","request","%","sector","sector","%","%","","","","","","","","","","",'
+    '"","","","","","","","","","","","","","byte","byte","nsecond","request","request",'
+    '"sector","sector","register/thread","request","request","%","sector","sector","%","%","","","","","","","","","","",'
     '"","","","","","","","",""\n'
     '"0","4242","python3.11","127.0.0.1","profile_canary_add","1","7","(128, 1, 1)",'
-    '"(32768, 1, 1)","0","9.0","268,503,040","101,711,872","402,336","524,288","262,144",'
-    '"8,388,608","4,194,304","2,097,152","1,048,576","33.41","8,388,608","4,194,304","0",'
+    '"(32768, 1, 1)","0","9.0","No-CC","NVIDIA H100 80GB HBM3","268,503,040","101,711,872",'
+    '"402,336","524,288","262,144","8,388,608","4,194,304","16","2,097,152","1,048,576","33.41","8,388,608","4,194,304","0",'
     '"78.52","0","0.01","0.02","1.84","0","0.03","2.95","38.17","0","0","0.11","0.01","0.42",'
     '"0.36","1","0.05","0","0","1.63"\n'
     '"1","4242","python3.11","127.0.0.1","matmul_kernel","1","7","(128, 1, 1)","(64, 16, 1)",'
-    '"0","9.0","25,231,360","8,388,608","1,203,552","0","4,096","0","65,536","196,608",'
+    '"0","9.0","No-CC","NVIDIA H100 80GB HBM3","25,231,360","8,388,608","1,203,552","0",'
+    '"4,096","0","65,536","128","196,608",'
     '"16,384","71.25","786,432","65,536","61.70","12.48","0.35","0.02","0.01","0.05",'
     '"4.12","0","0","0.88","0","0","0.09","0.01","0.21","0.02","1","0.06","2.73","n/a","0.45"\n'
 )
@@ -75,10 +80,13 @@ def _rows(text: str) -> list[str]:
 
 def test_the_sample_is_the_shape_ncu_prints():
     """Guards the sample itself: a header, a row of units and two launches, equally wide, with
-    every metric the profiler asks an H100 for."""
+    every metric the profiler asks an H100 for, and columns of ncu's own beside them."""
     rows = list(csv.reader(_rows(SAMPLE)))
     assert len(rows) == 4 and len({len(r) for r in rows}) == 1
-    assert sorted(c for c in rows[0] if "__" in c) == sorted(profile.metric_names(9))
+    asked = set(profile.metric_names(9))
+    assert sorted(c for c in rows[0] if c in asked) == sorted(asked)
+    unasked = [c for c in rows[0] if "__" in c and c not in asked]
+    assert len(unasked) == 3 and "No-CC" in rows[2]
 
 
 def test_parse_reads_each_launch_in_base_units():
@@ -95,7 +103,33 @@ def test_parse_reads_each_launch_in_base_units():
     assert matmul.l1_sectors_per_load is None  # no LDG requests: no ratio, not a zero
     tex_throttle = profile.STALL_METRIC.format("tex_throttle")
     assert tex_throttle in matmul.raw and matmul.raw[tex_throttle] is None  # "n/a"
-    assert len(add.raw) == len(profile.metric_names(9))
+    assert sorted(add.raw) == sorted(profile.metric_names(9))  # only the metrics asked for
+
+
+def test_columns_ncu_adds_unasked_are_not_read_as_numbers():
+    """ncu's raw page has "__" columns of its own that hold text ("No-CC" on an H200): they are
+    not metrics that were asked for, so they are passed over; text in a metric asked for is
+    still refused."""
+    table = list(csv.reader(_rows(SAMPLE)))
+    header, units, add = table[0], table[1], table[2]
+    extra = {
+        "device__attribute_display_name": ("", "NVIDIA H200"),
+        "device__attribute_confidential_compute_mode": ("", "No-CC"),
+        "launch__func_cache_config": ("", "CachePreferNone"),
+    }
+    head = [c for c in header if c not in extra] + list(extra)
+    kept = dict(zip(header, zip(units, add, strict=True), strict=True)) | extra
+    lines = [",".join(f'"{kept[c][i]}"' for c in head) for i in (0, 1)]
+    text = "\n".join([",".join(f'"{c}"' for c in head), *lines]) + "\n"
+    [parsed] = profile.parse_csv(text)
+    assert parsed.kernel == "profile_canary_add" and parsed.grid == (32768, 1, 1)
+    assert parsed.dram_bytes_read == 268_503_040 and parsed.tensor_pipe_pct == 0
+    assert not any(name in parsed.raw for name in extra)
+    assert "launch__registers_per_thread" not in parsed.raw
+    wrong = text.replace('"268,503,040"', '"No-CC"')
+    with pytest.raises(ProfileError, match="'No-CC' where a number belongs") as raised:
+        profile.parse_csv(wrong)
+    assert raised.value.reason == "bad-output"
 
 
 def test_parse_ranks_the_stalls_by_their_share_of_stalled_cycles():
@@ -140,7 +174,7 @@ def test_scaled_units_are_converted_and_a_unit_of_another_kind_is_refused():
 def test_parse_without_a_table_is_empty_and_a_ragged_row_is_refused():
     assert profile.parse_csv("==WARNING== No kernels were profiled.\n") == []
     ragged = SAMPLE.replace(',"0.45"\n', "\n")
-    with pytest.raises(ProfileError, match="has 43 fields where its header has 44"):
+    with pytest.raises(ProfileError, match="has 46 fields where its header has 47"):
         profile.parse_csv(ragged)
 
 

@@ -272,7 +272,8 @@ class Stall:
 class KernelProfile:
     """The counters of one profiled launch, in base units (bytes, nanoseconds, percent). None
     where the GPU has no such counter or the ratio has no denominator (no global stores, say).
-    `raw` keeps every metric ncu returned for the launch, by name, in base units."""
+    `raw` keeps every metric asked for that ncu returned for the launch, by name, in base
+    units."""
 
     kernel: str
     launch: int  # ncu's ID of the launch: its order among the profiled launches
@@ -406,9 +407,12 @@ def parse_csv(text: str, *, top_stalls: int = 3) -> list[KernelProfile]:
     """The launches of ncu's `--csv --page raw` output: a header row of column names (ncu's own
     columns, "ID", "Kernel Name", "Block Size", "Grid Size", ..., then one per metric), a row of
     units, then one row per profiled launch; quoted fields, numbers with thousands separators.
+    Only the columns of the metrics asked for (METRICS and the stall metrics) are read as
+    numbers, into each launch's `raw`; ncu's other columns stay text, its own ones and the
+    "__" ones it adds unasked (device__attribute_display_name, say, or one that reads "No-CC").
     Lines that are not CSV rows (==PROF== and ==WARNING== lines, the program's own output) are
     passed over. An empty list where ncu printed no header."""
-    expected = {m.name: m.unit for m in METRICS}
+    expected = {m.name: m.unit for m in METRICS}  # every metric asked for, on any GPU
     expected.update({STALL_METRIC.format(r): "" for r, _ in STALL_REASONS})
     rows = [r for r in csv.reader(line for line in text.splitlines() if line.startswith('"'))]
     start = next((i for i, r in enumerate(rows) if "ID" in r and "Kernel Name" in r), None)
@@ -420,7 +424,7 @@ def parse_csv(text: str, *, top_stalls: int = 3) -> list[KernelProfile]:
         raise ProfileError(
             "bad-output", "ncu's CSV has no row of units under its header: is it --page raw?"
         )
-    metric_columns = [i for i, name in enumerate(header) if "__" in name]
+    metric_columns = [i for i, name in enumerate(header) if name in expected]
     found = []
     for row in rows[start + 2 :]:
         if row == header:  # a second process's table
