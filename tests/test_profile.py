@@ -171,6 +171,18 @@ def test_scaled_units_are_converted_and_a_unit_of_another_kind_is_refused():
     assert add.dram_bytes_read == 268_503_040e6 and add.duration_ns == 402_336e3
 
 
+def test_a_count_printed_with_no_unit_and_time_in_ns_are_taken():
+    """`ncu --query-metrics` lists the L1 request counts with no unit and time in "ns"."""
+    assert profile.in_base_units(524_288.0, "", "request") == 524_288
+    assert profile.in_base_units(4.0, "", "sector") == 4
+    assert profile.in_base_units(402_336.0, "ns", "nsecond") == 402_336
+    assert profile.in_base_units(402.336, "us", "nsecond") == 402_336
+    with pytest.raises(ProfileError, match="'' where 'byte' was expected"):
+        profile.in_base_units(3.0, "", "byte")
+    bare = SAMPLE.replace('"nsecond","request","request"', '"ns","",""')
+    assert profile.parse_csv(bare) == profile.parse_csv(SAMPLE)
+
+
 def test_parse_without_a_table_is_empty_and_a_ragged_row_is_refused():
     assert profile.parse_csv("==WARNING== No kernels were profiled.\n") == []
     ragged = SAMPLE.replace(',"0.45"\n', "\n")

@@ -361,6 +361,8 @@ _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
 _PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _PREFIXES.update({"m": 1e-3, "u": 1e-6, "n": 1e-9, "p": 1e-12})
 _BASES = ("byte", "second", "sector", "request")
+_COUNTS = ("sector", "request")
+_SHORT_TIME = {"ns": "nsecond", "us": "usecond", "ms": "msecond", "s": "second"}
 _TUPLE = re.compile(r"^\(?\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)?$")
 
 
@@ -383,8 +385,14 @@ def number(text: str) -> float | None:
 def in_base_units(value: float | None, unit: str, expected: str) -> float | None:
     """`value`, printed in `unit`, in the metric's `expected` unit ("byte", "nsecond", "sector",
     "request", "%", or "" for any): ncu scales units unless told `--print-units base`, so
-    "Mbyte" and "usecond" are converted. A unit of another kind is an error."""
+    "Mbyte" and "usecond" are converted, and "ns" (as `ncu --query-metrics` lists time) is
+    "nsecond". A count printed with no unit is taken as it is: `ncu --query-metrics` lists
+    l1tex__t_requests_pipe_lsu_mem_global_op_ld and _st with none on gh100 and ga100. A unit of
+    another kind is an error."""
+    unit = _SHORT_TIME.get(unit, unit)
     if value is None or expected == "" or unit == expected:
+        return value
+    if unit == "" and expected in _COUNTS:
         return value
     want = "second" if expected.endswith("second") else expected
     scale = 1e9 if want == "second" else 1.0  # time in nanoseconds
