@@ -1,6 +1,7 @@
-"""grader.runtime.profile: reading ncu's raw CSV, the record and its JSON and recording, the
-errors (with a fake `ncu` on PATH that prints what ncu prints in each case), and the canary's
-judgement. One test runs the canary for real on a GPU with Nsight Compute."""
+"""grader.runtime.profile: reading ncu's raw CSV (a trimmed copy of what ncu wrote on an H200),
+the record and its JSON and recording, the errors (with a fake `ncu` on PATH that prints what
+ncu prints in each case), and the canary's judgement. One test runs the canary for real on a GPU
+with Nsight Compute."""
 
 import csv
 import json
@@ -16,130 +17,213 @@ import pytest
 from grader.runtime import device, profile, recorded
 from grader.runtime.profile import ProfileError
 
-# What `ncu --csv --page raw --print-units base --log-file LOG` writes to LOG on an H100 for two
-# launches: a vector add of 2**25 float32 and a matmul (kernel names as Triton gives them),
-# metric columns in ncu's alphabetical order, a row of units, thousands separators. Among them
-# are columns ncu adds unasked, with text in them: the device's name, and one that printed
-# "No-CC" on an H200 (its name here stands in for ncu's), and a launch attribute.
-SAMPLE = (
-    "==PROF== Connected to process 4242 (/usr/bin/python3.11)\n"
-    '==PROF== Profiling "profile_canary_add" - 0: 0%....50%....100% - 9 passes\n'
-    '==PROF== Profiling "matmul_kernel" - 1: 0%....50%....100% - 9 passes\n'
-    "==PROF== Disconnected from process 4242\n"
-    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
-    '"Block Size","Grid Size","Device","CC","device__attribute_confidential_compute_mode",'
-    '"device__attribute_display_name","dram__bytes_read.sum","dram__bytes_write.sum",'
-    '"gpu__time_duration.sum","l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",'
-    '"l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",'
-    '"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",'
-    '"l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum","launch__registers_per_thread",'
-    '"lts__t_requests_srcunit_tex_op_read.sum",'
-    '"lts__t_requests_srcunit_tex_op_write.sum","lts__t_sector_hit_rate.pct",'
-    '"lts__t_sectors_srcunit_tex_op_read.sum","lts__t_sectors_srcunit_tex_op_write.sum",'
-    '"sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",'
-    '"sm__warps_active.avg.pct_of_peak_sustained_active",'
-    '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_drain_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_membar_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_misc_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_selected_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"\n'
-    '"","","","","","","","","","","","","","byte","byte","nsecond","request","request",'
-    '"sector","sector","register/thread","request","request","%","sector","sector","%","%","","","","","","","","","","",'
-    '"","","","","","","","",""\n'
-    '"0","4242","python3.11","127.0.0.1","profile_canary_add","1","7","(128, 1, 1)",'
-    '"(32768, 1, 1)","0","9.0","No-CC","NVIDIA H100 80GB HBM3","268,503,040","101,711,872",'
-    '"402,336","524,288","262,144","8,388,608","4,194,304","16","2,097,152","1,048,576","33.41","8,388,608","4,194,304","0",'
-    '"78.52","0","0.01","0.02","1.84","0","0.03","2.95","38.17","0","0","0.11","0.01","0.42",'
-    '"0.36","1","0.05","0","0","1.63"\n'
-    '"1","4242","python3.11","127.0.0.1","matmul_kernel","1","7","(128, 1, 1)","(64, 16, 1)",'
-    '"0","9.0","No-CC","NVIDIA H100 80GB HBM3","25,231,360","8,388,608","1,203,552","0",'
-    '"4,096","0","65,536","128","196,608",'
-    '"16,384","71.25","786,432","65,536","61.70","12.48","0.35","0.02","0.01","0.05",'
-    '"4.12","0","0","0.88","0","0","0.09","0.01","0.21","0.02","1","0.06","2.73","n/a","0.45"\n'
-)
-H100 = profile._Gpu("NVIDIA H100 80GB HBM3", 9, 0, 50 * 2**20)
+DATA = Path(__file__).parent / "data"
+# What `ncu --csv --page raw --print-units base --log-file LOG` wrote to LOG for the canary
+# (profile_canary_add, 2**25 float32) on an NVIDIA H200, Nsight Compute 2025.3.1.0, driver
+# 580.159.04, 2026-11-27: its ==PROF== lines, a header, a row of units, one launch. Of its 341
+# columns it keeps ncu's own 11 ("ID" to "CC"), every metric the module asks for, and eight that
+# ncu adds unasked: text ones (device__attribute_confidential_computing_mode, "No-CC";
+# device__attribute_display_name; launch__func_cache_config), numbers, and the .avg and .sum
+# siblings of metrics asked for as .sum and .avg. ncu printed time in "ns", the L1 request
+# counts with no unit and the stall ratios in "inst".
+CANARY_CSV = (DATA / "ncu_h200_canary.csv").read_text()
+# The same run's log for a metric gh100 lacks (sm__pipe_tensor_op_gmma_cycles_active...): ncu
+# exited 0, printed no error, and gave the launch's row with no column for it (trimmed alike).
+UNKNOWN_CSV = (DATA / "ncu_h200_unknown_metric.csv").read_text()
+GMMA_PIPE = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+H200 = profile._Gpu("NVIDIA H200", 9, 0, 62_914_560)
+
+# A second launch for the tests of several: the 4096^3 fp16 tl.dot matmul (grid (32, 32, 1),
+# 256 threads) profiled on the same H200 the same day, its figures as the module read them there
+# (its record, not ncu's CSV). The columns not asked for keep the canary's values: they are not
+# read.
+MATMUL = {
+    "ID": "1",
+    "Kernel Name": "probe_matmul",
+    "Block Size": "(256, 1, 1)",
+    "Grid Size": "(32, 32, 1)",
+    "dram__bytes_read.sum": "170,744,576",
+    "dram__bytes_write.sum": "28,360,192",
+    "gpu__time_duration.sum": "252,768",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": "4,194,304",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum": "65,536",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "67,108,864",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": "1,048,576",
+    "lts__t_requests_srcunit_tex_op_read.sum": "12,438,216",
+    "lts__t_requests_srcunit_tex_op_write.sum": "262,144",
+    "lts__t_sector_hit_rate.pct": "82.35",
+    "lts__t_sectors_srcunit_tex_op_read.sum": "49,031,868",
+    "lts__t_sectors_srcunit_tex_op_write.sum": "1,048,576",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "82.65",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "24.41",
+    **{
+        profile.STALL_METRIC.format(reason): value
+        for reason, value in {
+            "barrier": "5.15",
+            "branch_resolving": "0",
+            "dispatch_stall": "2.62",
+            "drain": "0.13",
+            "gmma": "0.07",
+            "imc_miss": "0.01",
+            "lg_throttle": "0.12",
+            "long_scoreboard": "2.30",
+            "math_pipe_throttle": "0.24",
+            "membar": "0",
+            "mio_throttle": "1.42",
+            "misc": "0",
+            "no_instruction": "0.04",
+            "not_selected": "0.66",
+            "selected": "1",
+            "short_scoreboard": "0.04",
+            "sleeping": "0",
+            "tex_throttle": "0",
+            "wait": "1.46",
+        }.items()
+    },
+}
 
 
 def _rows(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith('"')]
 
 
+def _others(text: str) -> str:
+    """The lines of `text` that are not CSV rows (ncu's ==PROF== lines), as they were."""
+    return "".join(line + "\n" for line in text.splitlines() if not line.startswith('"'))
+
+
+def _csv(header: list[str], units: list[str], launches: list[list[str]], before="") -> str:
+    lines = [",".join(f'"{c}"' for c in row) for row in (header, units, *launches)]
+    return before + "\n".join(lines) + "\n"
+
+
+def edited(text=CANARY_CSV, *, units=None, cells=None, drop=(), add=()) -> str:
+    """`text`'s table with `units` ({column: unit}) changed, the launch rows' `cells` changed
+    ({row: {column: value}}), the columns in `drop` left out and the rows in `add` ({column:
+    value}, the rest copied from the first launch) appended; its ==PROF== lines kept."""
+    header, units_row, *launches = (list(r) for r in csv.reader(_rows(text)))
+    for name, unit in (units or {}).items():
+        units_row[header.index(name)] = unit
+    for extra in add:
+        launches.append(
+            [extra.get(name, value) for name, value in zip(header, launches[0], strict=True)]
+        )
+    for row, changes in (cells or {}).items():
+        for name, value in changes.items():
+            launches[row][header.index(name)] = value
+    kept = [i for i, name in enumerate(header) if name not in drop]
+    rows = [[row[i] for i in kept] for row in (header, units_row, *launches)]
+    return _csv(rows[0], rows[1], rows[2:], _others(text))
+
+
+SAMPLE = edited(add=[MATMUL])  # the canary and the matmul, two launches
+
+
 def test_the_sample_is_the_shape_ncu_prints():
-    """Guards the sample itself: a header, a row of units and two launches, equally wide, with
-    every metric the profiler asks an H100 for, and columns of ncu's own beside them."""
+    """Guards the samples: a header, a row of units and launches, equally wide, with every
+    metric the profiler asks an H200 for, and columns of ncu's own beside them."""
     rows = list(csv.reader(_rows(SAMPLE)))
     assert len(rows) == 4 and len({len(r) for r in rows}) == 1
     asked = set(profile.metric_names(9))
     assert sorted(c for c in rows[0] if c in asked) == sorted(asked)
     unasked = [c for c in rows[0] if "__" in c and c not in asked]
-    assert len(unasked) == 3 and "No-CC" in rows[2]
+    assert len(unasked) == 8
+    cc = rows[0].index("device__attribute_confidential_computing_mode")
+    assert rows[2][cc] == "No-CC" and rows[1][rows[0].index("gpu__time_duration.sum")] == "ns"
+    assert _rows(CANARY_CSV) == _rows(SAMPLE)[:3] and CANARY_CSV.startswith("==PROF== Connected")
+    unknown = list(csv.reader(_rows(UNKNOWN_CSV)))
+    assert len(unknown) == 3 and not any(c.startswith(("sm__pipe", "smsp__")) for c in unknown[0])
+
+
+def test_the_h200_canary_reads_as_it_did_there_and_passes():
+    """ncu's own CSV of the canary on an H200, read: the figures the module gave there."""
+    [add] = profile.parse_csv(CANARY_CSV, asked=profile.metric_names(9))
+    assert (add.kernel, add.launch) == ("profile_canary_add", 0)
+    assert add.grid == (32768, 1, 1) and add.block == (128, 1, 1)
+    assert add.duration_ns == 91_072
+    assert add.dram_bytes_read == 268_446_720 and add.dram_bytes_written == 114_446_080
+    # 128-bit loads: 32 threads x 16 B = 512 B, 16 sectors, the fewest a request can touch
+    assert add.l1_sectors_per_load == 16 and add.l1_sectors_per_store == 16
+    assert add.raw["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"] == 524_288
+    assert add.l2_sectors_per_load == 4 and add.l2_sectors_per_store == 4
+    assert add.l2_hit_rate_pct == 33.23 and add.achieved_occupancy_pct == 83.27
+    assert add.tensor_pipe_pct == 0
+    assert [s.reason for s in add.stalls] == ["long_scoreboard", "drain", "short_scoreboard"]
+    assert sorted(add.raw) == sorted(profile.metric_names(9))  # only the metrics asked for
+    result = profile.judge_canary(
+        1 << 25, H200.l2_bytes, add.dram_bytes_read, add.dram_bytes_written
+    )
+    assert result.passed, str(result)
+    assert "DRAM read 268,446,720 B" in str(result) and "written 114,446,080 B" in str(result)
 
 
 def test_parse_reads_each_launch_in_base_units():
     add, matmul = profile.parse_csv(SAMPLE)
     launches = [(k.kernel, k.launch) for k in (add, matmul)]
-    assert launches == [("profile_canary_add", 0), ("matmul_kernel", 1)]
-    assert add.grid == (32768, 1, 1) and add.block == (128, 1, 1) and matmul.grid == (64, 16, 1)
-    assert add.duration_ns == 402_336 and matmul.duration_ns == 1_203_552
-    assert add.dram_bytes_read == 268_503_040 and add.dram_bytes_written == 101_711_872
-    assert add.l1_sectors_per_load == 16 and add.l1_sectors_per_store == 16
-    assert add.l2_sectors_per_load == 4 and add.l2_sectors_per_store == 4
-    assert add.l2_hit_rate_pct == 33.41 and add.achieved_occupancy_pct == 78.52
-    assert add.tensor_pipe_pct == 0 and matmul.tensor_pipe_pct == 61.70  # HGMMA counts, on Hopper
-    assert matmul.l1_sectors_per_load is None  # no LDG requests: no ratio, not a zero
+    assert launches == [("profile_canary_add", 0), ("probe_matmul", 1)]
+    assert matmul.grid == (32, 32, 1) and matmul.block == (256, 1, 1)
+    assert matmul.duration_ns == 252_768 and matmul.dram_bytes_read == 170_744_576
+    assert matmul.l1_sectors_per_load == 16  # every one of its 2 GiB of loads, 512 B a request
+    assert math.isclose(matmul.l2_sectors_per_load, 49_031_868 / 12_438_216)
+    assert matmul.l2_hit_rate_pct == 82.35 and matmul.achieved_occupancy_pct == 24.41
+    assert add.tensor_pipe_pct == 0 and matmul.tensor_pipe_pct == 82.65  # wgmma, on Hopper
+    assert sorted(matmul.raw) == sorted(profile.metric_names(9))
+
+
+def test_no_requests_is_no_ratio_and_n_a_is_none():
+    ld = "l1tex__t_{}_pipe_lsu_mem_global_op_ld.sum"
     tex_throttle = profile.STALL_METRIC.format("tex_throttle")
-    assert tex_throttle in matmul.raw and matmul.raw[tex_throttle] is None  # "n/a"
-    assert sorted(add.raw) == sorted(profile.metric_names(9))  # only the metrics asked for
+    changes = {ld.format("requests"): "0", ld.format("sectors"): "0", tex_throttle: "n/a"}
+    [add] = profile.parse_csv(edited(cells={0: changes}))
+    assert add.l1_sectors_per_load is None  # no LDG requests: no ratio, not a zero
+    assert tex_throttle in add.raw and add.raw[tex_throttle] is None
 
 
 def test_columns_ncu_adds_unasked_are_not_read_as_numbers():
-    """ncu's raw page has "__" columns of its own that hold text ("No-CC" on an H200): they are
-    not metrics that were asked for, so they are passed over; text in a metric asked for is
-    still refused."""
-    table = list(csv.reader(_rows(SAMPLE)))
-    header, units, add = table[0], table[1], table[2]
-    extra = {
-        "device__attribute_display_name": ("", "NVIDIA H200"),
-        "device__attribute_confidential_compute_mode": ("", "No-CC"),
-        "launch__func_cache_config": ("", "CachePreferNone"),
-    }
-    head = [c for c in header if c not in extra] + list(extra)
-    kept = dict(zip(header, zip(units, add, strict=True), strict=True)) | extra
-    lines = [",".join(f'"{kept[c][i]}"' for c in head) for i in (0, 1)]
-    text = "\n".join([",".join(f'"{c}"' for c in head), *lines]) + "\n"
-    [parsed] = profile.parse_csv(text)
-    assert parsed.kernel == "profile_canary_add" and parsed.grid == (32768, 1, 1)
-    assert parsed.dram_bytes_read == 268_503_040 and parsed.tensor_pipe_pct == 0
-    assert not any(name in parsed.raw for name in extra)
-    assert "launch__registers_per_thread" not in parsed.raw
-    wrong = text.replace('"268,503,040"', '"No-CC"')
+    """ncu's raw page has hundreds of "__" columns of its own, some holding text ("No-CC" in
+    device__attribute_confidential_computing_mode on an H200), and .avg, .min and .max beside
+    each .sum asked for: they were not asked for, so they are passed over; text in a metric
+    asked for is still refused."""
+    [add] = profile.parse_csv(CANARY_CSV)
+    header = next(csv.reader(_rows(CANARY_CSV)))
+    unasked = [c for c in header if "__" in c and c not in profile.metric_names(9)]
+    assert "device__attribute_confidential_computing_mode" in unasked
+    assert "dram__bytes_read.avg" in unasked and "launch__func_cache_config" in unasked
+    assert not any(name in add.raw for name in unasked)
+    wrong = edited(cells={0: {"dram__bytes_read.sum": "No-CC"}})
     with pytest.raises(ProfileError, match="'No-CC' where a number belongs") as raised:
         profile.parse_csv(wrong)
     assert raised.value.reason == "bad-output"
 
 
+def test_a_metric_asked_for_that_ncu_left_out_is_unknown():
+    """ncu 2025.3 leaves a metric it does not know out of its CSV, exits 0 and prints no
+    error: the column asked for and missing is itself the sign."""
+    [launch] = profile.parse_csv(UNKNOWN_CSV)  # read blind, nothing says it is missing
+    assert launch.kernel == "profile_canary_add" and launch.raw == {}
+    with pytest.raises(ProfileError) as raised:
+        profile.parse_csv(UNKNOWN_CSV, asked=[GMMA_PIPE])
+    assert raised.value.reason == "unknown-metric"
+    message = str(raised.value)
+    assert f"returned no column for the metric {GMMA_PIPE}:" in message
+    assert "GPU's generation or this Nsight Compute version" in message
+    assert "ncu --query-metrics" in message and "python -m grader.runtime" in message
+    gmma_stall = profile.STALL_METRIC.format("gmma")
+    without = edited(drop=[gmma_stall])  # as ncu would print it for a GPU without it
+    assert profile.parse_csv(without, asked=profile.metric_names(8))  # not asked on Ampere
+    with pytest.raises(ProfileError, match=f"no column for the metric {gmma_stall}:"):
+        profile.parse_csv(without, asked=profile.metric_names(9))
+
+
 def test_parse_ranks_the_stalls_by_their_share_of_stalled_cycles():
     add, matmul = profile.parse_csv(SAMPLE)
-    stalled = 45.60  # every state of the add's row but "selected" (issuing), summed
-    assert [s.reason for s in add.stalls] == ["long_scoreboard", "lg_throttle", "drain"]
-    assert add.stalls[0].cycles_per_issue == 38.17
-    assert math.isclose(add.stalls[0].share, 38.17 / stalled)
-    assert math.isclose(add.stalls[2].share, 1.84 / stalled)
-    assert [s.reason for s in matmul.stalls] == ["gmma", "sleeping", "long_scoreboard"]
+    stalled = 171.55  # every state of the add's row but "selected" (issuing), summed
+    assert [s.reason for s in add.stalls] == ["long_scoreboard", "drain", "short_scoreboard"]
+    assert add.stalls[0].cycles_per_issue == 128.22
+    assert math.isclose(add.stalls[0].share, 128.22 / stalled)
+    assert math.isclose(add.stalls[2].share, 9.75 / stalled)
+    assert [s.reason for s in matmul.stalls] == ["barrier", "dispatch_stall", "long_scoreboard"]
+    assert math.isclose(matmul.stalls[0].share, 5.15 / 14.26)
     assert len(profile.parse_csv(SAMPLE, top_stalls=5)[0].stalls) == 5
 
 
@@ -166,27 +250,31 @@ def test_scaled_units_are_converted_and_a_unit_of_another_kind_is_refused():
     assert profile.in_base_units(1.5, "", "") == 1.5
     with pytest.raises(ProfileError, match="'sector' where 'byte' was expected"):
         profile.in_base_units(3.0, "sector", "byte")
-    scaled = SAMPLE.replace('"byte","byte","nsecond"', '"Mbyte","Kbyte","usecond"')
-    add = profile.parse_csv(scaled)[0]
-    assert add.dram_bytes_read == 268_503_040e6 and add.duration_ns == 402_336e3
+    scaled = {"dram__bytes_read.sum": "Mbyte", "gpu__time_duration.sum": "usecond"}
+    [add] = profile.parse_csv(edited(units=scaled))
+    assert add.dram_bytes_read == 268_446_720e6 and add.duration_ns == 91_072e3
 
 
 def test_a_count_printed_with_no_unit_and_time_in_ns_are_taken():
-    """`ncu --query-metrics` lists the L1 request counts with no unit and time in "ns"."""
+    """ncu printed the L1 request counts with no unit and time in "ns" on an H200."""
     assert profile.in_base_units(524_288.0, "", "request") == 524_288
     assert profile.in_base_units(4.0, "", "sector") == 4
-    assert profile.in_base_units(402_336.0, "ns", "nsecond") == 402_336
-    assert profile.in_base_units(402.336, "us", "nsecond") == 402_336
+    assert profile.in_base_units(91_072.0, "ns", "nsecond") == 91_072
+    assert profile.in_base_units(91.072, "us", "nsecond") == 91_072
     with pytest.raises(ProfileError, match="'' where 'byte' was expected"):
         profile.in_base_units(3.0, "", "byte")
-    bare = SAMPLE.replace('"nsecond","request","request"', '"ns","",""')
-    assert profile.parse_csv(bare) == profile.parse_csv(SAMPLE)
+    spelled = {"gpu__time_duration.sum": "nsecond"}
+    spelled |= {
+        f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum": "request" for op in ("ld", "st")
+    }
+    assert profile.parse_csv(edited(units=spelled)) == profile.parse_csv(CANARY_CSV)
 
 
 def test_parse_without_a_table_is_empty_and_a_ragged_row_is_refused():
     assert profile.parse_csv("==WARNING== No kernels were profiled.\n") == []
-    ragged = SAMPLE.replace(',"0.45"\n', "\n")
-    with pytest.raises(ProfileError, match="has 46 fields where its header has 47"):
+    width = len(next(csv.reader(_rows(SAMPLE))))
+    ragged = SAMPLE[: SAMPLE.rstrip("\n").rindex(",")] + "\n"  # the last field left out
+    with pytest.raises(ProfileError, match=f"has {width - 1} fields where its header has {width}"):
         profile.parse_csv(ragged)
 
 
@@ -197,13 +285,13 @@ def test_program_output_between_the_lines_is_passed_over():
 
 def a_profile() -> profile.Profile:
     conditions = profile.Conditions(
-        device=H100.name,
+        device=H200.name,
         capability="sm_90",
-        l2_bytes=H100.l2_bytes,
-        ncu_version="2025.3.0.0",
-        kernel_filter=profile.kernel_filter(["profile_canary_add", "matmul_kernel"]),
+        l2_bytes=H200.l2_bytes,
+        ncu_version="2025.3.1.0",
+        kernel_filter=profile.kernel_filter(["profile_canary_add", "probe_matmul"]),
         notes=(profile.CLOCK_NOTE, profile.WRITE_NOTE.format(l2="")),
-        date="2026-11-30",
+        date="2026-11-27",
     )
     return profile.Profile(tuple(profile.parse_csv(SAMPLE)), conditions)
 
@@ -225,11 +313,12 @@ def test_a_profile_goes_to_json_and_back_unchanged():
 
 def test_the_record_says_its_conditions():
     text = str(a_profile())
-    assert "Nsight Compute 2025.3.0.0 on NVIDIA H100 80GB HBM3 (sm_90)" in text
+    assert "Nsight Compute 2025.3.1.0 on NVIDIA H200 (sm_90)" in text
     assert "--clock-control base" in text and "--cache-control all" in text
     assert "dirty lines may still sit in L2" in text
-    assert "long_scoreboard 84%" in text and "gmma" in text
+    assert "long_scoreboard 75%" in text and "barrier 36%" in text
     assert "L1 loads 16.00, stores 16.00; L2 loads 4.00, stores 4.00" in text
+    assert "tensor pipes             82.7%" in text
 
 
 def test_a_shown_profile_is_recorded_as_data_and_replayed_the_same(tmp_path, monkeypatch, capsys):
@@ -251,8 +340,7 @@ def test_a_shown_profile_is_recorded_as_data_and_replayed_the_same(tmp_path, mon
 
 # -- errors, with a fake ncu ----------------------------------------------------------------------
 
-CONNECTED = "==PROF== Connected to process 4242 (/usr/bin/python3.11)\n"
-DISCONNECTED = "==PROF== Disconnected from process 4242\n"
+CONNECTED, DISCONNECTED = (line + "\n" for line in _others(CANARY_CSV).splitlines())
 PERMISSION = (
     "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
     "Performance Counters on the target device 0. For instructions on enabling permissions and "
@@ -374,10 +462,9 @@ def test_a_filter_that_matched_nothing_names_what_was_launched(fake_ncu):
 
 
 def test_a_kernel_the_call_never_launched_is_named(fake_ncu):
-    only_add = "\n".join(SAMPLE.splitlines()[:-1]) + "\n"  # the matmul's row left out
-    fake_ncu(log=only_add)
-    with pytest.raises(ProfileError, match="but not matmul_kernel") as raised:
-        collect(["profile_canary_add", "matmul_kernel"])
+    fake_ncu(log=CANARY_CSV)  # the matmul's row left out
+    with pytest.raises(ProfileError, match="but not probe_matmul") as raised:
+        collect(["profile_canary_add", "probe_matmul"])
     assert raised.value.reason == "no-match"
 
 
@@ -393,10 +480,32 @@ def test_a_program_that_fails_is_reported_with_its_own_error(fake_ncu):
 
 
 def test_a_metric_this_ncu_does_not_know_is_named(fake_ncu):
+    """As Nsight Compute 2025.3 does it: exit 0, no error, no column for the metric."""
     gmma = profile.STALL_METRIC.format("gmma")  # Hopper's: an A100 has no such counter
-    fake_ncu(log=f"==ERROR== Failed to find metric {gmma}\n", rc=1)
-    with pytest.raises(ProfileError, match=f"does not know the metric {gmma}"):
+    fake_ncu(log=edited(drop=[gmma]))
+    with pytest.raises(ProfileError) as raised:
         collect()
+    assert raised.value.reason == "unknown-metric"
+    assert f"ncu returned no column for the metric {gmma}:" in str(raised.value)
+    assert "ncu --query-metrics" in str(raised.value)
+    fake_ncu(stdout=edited(drop=[gmma]))  # no log file: the table read from what it printed
+    with pytest.raises(ProfileError, match=f"no column for the metric {gmma}:"):
+        collect()
+    fake_ncu(log=UNKNOWN_CSV)  # none of the metrics asked for: each is named
+    with pytest.raises(ProfileError) as raised:
+        collect()
+    asked = profile.metric_names(9)
+    assert raised.value.reason == "unknown-metric"
+    assert f"no column for {len(asked)} metrics asked for: {', '.join(asked)}:" in str(raised.value)
+
+
+def test_a_metric_ncu_says_it_does_not_know_is_named(fake_ncu):
+    """The form of an ==ERROR== line naming it, in case another version says so."""
+    gmma = profile.STALL_METRIC.format("gmma")
+    fake_ncu(log=f"==ERROR== Failed to find metric {gmma}\n", rc=1)
+    with pytest.raises(ProfileError, match=f"does not know the metric {gmma}:") as raised:
+        collect()
+    assert raised.value.reason == "unknown-metric"
 
 
 def test_no_rows_at_all_is_refused(fake_ncu):
@@ -434,13 +543,8 @@ def _running(pid: int) -> bool:
 
 
 def _add_only(**changes) -> str:
-    """The sample with the matmul's row left out and the add's values changed by column."""
-    table = list(csv.reader(_rows(SAMPLE)))
-    header, units, add = table[0], table[1], list(table[2])
-    for name, value in changes.items():
-        add[header.index(name)] = value
-    lines = [",".join(f'"{c}"' for c in row) for row in (header, units, add)]
-    return CONNECTED + DISCONNECTED + "\n".join(lines) + "\n"
+    """The canary's log with its values changed by column."""
+    return edited(cells={0: changes})
 
 
 def test_zeros_and_nan_from_the_counters_are_refused(fake_ncu):
@@ -457,21 +561,21 @@ def test_zeros_and_nan_from_the_counters_are_refused(fake_ncu):
 
 
 def test_profile_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
-    monkeypatch.setattr(profile, "_gpu", lambda: H100)
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
     seen = fake_ncu(log=SAMPLE)
     found = profile.profile(
-        profile.CANARY_PROBLEM, ["profile_canary_add", "matmul_kernel"], params={"n": 1024}
+        profile.CANARY_PROBLEM, ["profile_canary_add", "probe_matmul"], params={"n": 1024}
     )
-    assert [k.kernel for k in found.kernels] == ["profile_canary_add", "matmul_kernel"]
+    assert [k.kernel for k in found.kernels] == ["profile_canary_add", "probe_matmul"]
     c = found.conditions
-    assert (c.device, c.capability, c.ncu_version) == (H100.name, "sm_90", "2025.3.0.0")
+    assert (c.device, c.capability, c.ncu_version) == (H200.name, "sm_90", "2025.3.0.0")
     assert (c.clock_control, c.cache_control, c.replay) == ("base", "all", "kernel")
-    assert any("52,428,800 bytes here" in note for note in c.notes)
+    assert any("62,914,560 bytes here" in note for note in c.notes)
     argv = seen()["argv"]
     joined = " ".join(argv)
     for flags in (
         "--csv --page raw --print-units base",
-        "-k regex:^(profile_canary_add|matmul_kernel)$",
+        "-k regex:^(profile_canary_add|probe_matmul)$",
         "--launch-count 2 --launch-skip 0",
         "--clock-control base --cache-control all",
         "--profile-from-start off",
@@ -531,7 +635,7 @@ def test_kernel_names_must_be_plain_names(names):
 # -- the canary ----------------------------------------------------------------------------------
 
 N = 1 << 25
-L2 = 50 * 2**20
+L2 = H200.l2_bytes
 
 
 def test_the_canary_passes_on_right_numbers():
@@ -571,7 +675,7 @@ def test_the_canary_fails_on_bytes_that_cannot_be(read, written, says):
 
 
 def test_the_canary_judges_what_ncu_returned(fake_ncu, monkeypatch):
-    monkeypatch.setattr(profile, "_gpu", lambda: H100)
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
     fake_ncu(log=_add_only())
     result = profile.canary(N)
     assert result.passed, str(result)
@@ -609,7 +713,7 @@ def test_the_canary_passes_on_this_gpu():
 
 
 def test_clocks_left_unlocked_are_said_so(fake_ncu, monkeypatch):
-    monkeypatch.setattr(profile, "_gpu", lambda: H100)
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
     seen = fake_ncu(log=_add_only())
     found = profile.profile(profile.CANARY_PROBLEM, [profile.CANARY_KERNEL], clock_control="none")
     argv = seen()["argv"]

@@ -43,7 +43,9 @@ its Triton. On a laptop nothing can be profiled (`ProfileError` "no-gpu"): show 
 
 Every failure is a `ProfileError` whose `reason` names it ("no-gpu", "no-ncu", "permission",
 "unknown-metric", "child-failed", "no-match", "no-rows", "bad-values", "bad-output", "timeout")
-and whose message says what to do.
+and whose message says what to do. A metric this ncu or this GPU does not have is "unknown-metric"
+however ncu says so: Nsight Compute 2025.3 leaves it out of its CSV without an error (the
+metric's column is missing), and an ==ERROR== line naming it is taken too.
 """
 
 from __future__ import annotations
@@ -411,15 +413,20 @@ def _launch_shape(text: str | None) -> tuple[int, int, int] | None:
     return tuple(int(g) for g in m.groups()) if m else None
 
 
-def parse_csv(text: str, *, top_stalls: int = 3) -> list[KernelProfile]:
+def parse_csv(
+    text: str, *, top_stalls: int = 3, asked: Sequence[str] | None = None
+) -> list[KernelProfile]:
     """The launches of ncu's `--csv --page raw` output: a header row of column names (ncu's own
     columns, "ID", "Kernel Name", "Block Size", "Grid Size", ..., then one per metric), a row of
     units, then one row per profiled launch; quoted fields, numbers with thousands separators.
     Only the columns of the metrics asked for (METRICS and the stall metrics) are read as
-    numbers, into each launch's `raw`; ncu's other columns stay text, its own ones and the
-    "__" ones it adds unasked (device__attribute_display_name, say, or one that reads "No-CC").
-    Lines that are not CSV rows (==PROF== and ==WARNING== lines, the program's own output) are
-    passed over. An empty list where ncu printed no header."""
+    numbers, into each launch's `raw`; ncu's other columns stay text: its own ones, the
+    hundreds of "__" ones it adds unasked (device__attribute_display_name,
+    device__attribute_confidential_computing_mode, which reads "No-CC" on an H200), and the
+    .avg, .min and .max it adds beside a .sum asked for. Lines that are not CSV rows (==PROF==
+    and ==WARNING== lines, the program's own output) are passed over. An empty list where ncu
+    printed no header. Where `asked` names the metrics ncu was asked for, one with no column
+    is "unknown-metric": ncu leaves out a metric it does not know, without an error."""
     expected = {m.name: m.unit for m in METRICS}  # every metric asked for, on any GPU
     expected.update({STALL_METRIC.format(r): "" for r, _ in STALL_REASONS})
     rows = [r for r in csv.reader(line for line in text.splitlines() if line.startswith('"'))]
@@ -432,6 +439,9 @@ def parse_csv(text: str, *, top_stalls: int = 3) -> list[KernelProfile]:
         raise ProfileError(
             "bad-output", "ncu's CSV has no row of units under its header: is it --page raw?"
         )
+    absent = [name for name in dict.fromkeys(asked or ()) if name not in header]
+    if absent:
+        raise unknown_metric(absent, "returned no column for")
     metric_columns = [i for i, name in enumerate(header) if name in expected]
     found = []
     for row in rows[start + 2 :]:
@@ -524,6 +534,21 @@ def _available_kernels(output: str) -> list[str]:
     return re.findall(r"^\s*\d+\.\s+(\S.*?)\s*$", after, flags=re.M)
 
 
+def unknown_metric(names: Sequence[str], said: str) -> ProfileError:
+    """The "unknown-metric" error for the metrics `names`, that ncu `said` ("returned no column
+    for", where it left them out of its CSV; "does not know", where it said so)."""
+    which = "the metric" if len(names) == 1 else f"{len(names)} metrics asked for:"
+    return ProfileError(
+        "unknown-metric",
+        f"ncu {said} {which} {', '.join(names)}: this GPU's generation or this Nsight Compute "
+        "version does not have it under that name (Nsight Compute 2025.3 leaves a metric it "
+        "does not know out of its CSV, without an error). The names asked for are those of "
+        "Nsight Compute 2025.x on Ampere and Hopper (sm_80, sm_90); on another GPU or ncu, list "
+        "the metrics it has with `ncu --query-metrics` and report them with "
+        "`python -m grader.runtime` (the doctor's report).",
+    )
+
+
 def failure(output: str, returncode: int, kernel_filter: str) -> ProfileError | None:
     """What ncu's output (its log, the program's stdout and stderr) says went wrong, as the
     error to raise, or None where it says nothing wrong."""
@@ -540,12 +565,7 @@ def failure(output: str, returncode: int, kernel_filter: str) -> ProfileError | 
         )
     unknown = re.findall(r"Failed to find metric[s]?\s*:?\s*(.+)", output)
     if unknown:
-        return ProfileError(
-            "unknown-metric",
-            f"ncu does not know the metric {unknown[0].strip()} on this GPU: this Nsight Compute "
-            "version or GPU names it otherwise. List what it has with `ncu --query-metrics` and "
-            "report it with `python -m grader.runtime` (the doctor's report).",
-        )
+        return unknown_metric([unknown[0].strip()], "does not know")
     if "The application returned an error code" in output or (
         returncode != 0 and "Traceback (most recent call last)" in output
     ):
@@ -695,6 +715,7 @@ def collect(
     tool = find_ncu(ncu)
     regex = kernel_filter(kernels)
     count = launch_count or len(kernels)
+    asked = metric_names(major)
     env = dict(os.environ)
     # the parent's imports, its working folder ("" in sys.path) included: the child runs in a
     # folder of its own
@@ -710,7 +731,7 @@ def collect(
             spec,
             log,
             kernels=kernels,
-            metrics=metric_names(major),
+            metrics=asked,
             launch_count=count,
             launch_skip=launch_skip,
             clock_control=clock_control,
@@ -721,7 +742,9 @@ def collect(
     error = failure(output, returncode, regex)
     if error is not None:
         raise error
-    launches = parse_csv(logged, top_stalls=top_stalls) or parse_csv(stdout, top_stalls=top_stalls)
+    launches = parse_csv(logged, top_stalls=top_stalls, asked=asked) or parse_csv(
+        stdout, top_stalls=top_stalls, asked=asked
+    )
     if not launches:
         raise ProfileError(
             "no-rows",
