@@ -41,6 +41,15 @@ NVreg_RestrictProfilingToAdminUsers=0: https://developer.nvidia.com/ERR_NVGPUCTR
 profiler holding the counters (another ncu, DCGM's profiling metrics); a CUDA build of torch with
 its Triton. On a laptop nothing can be profiled (`ProfileError` "no-gpu"): show the recording.
 
+Reading sectors per request. A request is one warp-wide load or store instruction, a sector 32
+bytes, so the fewest sectors a request can touch is the bytes it moves over 32: 4 where each of
+the 32 threads moves one float32, 16 where each moves 16 bytes, as Triton's vector loads of
+contiguous data do (32 x 16 B = 512 B). On an H200 a coalesced float32 copy, the canary and a
+tl.dot matmul all showed 16 at L1, the fewest they could; a float32 copy reading with a stride
+of 33 elements showed 32 (a sector per thread), a 9% L2 hit rate and 16 times the useful bytes
+read from DRAM, and took 12 times as long. Compare the figure with the bytes a request moves,
+not with 1 or 4.
+
 Every failure is a `ProfileError` whose `reason` names it ("no-gpu", "no-ncu", "permission",
 "unknown-metric", "child-failed", "no-match", "no-rows", "bad-values", "bad-output", "timeout")
 and whose message says what to do. A metric this ncu or this GPU does not have is "unknown-metric"
@@ -127,14 +136,17 @@ METRICS: tuple[Metric, ...] = (
         "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
         "l1_sectors_per_load",
         "sector",
-        "32-byte sectors L1 looked up for global loads (LDG; cp.async and TMA copies, which "
-        "Triton's pipelined matmuls use, are not counted here)",
+        "32-byte sectors L1 looked up for global loads (LDG). Copies by TMA (Triton's tensor "
+        "descriptors) are not counted here; a tl.dot matmul of pointer loads, pipelined "
+        "(num_stages=3), had every byte it loads counted here on an H200 with Triton 3.6",
     ),
     Metric(
         "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
         "l1_sectors_per_load",
         "request",
-        "requests (one per warp-wide load instruction) for global loads",
+        "requests (one per warp-wide load instruction) for global loads; the fewest sectors a "
+        "request can touch is its bytes over 32: 4 for a float32 per thread, 16 for 16-byte "
+        "vector loads",
     ),
     Metric(
         "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
@@ -387,10 +399,10 @@ def number(text: str) -> float | None:
 def in_base_units(value: float | None, unit: str, expected: str) -> float | None:
     """`value`, printed in `unit`, in the metric's `expected` unit ("byte", "nsecond", "sector",
     "request", "%", or "" for any): ncu scales units unless told `--print-units base`, so
-    "Mbyte" and "usecond" are converted, and "ns" (as `ncu --query-metrics` lists time) is
-    "nsecond". A count printed with no unit is taken as it is: `ncu --query-metrics` lists
-    l1tex__t_requests_pipe_lsu_mem_global_op_ld and _st with none on gh100 and ga100. A unit of
-    another kind is an error."""
+    "Mbyte" and "usecond" are converted, and "ns" is "nsecond". A count printed with no unit is
+    taken as it is. Nsight Compute 2025.3.1 on an H200, with `--print-units base`, printed
+    gpu__time_duration in "ns", l1tex__t_requests_pipe_lsu_mem_global_op_ld and _st with no
+    unit, and the stall ratios in "inst". A unit of another kind is an error."""
     unit = _SHORT_TIME.get(unit, unit)
     if value is None or expected == "" or unit == expected:
         return value
