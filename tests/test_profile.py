@@ -32,6 +32,12 @@ CANARY_CSV = (DATA / "ncu_h200_canary.csv").read_text()
 UNKNOWN_CSV = (DATA / "ncu_h200_unknown_metric.csv").read_text()
 GMMA_PIPE = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
 H200 = profile._Gpu("NVIDIA H200", 9, 0, 62_914_560)
+# The Speed of Light figures were first asked for after that run: the H200's CSV has no column
+# for them, and is read as what was asked then. The samples below (SAMPLE, _add_only) add the two
+# columns with values of this file's own, for the tests of parsing and errors.
+MEMORY_SOL = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+COMPUTE_SOL = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+ASKED_THEN = [n for n in profile.metric_names(9) if n not in (MEMORY_SOL, COMPUTE_SOL)]
 
 # A second launch for the tests of several: the 4096^3 fp16 tl.dot matmul (grid (32, 32, 1),
 # 256 threads) profiled on the same H200 the same day, its figures as the module read them there
@@ -56,6 +62,8 @@ MATMUL = {
     "lts__t_sectors_srcunit_tex_op_write.sum": "1,048,576",
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "82.65",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "24.41",
+    MEMORY_SOL: "41.5",  # not measured there: values of this file's own
+    COMPUTE_SOL: "83.2",
     **{
         profile.STALL_METRIC.format(reason): value
         for reason, value in {
@@ -97,11 +105,20 @@ def _csv(header: list[str], units: list[str], launches: list[list[str]], before=
     return before + "\n".join(lines) + "\n"
 
 
-def edited(text=CANARY_CSV, *, units=None, cells=None, drop=(), add=()) -> str:
-    """`text`'s table with `units` ({column: unit}) changed, the launch rows' `cells` changed
-    ({row: {column: value}}), the columns in `drop` left out and the rows in `add` ({column:
-    value}, the rest copied from the first launch) appended; its ==PROF== lines kept."""
+def edited(text=None, *, units=None, cells=None, drop=(), add=(), columns=None) -> str:
+    """`text`'s table (by default the canary's with the Speed of Light columns added) with
+    `units` ({column: unit}) changed, the launch rows' `cells` changed ({row: {column: value}}),
+    the columns in `drop` left out, the rows in `add` ({column: value}, the rest copied from the
+    first launch) appended and `columns` ({column: (unit, value)}) added; its ==PROF== lines
+    kept."""
+    if text is None:
+        text = edited(CANARY_CSV, columns={MEMORY_SOL: ("%", "90.12"), COMPUTE_SOL: ("%", "21.4")})
     header, units_row, *launches = (list(r) for r in csv.reader(_rows(text)))
+    for name, (unit, value) in (columns or {}).items():
+        header.append(name)
+        units_row.append(unit)
+        for row in launches:
+            row.append(value)
     for name, unit in (units or {}).items():
         units_row[header.index(name)] = unit
     for extra in add:
@@ -130,14 +147,18 @@ def test_the_sample_is_the_shape_ncu_prints():
     assert len(unasked) == 8
     cc = rows[0].index("device__attribute_confidential_computing_mode")
     assert rows[2][cc] == "No-CC" and rows[1][rows[0].index("gpu__time_duration.sum")] == "ns"
-    assert _rows(CANARY_CSV) == _rows(SAMPLE)[:3] and CANARY_CSV.startswith("==PROF== Connected")
+    assert _rows(edited(CANARY_CSV)) == _rows(CANARY_CSV)
+    assert (
+        _rows(edited())[2].startswith(_rows(CANARY_CSV)[2]) and _rows(edited()) == _rows(SAMPLE)[:3]
+    )
+    assert CANARY_CSV.startswith("==PROF== Connected")
     unknown = list(csv.reader(_rows(UNKNOWN_CSV)))
     assert len(unknown) == 3 and not any(c.startswith(("sm__pipe", "smsp__")) for c in unknown[0])
 
 
 def test_the_h200_canary_reads_as_it_did_there_and_passes():
     """ncu's own CSV of the canary on an H200, read: the figures the module gave there."""
-    [add] = profile.parse_csv(CANARY_CSV, asked=profile.metric_names(9))
+    [add] = profile.parse_csv(CANARY_CSV, asked=ASKED_THEN)
     assert (add.kernel, add.launch) == ("profile_canary_add", 0)
     assert add.grid == (32768, 1, 1) and add.block == (128, 1, 1)
     assert add.duration_ns == 91_072
@@ -149,7 +170,7 @@ def test_the_h200_canary_reads_as_it_did_there_and_passes():
     assert add.l2_hit_rate_pct == 33.23 and add.achieved_occupancy_pct == 83.27
     assert add.tensor_pipe_pct == 0
     assert [s.reason for s in add.stalls] == ["long_scoreboard", "drain", "short_scoreboard"]
-    assert sorted(add.raw) == sorted(profile.metric_names(9))  # only the metrics asked for
+    assert sorted(add.raw) == sorted(ASKED_THEN)  # only the metrics asked for
     result = profile.judge_canary(
         1 << 25, H200.l2_bytes, add.dram_bytes_read, add.dram_bytes_written
     )
@@ -186,7 +207,7 @@ def test_columns_ncu_adds_unasked_are_not_read_as_numbers():
     asked for is still refused."""
     [add] = profile.parse_csv(CANARY_CSV)
     header = next(csv.reader(_rows(CANARY_CSV)))
-    unasked = [c for c in header if "__" in c and c not in profile.metric_names(9)]
+    unasked = [c for c in header if "__" in c and c not in ASKED_THEN]
     assert "device__attribute_confidential_computing_mode" in unasked
     assert "dram__bytes_read.avg" in unasked and "launch__func_cache_config" in unasked
     assert not any(name in add.raw for name in unasked)
@@ -267,7 +288,7 @@ def test_a_count_printed_with_no_unit_and_time_in_ns_are_taken():
     spelled |= {
         f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum": "request" for op in ("ld", "st")
     }
-    assert profile.parse_csv(edited(units=spelled)) == profile.parse_csv(CANARY_CSV)
+    assert profile.parse_csv(edited(units=spelled)) == profile.parse_csv(edited())
 
 
 def test_parse_without_a_table_is_empty_and_a_ragged_row_is_refused():
@@ -462,7 +483,7 @@ def test_a_filter_that_matched_nothing_names_what_was_launched(fake_ncu):
 
 
 def test_a_kernel_the_call_never_launched_is_named(fake_ncu):
-    fake_ncu(log=CANARY_CSV)  # the matmul's row left out
+    fake_ncu(log=edited())  # the matmul's row left out
     with pytest.raises(ProfileError, match="but not probe_matmul") as raised:
         collect(["profile_canary_add", "probe_matmul"])
     assert raised.value.reason == "no-match"
@@ -584,7 +605,8 @@ def test_profile_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
         assert flags in joined
     metrics = argv[argv.index("--metrics") + 1].split(",")
     assert sorted(metrics) == sorted(profile.metric_names(9))
-    assert json.loads(seen()["spec"]) == {"problem": profile.CANARY_PROBLEM, "params": {"n": 1024}}
+    spec = {"problem": profile.CANARY_PROBLEM, "params": {"n": 1024}, "sources": []}
+    assert json.loads(seen()["spec"]) == spec
 
 
 def test_the_metrics_asked_for_follow_the_gpu():
@@ -626,10 +648,20 @@ def test_a_script_is_profiled_from_its_start(tmp_path):
         )
 
 
-@pytest.mark.parametrize("names", [[], ["add.*"], ["add kernel"], ["a|b"]])
+@pytest.mark.parametrize("names", [["add.*"], ["add kernel"], ["a|b"], [None]])
 def test_kernel_names_must_be_plain_names(names):
     with pytest.raises(ValueError, match="def names"):
         profile.kernel_filter(names)
+
+
+def test_no_kernel_named_profiles_every_launch_of_the_call():
+    argv = profile.command(
+        Path("/usr/bin/ncu"), "m:f", Path("spec"), Path("log"), kernels=[], metrics=["m"],
+        launch_count=None,
+    )  # fmt: skip
+    assert "-k" not in argv and "--launch-count" not in argv
+    assert argv[argv.index("--print-kernel-base") + 1] == "function"
+    assert profile.kernel_filter([]) == ""
 
 
 # -- the canary ----------------------------------------------------------------------------------
@@ -745,3 +777,102 @@ def test_the_child_profiles_only_the_call_after_a_warm_up(tmp_path, monkeypatch)
     EVENTS.clear()
     assert profile._child(str(spec)) == 0
     assert EVENTS == ["setup gpu", "call", "sync", "start", "call", "sync", "stop"]
+
+
+# -- a notebook's own functions, compared, and read back from a recording -------------------------
+
+
+def test_of_sends_the_sources_and_names_the_factory_last(fake_ncu, monkeypatch):
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
+    seen = fake_ncu(log=edited())
+
+    def helper(n):
+        return n
+
+    def problem(n):
+        return lambda: helper(n)
+
+    found = profile.of(helper, problem, kernels=["profile_canary_add"], params={"n": 8})
+    assert [k.kernel for k in found.kernels] == ["profile_canary_add"]
+    spec = json.loads(seen()["spec"])
+    assert spec["problem"] == f"{profile.SOURCES_MODULE}:problem" and spec["params"] == {"n": 8}
+    assert spec["sources"][0].startswith("def helper(n):")
+    assert spec["sources"][1].startswith("def problem(n):")
+    with pytest.raises(ValueError, match="the factory last"):
+        profile.of(kernels=["k"])
+
+
+def test_the_sources_become_a_module_the_target_names(tmp_path, monkeypatch):
+    """What the child does with them: a module of the sources after the prelude (math, torch,
+    triton, tl), whose factory the target names."""
+    monkeypatch.delitem(sys.modules, profile.SOURCES_MODULE, raising=False)
+    sources = [
+        "def double(x):\n    return 2 * x\n",
+        "def problem(n):\n    return lambda: double(n)\n",
+    ]
+    profile._load_sources(sources, tmp_path)
+    module = sys.modules.pop(profile.SOURCES_MODULE)
+    assert module.problem(21)() == 42 and module.tl.__name__ == "triton.language"
+
+
+def test_compare_puts_the_launches_side_by_side_and_is_replayed_the_same(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(recorded.RECORD_ENV, str(tmp_path))
+    both = a_profile()
+    one = profile.Profile(both.kernels[:1], both.conditions)
+    with recorded.cell("02_first_kernels/profiles"):
+        profile.compare(
+            {"canary": one, "both": both},
+            columns=("dram_read", "l1_load", "tensor", "memory", "stall"),
+            minimum_read={"canary": 2 * 4 * (1 << 25), "both": 2 * 4 * (1 << 25)},
+        )
+    shown = capsys.readouterr().out
+    rows = shown.splitlines()
+    assert rows[0].startswith("Nsight Compute 2025.3.1.0 on NVIDIA H200 (sm_90), 2026-11-27")
+    assert rows[1].split() == [
+        "DRAM", "read", "MB", "L1", "sectors/load", "tensor", "pipe", "%", "memory", "%", "of",
+        "peak", "top", "stall", "read", "/", "minimum",
+    ]  # fmt: skip
+    assert rows[2].split() == ["canary", "268.4", "16.00", "0.0", "90.1", "long_scoreboard",
+                               "75%", "1.00x"]  # fmt: skip
+    assert rows[4].split()[:3] == ["both:", "probe_matmul", "170.7"]
+    assert rows[4].endswith("barrier 36%")  # the ratio is on the row of the sum
+    assert rows[5].split() == ["both:", "all", "2", "439.2", "1.64x"]
+    record = json.loads((tmp_path / recorded.SPOOL).read_text().splitlines()[-1])
+    assert [o["call"] for o in record["outputs"]] == ["grader.runtime.profile:compare"]
+    monkeypatch.delenv(recorded.RECORD_ENV)
+    recorded.replay(record["outputs"], record["environment"])
+    assert capsys.readouterr().out == shown
+    with pytest.raises(ValueError, match="not flops"):
+        profile.compare({"canary": one}, columns=("flops",))
+
+
+def test_recorded_profiles_are_rebuilt_from_the_recording(tmp_path, monkeypatch, capsys):
+    spool, shipped = tmp_path / "spool", tmp_path / "recordings"
+    monkeypatch.setenv(recorded.RECORD_ENV, str(spool))
+    profiles = {"A": a_profile()}
+    with recorded.cell("02_first_kernels/review"):
+        profile.compare(profiles)
+    monkeypatch.delenv(recorded.RECORD_ENV)
+    [record] = [json.loads(line) for line in (spool / recorded.SPOOL).read_text().splitlines()]
+    shipped.mkdir()
+    cells = {record["key"]: {"outputs": record["outputs"]}}
+    (shipped / "02_first_kernels.json").write_text(
+        json.dumps({"notebook": "02_first_kernels", "environment": record["environment"],
+                    "cells": cells})
+    )  # fmt: skip
+    monkeypatch.setenv(recorded.READ_ENV, str(shipped))
+    assert profile.recorded_profiles("02_first_kernels/review") == profiles
+    with pytest.raises(recorded.RecordingError, match="make recordings"):
+        profile.recorded_profiles("02_first_kernels/none")
+
+
+def test_without_a_gpu_or_ncu_the_reason_is_given(monkeypatch, tmp_path):
+    if not device.current().is_gpu:
+        assert "runs on the CPU" in profile.unavailable()
+        return
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(profile, "NCU_PLACES", ())
+    monkeypatch.delenv(profile.NCU_ENV, raising=False)
+    assert "ncu, is not on PATH" in profile.unavailable()

@@ -60,6 +60,7 @@ metric's column is missing), and an ==ERROR== line naming it is taken too.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import glob
 import json
 import math
@@ -71,7 +72,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -197,6 +198,20 @@ METRICS: tuple[Metric, ...] = (
         "achieved occupancy: resident warps per active cycle, as a share of the SM's maximum",
     ),
     Metric(
+        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+        "memory_throughput_pct",
+        "%",
+        "memory throughput, of its peak: the busiest of the memory units (DRAM, L2, L1, "
+        "shared memory), as Nsight Compute's Speed of Light section shows it",
+    ),
+    Metric(
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+        "compute_throughput_pct",
+        "%",
+        "compute (SM) throughput, of its peak: the busiest of the SMs' pipes and issue, as "
+        "Nsight Compute's Speed of Light section shows it",
+    ),
+    Metric(
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
         "tensor_pipe_pct",
         "%",
@@ -303,6 +318,8 @@ class KernelProfile:
     l2_hit_rate_pct: float | None
     achieved_occupancy_pct: float | None
     tensor_pipe_pct: float | None
+    memory_throughput_pct: float | None = None
+    compute_throughput_pct: float | None = None
     stalls: tuple[Stall, ...] = ()  # the top reasons, most first
     raw: dict[str, float | None] = field(default_factory=dict)
 
@@ -527,6 +544,10 @@ def _record(cells: Mapping[str, str], raw: dict, top_stalls: int) -> KernelProfi
         tensor_pipe_pct=raw.get(
             "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
         ),
+        memory_throughput_pct=raw.get(
+            "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+        ),
+        compute_throughput_pct=raw.get("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
         stalls=stalls_of(raw, top_stalls),
         raw=raw,
     )
@@ -591,8 +612,12 @@ def failure(output: str, returncode: int, kernel_filter: str) -> ProfileError | 
         listed = f" It launched: {', '.join(seen)}." if seen else ""
         return ProfileError(
             "no-match",
-            f"ncu profiled no kernel matching {kernel_filter}: name the Triton kernels as "
-            f"their `def` names them (the function under @triton.jit).{listed}",
+            (
+                f"ncu profiled no kernel matching {kernel_filter}: name the Triton kernels as "
+                f"their `def` names them (the function under @triton.jit).{listed}"
+            )
+            if kernel_filter
+            else "ncu profiled no kernel: the profiled call launched none",
         )
     if returncode != 0:
         return ProfileError(
@@ -656,6 +681,19 @@ def find_ncu(explicit: str | os.PathLike | None = None) -> Path:
     )
 
 
+def unavailable() -> str | None:
+    """Why nothing can be profiled here (no GPU, no ncu), or None where `profile` can try: a
+    notebook shows the recording instead, with this reason."""
+    dev = device.current()
+    if not dev.is_gpu:
+        return f"profiling reads a GPU's hardware counters; this notebook runs on {dev.describe()}"
+    try:
+        find_ncu()
+    except ProfileError as e:
+        return str(e)
+    return None
+
+
 def _version_key(path: str) -> tuple[int, ...]:
     return tuple(int(d) for d in re.findall(r"\d+", path))
 
@@ -671,8 +709,11 @@ def ncu_version(ncu: Path) -> str:
 
 
 def kernel_filter(kernels: Sequence[str]) -> str:
-    """ncu's `-k` argument for exactly these kernel names."""
-    if not kernels or not all(re.fullmatch(r"[A-Za-z_]\w*", k) for k in kernels):
+    """ncu's `-k` argument for exactly these kernel names; "" for every kernel (no kernels
+    named)."""
+    if not kernels:
+        return ""
+    if not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k) for k in kernels):
         raise ValueError(f"name the Triton kernels to profile by their def names, not {kernels!r}")
     return f"regex:^({'|'.join(kernels)})$"
 
@@ -685,7 +726,7 @@ def command(
     *,
     kernels: Sequence[str],
     metrics: Sequence[str],
-    launch_count: int,
+    launch_count: int | None,
     launch_skip: int = 0,
     clock_control: str = CLOCK_CONTROL,
 ) -> list[str]:
@@ -694,8 +735,10 @@ def command(
         raise ValueError(f"clock_control is one of {CLOCK_CONTROLS}, not {clock_control!r}")
     script = _is_script(target)
     argv = [str(ncu), "--csv", "--page", "raw", "--print-units", "base"]
-    argv += ["--metrics", ",".join(metrics), "-k", kernel_filter(kernels)]
-    argv += ["--launch-count", str(launch_count), "--launch-skip", str(launch_skip)]
+    argv += ["--metrics", ",".join(metrics), "--print-kernel-base", "function"]
+    argv += ["-k", kernel_filter(kernels)] if kernels else []
+    argv += ["--launch-count", str(launch_count)] if launch_count else []
+    argv += ["--launch-skip", str(launch_skip)]
     argv += ["--clock-control", clock_control, "--cache-control", CACHE_CONTROL]
     argv += ["--replay-mode", "kernel", "--profile-from-start", "on" if script else "off"]
     argv += ["--log-file", str(log), sys.executable]
@@ -719,14 +762,16 @@ def collect(
     top_stalls: int = 3,
     ncu: str | os.PathLike | None = None,
     timeout: float = 600,
+    sources: Sequence[str] = (),
 ) -> list[KernelProfile]:
     """Run ncu on `target` and read its launches, refusing any failure it reports; no device
-    check (`profile` does that, and adds the conditions)."""
+    check (`profile` does that, and adds the conditions). `sources`: code the child loads as the
+    module SOURCES_MODULE before it resolves `target`."""
     if not _is_script(target) and ":" not in str(target):
         raise ValueError(f"target is 'module:function' or a script's path, not {target!r}")
     tool = find_ncu(ncu)
     regex = kernel_filter(kernels)
-    count = launch_count or len(kernels)
+    count = launch_count or len(kernels) or None  # no kernels named: every launch of the call
     asked = metric_names(major)
     env = dict(os.environ)
     # the parent's imports, its working folder ("" in sys.path) included: the child runs in a
@@ -736,7 +781,11 @@ def collect(
     env["COURSE_MODE"] = device.GPU
     with tempfile.TemporaryDirectory(prefix="profile-") as tmp:
         spec, log = Path(tmp) / "spec.json", Path(tmp) / "ncu.csv"
-        spec.write_text(json.dumps({"problem": str(target), "params": dict(params or {})}))
+        spec.write_text(
+            json.dumps(
+                {"problem": str(target), "params": dict(params or {}), "sources": list(sources)}
+            )
+        )
         argv = command(
             tool,
             target,
@@ -763,7 +812,7 @@ def collect(
             f"ncu printed no rows of counters (exit {returncode}). Its last lines: {_tail(output)}",
         )
     missing = [k for k in kernels if not any(p.kernel == k for p in launches)]
-    if missing and len(launches) < count:
+    if missing and len(launches) < (count or 0):
         raise ProfileError(
             "no-match",
             f"ncu profiled {', '.join(sorted({p.kernel for p in launches}))} but not "
@@ -833,13 +882,16 @@ def profile(
     top_stalls: int = 3,
     ncu: str | os.PathLike | None = None,
     timeout: float = 600,
+    sources: Sequence[str] = (),
 ) -> Profile:
     """Profile the launches of `kernels` (Triton kernels' def names) made by `target`
     ("module:function", a factory called with `params` in the child that returns the call to
     profile; or a script's path) under ncu in a child process, and return them with the
     conditions. At most `launch_count` launches (one per kernel by default), after `launch_skip`
     of them. Clocks locked to base unless `clock_control` is "none"; caches always flushed.
-    Raises ProfileError (its `reason` and message say what failed and what to do)."""
+    Raises ProfileError (its `reason` and message say what failed and what to do). `sources`:
+    code loaded in the child as the module SOURCES_MODULE, which `target` may name (`of` uses
+    it)."""
     gpu = _gpu()
     tool = find_ncu(ncu)
     launches = collect(
@@ -853,6 +905,7 @@ def profile(
         top_stalls=top_stalls,
         ncu=tool,
         timeout=timeout,
+        sources=sources,
     )
     l2 = f", {gpu.l2_bytes:,} bytes here" if gpu.l2_bytes else ""
     conditions = Conditions(
@@ -911,6 +964,11 @@ def lines(p: Profile) -> list[str]:
             ("L2 hit rate", _fmt(k.l2_hit_rate_pct, "%")),
             ("achieved occupancy", _fmt(k.achieved_occupancy_pct, "%")),
             ("tensor pipes", _fmt(k.tensor_pipe_pct, "%")),
+            (
+                "memory / compute",
+                f"{_fmt(k.memory_throughput_pct, '%')} / "
+                f"{_fmt(k.compute_throughput_pct, '%')} of peak",
+            ),
             ("top stalls (of stalled)", ", ".join(f"{s.reason} {s.share:.0%}" for s in k.stalls)),
         )
         out.append(f"{k.kernel} (launch {k.launch}; {shape})")
@@ -919,11 +977,111 @@ def lines(p: Profile) -> list[str]:
     return out
 
 
-@recorded.replayable("grader.runtime.profile:show")
+@recorded.replayable("grader.runtime.profile:show", figure=False)
 def show(profile_: Profile) -> None:
     """Print a profile. In a recorded cell the profile is kept as data, and a laptop replays
     this call with it."""
     print("\n".join(lines(profile_)))
+
+
+# A column of `compare`: its header, and how it reads a launch.
+COLUMNS: dict[str, tuple[str, Callable[[KernelProfile], str]]] = {
+    "duration": ("us", lambda k: _fmt(None if k.duration_ns is None else k.duration_ns / 1e3)),
+    "dram_read": ("DRAM read MB", lambda k: _mb(k.dram_bytes_read)),
+    "dram_written": ("DRAM written MB", lambda k: _mb(k.dram_bytes_written)),
+    "l1_load": ("L1 sectors/load", lambda k: _fmt(k.l1_sectors_per_load, "", 2)),
+    "l1_store": ("L1 sectors/store", lambda k: _fmt(k.l1_sectors_per_store, "", 2)),
+    "l2_hit": ("L2 hit %", lambda k: _fmt(k.l2_hit_rate_pct)),
+    "occupancy": ("occupancy %", lambda k: _fmt(k.achieved_occupancy_pct)),
+    "tensor": ("tensor pipe %", lambda k: _fmt(k.tensor_pipe_pct)),
+    "memory": ("memory % of peak", lambda k: _fmt(k.memory_throughput_pct)),
+    "compute": ("compute % of peak", lambda k: _fmt(k.compute_throughput_pct)),
+    "stall": (
+        "top stall",
+        lambda k: f"{k.stalls[0].reason} {k.stalls[0].share:.0%}" if k.stalls else "n/a",
+    ),
+}
+
+
+def _mb(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 1e6:,.1f}"
+
+
+# The columns a row summing a profile's launches fills: what adds up across launches.
+SUMMED = {
+    "duration": "duration_ns",
+    "dram_read": "dram_bytes_read",
+    "dram_written": "dram_bytes_written",
+}
+
+
+def total(p: Profile, field_: str) -> float | None:
+    """The sum of a KernelProfile field over the profile's launches; None where one lacks it."""
+    values = [getattr(k, field_) for k in p.kernels]
+    return None if any(v is None for v in values) else sum(values)
+
+
+@recorded.replayable("grader.runtime.profile:compare", figure=False)
+def compare(
+    profiles: Mapping[str, Profile],
+    *,
+    columns: Sequence[str] = ("duration", "dram_read", "l1_load", "l2_hit"),
+    minimum_read: Mapping[str, float] | None = None,
+) -> None:
+    """One row per profiled launch of each entry of `profiles` (label: Profile), the `columns`
+    named (keys of COLUMNS) side by side, under the conditions of the first; a profile of
+    several launches adds a row of their sum (duration and DRAM bytes). With `minimum_read`
+    (label: bytes), a last column of the DRAM bytes read (all launches) over that minimum. In a
+    recorded cell the profiles are kept as data, and a laptop replays this call with them."""
+    unknown = [c for c in columns if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"columns are among {', '.join(COLUMNS)}, not {', '.join(unknown)}")
+    rows = []
+    for label, p in profiles.items():
+        several = len(p.kernels) > 1
+        for k in p.kernels:
+            rows.append([f"{label}: {k.kernel}" if several else label])
+            rows[-1] += [COLUMNS[c][1](k) for c in columns]
+        if several:
+            summed = KernelProfile(label, 0, None, None, *([None] * 10))
+            summed = dataclasses.replace(summed, **{f: total(p, f) for f in SUMMED.values()})
+            rows.append([f"{label}: all {len(p.kernels)}"])
+            rows[-1] += [COLUMNS[c][1](summed) if c in SUMMED else "" for c in columns]
+        if minimum_read is not None:
+            least, read = minimum_read.get(label), total(p, "dram_bytes_read")
+            rows[-1].append(_fmt(read / least if least and read else None, "x", 2))
+            for row in rows[-len(p.kernels) - several : -1]:
+                row.append("")
+    header = [""] + [COLUMNS[c][0] for c in columns]
+    header += ["read / minimum"] if minimum_read is not None else []
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    first = next(iter(profiles.values()), None)
+    if first is not None:
+        print(lines(first)[0])
+    for r in [header, *rows]:
+        cells = [
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+
+
+def recorded_profiles(key: str) -> dict[str, Profile]:
+    """The profiles the recorded cell `key` compared (the first `compare` it called), rebuilt
+    from the recording that ships with the course: the same figures on every machine, for the
+    exercises that read them. Raises RecordingError where none was recorded."""
+    found = recorded.find(key)
+    calls = (
+        []
+        if found is None
+        else [o for o in found[1]["outputs"] if o.get("call") == "grader.runtime.profile:compare"]
+    )
+    if not calls:
+        raise recorded.RecordingError(
+            f"no recorded profiles under {key}: run `make recordings` on a GPU with Nsight Compute"
+        )
+    rebuilt = recorded.rebuilt(calls[0]["args"])
+    return {label: p for label, p in rebuilt[0].items()}
 
 
 # -- the canary -----------------------------------------------------------------------------------
@@ -1036,6 +1194,52 @@ def canary(n: int = 1 << 25, *, ncu: str | os.PathLike | None = None) -> CanaryR
     return judge_canary(n, gpu.l2_bytes, k.dram_bytes_read, k.dram_bytes_written, found)
 
 
+# -- profiling a notebook's own functions ---------------------------------------------------------
+
+SOURCES_MODULE = "profiled"  # the module the child makes of the sources `of` sends
+PRELUDE = (
+    "import math\n\nimport torch\nimport torch.nn.functional as F\nimport triton\n"
+    "import triton.language as tl\n\n\n"
+)
+
+
+def of(
+    *objects,
+    kernels: Sequence[str],
+    params: Mapping | None = None,
+    **options,
+) -> Profile:
+    """Profile the call made by the last of `objects`, a factory defined in the notebook: it is
+    called with `params` in the child and returns the function of no arguments to profile. The
+    source of each object (functions and Triton kernels, helpers first) is sent to the child,
+    as grader.runtime.integrity.measure_isolated sends a launcher: self-contained apart from
+    `math`, `torch`, `torch.nn.functional as F`, `triton` and `triton.language as tl`. With no
+    `kernels` named, every launch the call makes is profiled (PyTorch's own kernels too, by
+    their function names). `options` are `profile`'s."""
+    from grader.runtime import integrity
+
+    if not objects:
+        raise ValueError("pass the kernels and functions to send, the factory last")
+    sources = [integrity.source_of(o) for o in objects]
+    factory = getattr(objects[-1], "__name__", None)
+    if factory is None or not callable(objects[-1]):
+        raise TypeError(f"the last object is the factory to call, not {objects[-1]!r}")
+    return profile(
+        f"{SOURCES_MODULE}:{factory}", kernels, params=params, sources=sources, **options
+    )
+
+
+def _load_sources(sources: Sequence[str], folder: Path) -> None:
+    import importlib.util
+
+    path = folder / f"{SOURCES_MODULE}.py"
+    path.write_text(PRELUDE + "\n\n".join(sources) + "\n")
+    spec = importlib.util.spec_from_file_location(SOURCES_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[SOURCES_MODULE] = module
+    spec.loader.exec_module(module)
+
+
 # -- the profiled process -------------------------------------------------------------------------
 
 
@@ -1048,6 +1252,8 @@ def _child(spec_path: str) -> int:
 
     import torch
 
+    if spec.get("sources"):
+        _load_sources(spec["sources"], Path(spec_path).parent)
     module, _, name = spec["problem"].partition(":")
     call = getattr(importlib.import_module(module), name)(**spec["params"])
     call()

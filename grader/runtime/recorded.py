@@ -228,15 +228,16 @@ def plain(value):
     raise RecordingError(f"cannot record a {type(value).__name__}: {value!r}")
 
 
-def _rebuilt(value):
+def rebuilt(value):
+    """Recorded data with the course's dataclasses (TYPES) rebuilt from their fields."""
     if isinstance(value, dict):
         if "__type__" in value:
             module, _, name = value["__type__"].partition(".")
             cls = getattr(importlib.import_module(f"grader.runtime.{module}"), name)
-            return cls(**{k: _rebuilt(v) for k, v in value.items() if k != "__type__"})
-        return {k: _rebuilt(v) for k, v in value.items()}
+            return cls(**{k: rebuilt(v) for k, v in value.items() if k != "__type__"})
+        return {k: rebuilt(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_rebuilt(v) for v in value]
+        return [rebuilt(v) for v in value]
     return value
 
 
@@ -345,12 +346,12 @@ def replay(outputs: list[dict], environment_: dict) -> None:
         elif "call" in output:
             module, _, name = output["call"].partition(":")
             fn = getattr(importlib.import_module(module), name)
-            kwargs = _rebuilt(output["kwargs"])
+            kwargs = rebuilt(output["kwargs"])
             if isinstance(kwargs.get("title"), str):
                 kwargs["title"] += (
                     f"\n(recorded on {environment_['device']}, {environment_['date']})"
                 )
-            fn(*_rebuilt(output["args"]), **kwargs)
+            fn(*rebuilt(output["args"]), **kwargs)
         elif "verdict" in output:
             from grader.runtime import perf
 
