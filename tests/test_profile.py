@@ -782,37 +782,95 @@ def test_the_child_profiles_only_the_call_after_a_warm_up(tmp_path, monkeypatch)
 # -- a notebook's own functions, compared, and read back from a recording -------------------------
 
 
-def test_of_sends_the_sources_and_names_the_factory_last(fake_ncu, monkeypatch):
+NOTEBOOK_MODULE = """
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from grader.runtime.device import current
+
+SCALE = 0.5
+TABLE = {"a": 1}
+
+
+@triton.jit
+def _helper(x):
+    return x * 2
+
+
+@triton.jit
+def kernel(x_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offsets, _helper(tl.load(x_ptr + offsets)))
+
+
+def launch(x):
+    kernel[(1,)](x, BLOCK=x.numel())
+    return F.relu(x) * SCALE
+
+
+def problem(n):
+    x = torch.ones(n, device=current().torch_device)
+    return lambda: launch(x)
+
+
+def uses_a_table():
+    return TABLE
+"""
+
+
+@pytest.fixture
+def notebook_module(tmp_path, monkeypatch):
+    """A module standing for a notebook's cells: a kernel with a helper, a launcher, a factory."""
+    (tmp_path / "nbcells.py").write_text(NOTEBOOK_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nbcells", raising=False)
+    import nbcells
+
+    return nbcells
+
+
+def test_the_factory_is_sent_with_what_it_reaches(notebook_module):
+    sources = profile.sources_for(notebook_module.problem)
+    assert set(sources[:5]) == {
+        "import torch as torch\n",
+        "from grader.runtime.device import current as current\n",
+        "import torch.nn.functional as F\n",
+        "import triton.language as tl\n",
+        "SCALE = 0.5\n",
+    }
+    heads = [s.splitlines()[0] for s in sources[5:]]
+    assert heads == ["@triton.jit", "@triton.jit", "def launch(x):", "def problem(n):"]
+    assert "def _helper(x):" in sources[5] and "def kernel(" in sources[6]  # callees first
+    # a dict is not sent: the child would fail where it is used
+    assert profile.sources_for(notebook_module.uses_a_table) == [
+        "def uses_a_table():\n    return TABLE\n"
+    ]
+
+
+def test_what_is_sent_runs_in_the_child_as_a_module(notebook_module, tmp_path, monkeypatch):
+    """What the child does with the sources: a module of them after the prelude, whose factory
+    the target names; here in the interpreter."""
+    monkeypatch.delitem(sys.modules, profile.SOURCES_MODULE, raising=False)
+    (tmp_path / "child").mkdir()
+    profile._load_sources(profile.sources_for(notebook_module.problem), tmp_path / "child")
+    module = sys.modules.pop(profile.SOURCES_MODULE)
+    assert module.problem(4)().tolist() == [1.0] * 4  # x doubled in place by the kernel, halved
+
+
+def test_of_profiles_the_factory_by_its_name_in_the_sent_module(
+    fake_ncu, monkeypatch, notebook_module
+):
     monkeypatch.setattr(profile, "_gpu", lambda: H200)
     seen = fake_ncu(log=edited())
-
-    def helper(n):
-        return n
-
-    def problem(n):
-        return lambda: helper(n)
-
-    found = profile.of(helper, problem, kernels=["profile_canary_add"], params={"n": 8})
+    found = profile.of(notebook_module.problem, kernels=["profile_canary_add"], params={"n": 8})
     assert [k.kernel for k in found.kernels] == ["profile_canary_add"]
     spec = json.loads(seen()["spec"])
     assert spec["problem"] == f"{profile.SOURCES_MODULE}:problem" and spec["params"] == {"n": 8}
-    assert spec["sources"][0].startswith("def helper(n):")
-    assert spec["sources"][1].startswith("def problem(n):")
-    with pytest.raises(ValueError, match="the factory last"):
-        profile.of(kernels=["k"])
-
-
-def test_the_sources_become_a_module_the_target_names(tmp_path, monkeypatch):
-    """What the child does with them: a module of the sources after the prelude (math, torch,
-    triton, tl), whose factory the target names."""
-    monkeypatch.delitem(sys.modules, profile.SOURCES_MODULE, raising=False)
-    sources = [
-        "def double(x):\n    return 2 * x\n",
-        "def problem(n):\n    return lambda: double(n)\n",
-    ]
-    profile._load_sources(sources, tmp_path)
-    module = sys.modules.pop(profile.SOURCES_MODULE)
-    assert module.problem(21)() == 42 and module.tl.__name__ == "triton.language"
+    assert spec["sources"] == profile.sources_for(notebook_module.problem)
+    with pytest.raises(TypeError, match="the function to call in the child"):
+        profile.of(None, kernels=["k"])
 
 
 def test_compare_puts_the_launches_side_by_side_and_is_replayed_the_same(
@@ -854,6 +912,7 @@ def test_recorded_profiles_are_rebuilt_from_the_recording(tmp_path, monkeypatch,
     profiles = {"A": a_profile()}
     with recorded.cell("02_first_kernels/review"):
         profile.compare(profiles)
+    assert profile.recorded_profiles("02_first_kernels/review") == profiles  # this run's own
     monkeypatch.delenv(recorded.RECORD_ENV)
     [record] = [json.loads(line) for line in (spool / recorded.SPOOL).read_text().splitlines()]
     shipped.mkdir()

@@ -243,6 +243,37 @@ def _describe(args) -> str:
     return ", ".join(parts)
 
 
+def expect_count(
+    fn: Callable,
+    args: Sequence,
+    want: float,
+    *,
+    unit: str,
+    within: float = 0.0,
+    counted_by: str | None = None,
+    wrong: dict[float, str] | None = None,
+    what: str | None = None,
+) -> None:
+    """`fn(*args)`, a count the student wrote (bytes, FLOPs), must be a number within a share
+    `within` of `want` (exactly `want` by default); `counted_by` names who counted `want` (a
+    profiler); `wrong` maps known wrong counts to their likely cause, said in the message;
+    `what` names the call there (by default, the function and its arguments)."""
+    __tracebackhide__ = True
+    got = call_graded(fn, *args)
+    what = what or f"{getattr(fn, '__name__', 'your function')}{tuple(args)}"
+    if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+        raise AssertionError(f"{what} must return a number of {unit}, got {got!r}")
+    if abs(got - want) <= within * abs(want):
+        return
+    said = f"{counted_by} counted" if counted_by else "expected"
+    message = f"{what} = {got:,.6g} {unit}; {said} {want:,.6g}"
+    message += f" ({got / want:.3g}x; within {within:.0%} passes)" if within and want else ""
+    cause = next(
+        (why for v, why in (wrong or {}).items() if math.isclose(got, v, rel_tol=1e-9)), None
+    )
+    raise AssertionError(message + (f": likely, {cause}" if cause else ""))
+
+
 def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
     """Call student code, turning nbgrader's unfilled stub into one plain sentence, and an error
     of Triton's type checks (a dtype an operation refuses, shapes that do not broadcast) into a

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import dis
 import glob
 import json
 import math
@@ -72,6 +73,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1066,22 +1068,31 @@ def compare(
         print("  ".join(cells).rstrip())
 
 
-def recorded_profiles(key: str) -> dict[str, Profile]:
-    """The profiles the recorded cell `key` compared (the first `compare` it called), rebuilt
+def recorded_profiles(key: str, nth: int = 0) -> dict[str, Profile]:
+    """The profiles the recorded cell `key` compared (in the `nth` `compare` it called), rebuilt
     from the recording that ships with the course: the same figures on every machine, for the
-    exercises that read them. Raises RecordingError where none was recorded."""
-    found = recorded.find(key)
+    exercises that read them. While this run records (`make recordings`), the run's own record
+    of `key` is read instead, so that a new cell's exercise reads what was just measured.
+    Raises RecordingError where none was recorded."""
+    entry = None
+    if recorded.recording():
+        spool = Path(os.environ[recorded.RECORD_ENV]) / recorded.SPOOL
+        records = spool.read_text().splitlines() if spool.exists() else []
+        entry = next((r for r in map(json.loads, reversed(records)) if r["key"] == key), None)
+    if entry is None:
+        found = recorded.find(key)
+        entry = None if found is None else found[1]
     calls = (
         []
-        if found is None
-        else [o for o in found[1]["outputs"] if o.get("call") == "grader.runtime.profile:compare"]
+        if entry is None
+        else [o for o in entry["outputs"] if o.get("call") == "grader.runtime.profile:compare"]
     )
-    if not calls:
+    if len(calls) <= nth:
         raise recorded.RecordingError(
-            f"no recorded profiles under {key}: run `make recordings` on a GPU with Nsight Compute"
+            f"no recorded profiles under {key} (comparison {nth}): run `make recordings` on a GPU "
+            "with Nsight Compute"
         )
-    rebuilt = recorded.rebuilt(calls[0]["args"])
-    return {label: p for label, p in rebuilt[0].items()}
+    return dict(recorded.rebuilt(calls[nth]["args"])[0])
 
 
 # -- the canary -----------------------------------------------------------------------------------
@@ -1197,36 +1208,92 @@ def canary(n: int = 1 << 25, *, ncu: str | os.PathLike | None = None) -> CanaryR
 # -- profiling a notebook's own functions ---------------------------------------------------------
 
 SOURCES_MODULE = "profiled"  # the module the child makes of the sources `of` sends
-PRELUDE = (
-    "import math\n\nimport torch\nimport torch.nn.functional as F\nimport triton\n"
-    "import triton.language as tl\n\n\n"
-)
+PRELUDE = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
+CONSTANTS = (bool, int, float, str)  # the values `of` sends by their repr
 
 
 def of(
-    *objects,
+    factory: Callable,
+    *,
     kernels: Sequence[str],
     params: Mapping | None = None,
     **options,
 ) -> Profile:
-    """Profile the call made by the last of `objects`, a factory defined in the notebook: it is
-    called with `params` in the child and returns the function of no arguments to profile. The
-    source of each object (functions and Triton kernels, helpers first) is sent to the child,
-    as grader.runtime.integrity.measure_isolated sends a launcher: self-contained apart from
-    `math`, `torch`, `torch.nn.functional as F`, `triton` and `triton.language as tl`. With no
-    `kernels` named, every launch the call makes is profiled (PyTorch's own kernels too, by
-    their function names). `options` are `profile`'s."""
+    """Profile the call made by `factory`, a function defined in the notebook: it is called with
+    `params` in the child and returns the function of no arguments to profile. The child gets
+    the factory's source and what it reaches (`sources_for`): the notebook's functions and
+    Triton kernels it names, and theirs, by their source; constants (numbers, text) by value;
+    modules and importable functions by an import. With no `kernels` named, every launch the
+    call makes is profiled (PyTorch's own kernels too, by their function names). `options` are
+    `profile`'s."""
+    name = getattr(factory, "__name__", None)
+    if not callable(factory) or name is None:
+        raise TypeError(f"the factory is the function to call in the child, not {factory!r}")
+    return profile(
+        f"{SOURCES_MODULE}:{name}",
+        kernels,
+        params=params,
+        sources=sources_for(factory),
+        **options,
+    )
+
+
+def _function(obj):
+    """The Python function under a Triton kernel (JITFunction, Autotuner, Heuristics)."""
+    for _ in range(4):
+        if isinstance(obj, types.FunctionType):
+            return obj
+        obj = getattr(obj, "fn", None)
+    return None
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    """The global names `code` and the code nested in it (lambdas, comprehensions) load."""
+    names = [
+        i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+    ]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _global_names(const)
+    return list(dict.fromkeys(names))
+
+
+def sources_for(factory: Callable) -> list[str]:
+    """What the child needs to run `factory`: an import for each module and importable
+    function it reaches, an assignment for each constant, and the source of each function and
+    Triton kernel of the factory's own module (the notebook) it reaches, callees first. Names
+    it reaches that are none of these (a tensor, a dict) are not sent: the child fails if it
+    uses one."""
     from grader.runtime import integrity
 
-    if not objects:
-        raise ValueError("pass the kernels and functions to send, the factory last")
-    sources = [integrity.source_of(o) for o in objects]
-    factory = getattr(objects[-1], "__name__", None)
-    if factory is None or not callable(objects[-1]):
-        raise TypeError(f"the last object is the factory to call, not {objects[-1]!r}")
-    return profile(
-        f"{SOURCES_MODULE}:{factory}", kernels, params=params, sources=sources, **options
-    )
+    home = getattr(_function(factory), "__module__", None)
+    lines: dict[str, str] = {}
+    bodies: list[str] = []
+    visiting: set[int] = set()
+
+    def visit(obj) -> None:
+        fn = _function(obj)
+        if fn is None or id(fn) in visiting:
+            return
+        visiting.add(id(fn))
+        for name in _global_names(fn.__code__):
+            if name in lines or name not in fn.__globals__:
+                continue  # sent already, or a builtin
+            value = fn.__globals__[name]
+            if isinstance(value, types.ModuleType):
+                lines[name] = f"import {value.__name__} as {name}\n"
+            elif isinstance(value, CONSTANTS):
+                lines[name] = f"{name} = {value!r}\n"
+            elif _function(value) is not None and _function(value).__module__ == home:
+                lines[name] = ""
+                visit(value)
+            elif _function(value) is not None:
+                module = _function(value).__module__
+                lines[name] = f"from {module} import {_function(value).__name__} as {name}\n"
+        bodies.append(integrity.source_of(obj))
+
+    visit(factory)
+    return [line for line in lines.values() if line] + bodies
 
 
 def _load_sources(sources: Sequence[str], folder: Path) -> None:

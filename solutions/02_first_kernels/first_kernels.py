@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 02 · First kernels: blocks, masks, bandwidth, fusion
 #
-# *Reading time: about 11 minutes.*
+# *Reading time: about 12 minutes.*
 #
 # Most operations in a neural network (an addition, an activation, a scale) do almost no
 # arithmetic per byte, so memory traffic sets their speed: how many bytes travel between the GPU's
@@ -13,7 +13,8 @@
 # **You will learn:** how a grid of programs covers a tensor; to write a masked kernel that is right
 # at every size; to measure bandwidth against a copy timed in the same run, and what the block size
 # does to it; why coalesced access matters, in 32-byte transactions; and to fuse an eager chain
-# into one kernel and measure what that buys.
+# into one kernel and measure what that buys; to read what the GPU's hardware counters (Nsight
+# Compute) say about each of these, and to predict them.
 
 # %%
 from grader.runtime import device
@@ -28,7 +29,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, perf, plots, recorded, results, timing
+from grader.runtime import checks, perf, plots, profile, recorded, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -147,6 +148,11 @@ def add_inputs(n, dtype=torch.float32):
 # Write the whole body this time: which elements does this program own, which of them exist, and
 # what must the loads and the store do with the others? Nothing may depend on `n` being a multiple
 # of `BLOCK`.
+#
+# The visible test runs 2500 elements with `BLOCK = 1024`: three programs, the last with 572 lanes
+# past the end; float32, then float16. Fresh inputs, two trials, `out` and its guard bands
+# poisoned, a float64 reference; `kernels=["add_kernel"]` requires `add_kernel` to be launched on
+# `x` and `y` and to write every element of `out` itself.
 
 # %% nbgrader={"grade_id": "add-kernel", "solution": true}
 @triton.jit
@@ -182,28 +188,15 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block: int = 1024) 
     return out
 
 
-# %% [markdown]
-# ### Visible test
-#
-# 2500 elements with `BLOCK = 1024`: three programs, the last with 572 lanes past the end; float32,
-# then float16. Fresh inputs, two trials, `out` and its guard bands poisoned, a float64 reference;
-# `kernels=["add_kernel"]` requires `add_kernel` to be launched on `x` and `y` and to write every
-# element of `out` itself.
-
 # %% nbgrader={"grade": true, "grade_id": "test-add-visible", "points": 1}
 for dtype in [torch.float32, *LOW]:
     checks.check(add, add_reference, add_inputs(2500, dtype), kernels=["add_kernel"])
 print(f"visible test passed: 2500 elements (3 programs), float32 and {[str(d)[6:] for d in LOW]}, "
       "written by add_kernel, nothing past the end")
 
-# %% [markdown]
-# ### Hidden tests
-#
-# Sizes from 1 element to large primes, float32 and float16 (and bfloat16 on a GPU), other block
-# sizes.
-
 # %% nbgrader={"grade": true, "grade_id": "test-add-hidden", "points": 2}
-# one element; the hidden tests follow
+# Hidden tests: sizes from 1 element to large primes, float32 and float16 (and bfloat16 on a GPU),
+# other block sizes. One element here; the hidden tests follow.
 checks.check(add, add_reference, add_inputs(1), kernels=["add_kernel"])
 ### BEGIN HIDDEN TESTS
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.supports("bf16") else [])
@@ -332,6 +325,17 @@ def strided_copy(x, out, stride, block=1024):
     return out
 
 
+def strided_problem(n, stride):
+    """What profile.of calls in a process of its own: the inputs, and the call to profile."""
+    x = torch.randn(n * stride, device="cuda")
+    out = torch.empty(n, device="cuda")
+    return lambda: strided_copy(x, out, stride)
+
+
+PROFILED_STRIDES = [1, 2, 8, 32]
+# why this machine profiles nothing (no GPU, no Nsight Compute), or None where it can
+NOT_PROFILED = profile.unavailable() or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off")
+
 # the kernel reads what we think it reads, in both modes
 source_demo = torch.arange(300, dtype=torch.float32, device=DEVICE.torch_device)
 for s in (1, 3, 8):
@@ -362,16 +366,32 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                      ylabel="time relative to the contiguous copy",
                      title=f"Copying {n_strided >> 20} Mi float32 elements read at stride S, "
                            f"{DEVICE.name}")
+        del source
+        if NOT_PROFILED is None:  # the counters, each stride in a process of its own
+            strided_profiles = {
+                f"stride {s}": profile.of(strided_problem, kernels=["strided_copy_kernel"],
+                                          params={"n": n_strided, "stride": s})
+                for s in tqdm(PROFILED_STRIDES, desc="profiling")}
+            profile.compare(strided_profiles, columns=("duration", "l1_load", "dram_read", "l2_hit"),
+                            minimum_read=dict.fromkeys(strided_profiles, 4 * n_strided))
+        else:
+            print(f"Not profiled here: {NOT_PROFILED}.")
 else:
     print("On a GPU this cell times the strided copy for strides "
-          f"{STRIDES} and plots the slowdown against the 32-byte sector model.")
+          f"{STRIDES}, plots the slowdown against the 32-byte sector model and profiles strides "
+          f"{PROFILED_STRIDES}.")
     recorded.show("02_first_kernels/strided-copy")
 
 # %% [markdown]
-# The model counts sectors only. Where the measured ratio sits above it, strided reads cost more
-# than their sectors' bytes; below it, part of the traffic was hidden (sectors reused from a cache,
-# or time spent elsewhere). The lesson is the same: **neighbouring lanes should touch neighbouring
-# addresses**.
+# The model counts sectors only: above it, strided reads cost more than their sectors' bytes;
+# below it, part of the traffic was hidden (a cache, or time spent elsewhere). Either way,
+# **neighbouring lanes should touch neighbouring addresses**.
+#
+# The table under the plot is what the GPU counted (Nsight Compute; counts do not drift between
+# runs). **L1 sectors/load**: the fewest a warp's load can touch is its bytes over 32; Triton
+# loads contiguous float32 16 bytes a thread, so 16 is perfect at stride 1, while a strided read
+# moves 4 bytes a thread (4 sectors at best). **read / minimum**: DRAM bytes read per byte needed;
+# past stride 8 it exceeds the sector model's 8, as DRAM moves more than a sector at a time.
 #
 # In Triton you do not assign lanes to threads: the compiler lays each block out, putting
 # consecutive elements along the axis it can show to be contiguous in consecutive lanes, with
@@ -499,7 +519,9 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
 # The tests draw `x` and `bias` from a normal distribution and `scale` from [0.25, 0.75), each
 # input followed by random spare data, and check that `bias_gelu_scale_kernel` was launched on `x`
 # and `bias` and wrote every element of `out` itself: computing the result with PyTorch in the
-# launcher fails.
+# launcher fails. The hidden tests: odd shapes from `(1, 1)` up, float32 and float16 (and bfloat16
+# on a GPU), other tile shapes, rows further apart than `N` (a column slice of a wider tensor), and
+# inputs a hundred times larger, where a careless formula overflows.
 
 # %%
 def fused_inputs(shape, dtype=torch.float32, x_scale=1.0, row_gap=0):
@@ -535,13 +557,6 @@ check_fused((21, 100), block=(8, 32), row_gap=5)  # 3 x 4 programs; rows 105 ele
 check_fused((5, 300), x_scale=100.0)  # |x| up to a few hundred
 print("visible tests passed: (37, 300) float32, low precision, 8 x 32 tiles over strided rows, "
       "large inputs")
-
-# %% [markdown]
-# ### Hidden tests
-#
-# Odd shapes from `(1, 1)` up, float32 and float16 (and bfloat16 on a GPU), other tile shapes, rows
-# further apart than `N` (a column slice of a wider tensor), and inputs a hundred times larger,
-# where a careless formula overflows.
 
 # %% nbgrader={"grade": true, "grade_id": "test-fused-hidden", "points": 3}
 check_fused((1, 1))  # one element; the hidden tests follow
@@ -589,6 +604,16 @@ def fused_speed():
     return bias_gelu_scale(x_speed, bias_speed, scale_speed, out=out_speed)
 
 
+def fused_problem(M, N, fused):
+    """What profile.of calls: the fused kernel, or the eager chain, on (M, N) float32 inputs."""
+    x = torch.randn(M, N, device="cuda")
+    bias = torch.randn(N, device="cuda")
+    out = torch.empty_like(x)
+    if fused:
+        return lambda: bias_gelu_scale(x, bias, 0.5, out)
+    return lambda: bias_gelu_scale_reference(x, bias, 0.5)
+
+
 def eager_speed():
     return bias_gelu_scale_reference(x_speed, bias_speed, scale_speed)
 
@@ -617,7 +642,8 @@ perf.grade(fused_case(perf.copy_bandwidth(ideal_bytes, at_least=0.8)), points=1)
 #
 # Each eager step timed alone, beside a copy of one read and one write of the tensor, the whole
 # chain and the fused kernel. If the accounting holds, each step costs about one copy, the chain
-# about three, the fused kernel about one.
+# about three, the fused kernel about one. Then the profiler counts the DRAM bytes the eager chain
+# (its three kernels) and the fused kernel read, each in a process of its own.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -645,10 +671,71 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         # 12 FLOPs per element as the kernel is written (exp and division counted as one each)
         results.record("02_first_kernels", "bias+GELU+scale", flops=12 * x_speed.numel(),
                        bytes_moved=ideal_bytes, seconds=ms["fused kernel"] * 1e-3, precision="fp32")
+        if NOT_PROFILED is None:
+            shape = {"M": M_speed, "N": N_speed}
+            profile.compare({
+                "eager chain": profile.of(fused_problem, kernels=[],
+                                          params={**shape, "fused": False}),
+                "fused kernel": profile.of(fused_problem, kernels=["bias_gelu_scale_kernel"],
+                                           params={**shape, "fused": True}),
+            }, columns=("duration", "dram_read", "dram_written"))
+        else:
+            print(f"Not profiled here: {NOT_PROFILED}.")
 else:
     print("On a GPU this cell times each eager step, the eager chain and the fused kernel, and "
-          "draws them as bars; here there is nothing to time.")
+          "draws them as bars, then profiles the chain and the kernel; here there is nothing to "
+          "time.")
     recorded.show("02_first_kernels/fused-steps")
+
+# %% [markdown]
+# ### Exercise 3 · the bytes the profiler counts (2 points)
+#
+# The table under the bars (recorded on a GPU, the same on every machine) gives the DRAM bytes the
+# eager chain and the fused kernel read at the speed shape. Explain them with a count that holds at
+# every shape: how many bytes must each **read** from DRAM for a float32 `x` of shape `(M, N)`, its
+# `bias` and a Python float `scale`? Every eager kernel reads all of its inputs from memory (the
+# profiler flushes the caches before each kernel). Bytes written are left out: lines still in L2
+# when a kernel ends are not counted there.
+#
+# The visible test holds your counts at the speed shape against the profiler's; the hidden tests
+# check them exactly on other shapes.
+
+# %% nbgrader={"grade_id": "fused-bytes", "solution": true}
+def eager_dram_read(M: int, N: int) -> int:
+    """Bytes the three eager kernels read from DRAM, for float32 x (M, N) and bias (N,)."""
+    ### BEGIN SOLUTION
+    return 4 * (M * N + N) + 4 * M * N + 4 * M * N  # x + bias, then gelu(t), then g * scale
+    ### END SOLUTION
+
+
+def fused_dram_read(M: int, N: int) -> int:
+    """Bytes the fused kernel reads from DRAM, for float32 x (M, N) and bias (N,)."""
+    ### BEGIN SOLUTION
+    return 4 * (M * N + N)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-fused-bytes", "points": 2}
+counted = profile.recorded_profiles("02_first_kernels/fused-steps")
+for fn, label in ((fused_dram_read, "fused kernel"), (eager_dram_read, "eager chain")):
+    checks.expect_count(fn, FUSED_BENCH_SHAPE, profile.total(counted[label], "dram_bytes_read"),
+                        unit="bytes", within=0.05, counted_by=f"the profiler, for the {label},")
+print("visible test passed: both counts within 5% of what the profiler counted")
+### BEGIN HIDDEN TESTS
+_WRITES = "that counts the bytes written too: the question is what is read"
+_BIAS = "the bias is read too: N more elements"
+_FP16 = "x is float32: 4 bytes an element"
+_ONCE = "each eager step reads a full tensor: x + bias reads x, gelu reads t, * scale reads g"
+for M, N in [(1, 1), (3, 1000), (8192, 8192), (1000, 3001)]:
+    checks.expect_count(fused_dram_read, (M, N), 4 * (M * N + N), unit="bytes",
+                        wrong={4 * (2 * M * N + N): _WRITES, 4 * M * N: _BIAS,
+                               2 * (M * N + N): _FP16})
+    checks.expect_count(eager_dram_read, (M, N), 4 * (3 * M * N + N), unit="bytes",
+                        wrong={4 * (6 * M * N + N): _WRITES, 4 * (2 * M * N + N): _ONCE,
+                               4 * (M * N + N): _ONCE, 12 * M * N: _BIAS,
+                               2 * (3 * M * N + N): _FP16})
+print("hidden tests passed: exact counts on four shapes")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Summary
@@ -663,7 +750,8 @@ else:
 # - A warp's accesses are served in 32-byte sectors: neighbouring lanes on neighbouring addresses
 #   use every byte fetched; a stride of 8 or more float32 elements uses one byte in eight.
 # - Eager PyTorch makes a pass over memory per operation; a fused kernel leaves one read and one
-#   write, and the time follows the bytes.
+#   write, and the time follows the bytes. The profiler's DRAM counters confirm a count made
+#   beforehand: every byte the exercise predicted, read.
 
 # %% [markdown]
 # ## Further exercises

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 03 · Fused softmax
 #
-# *Reading time: about 10 minutes.*
+# *Reading time: about 11 minutes.*
 #
 # Softmax turns each row of scores into probabilities: exponentiate, then divide by the row's sum.
 # It sits in every attention layer and classifier and does little arithmetic per element, so
@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 from tqdm.auto import tqdm
 from triton.runtime.errors import OutOfResources
 
-from grader.runtime import checks, integrity, perf, plots, recorded, results, timing
+from grader.runtime import checks, integrity, perf, plots, profile, recorded, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -398,7 +398,11 @@ def check_exact_zeros(n_rows, n_cols, dtype=torch.float32):
 #
 # A 127 x 129 float32 matrix (neither side a power of two) of normal scores, then one with `-inf`
 # entries and three rows of nothing but `-inf`; scores up to 1e4, rows shifted far apart, rows
-# longer than 1024, float16, and rows that are views into a wider matrix.
+# longer than 1024, float16, and rows that are views into a wider matrix. At grading, the next
+# cell checks every shape in `CHECK_SHAPES` in float32 and float16 (and bfloat16 on a GPU); scores
+# up to 1e4 in float32 and 6e4 in float16 (largest finite value 65504); rows shifted far apart;
+# `-inf` entries (exactly 0 out) and all-`-inf` rows (NaN out); rows that are views into a wider
+# matrix; and several forced values of rows per program.
 
 # %% nbgrader={"grade": true, "grade_id": "test-softmax-visible", "points": 1}
 check_softmax(127, 129)
@@ -412,14 +416,6 @@ for dtype in LOW:
 check_softmax(10, 200, padding=7)  # row stride 207 for the input, 200 for the output
 print(f"visible tests passed: 127 x 129 float32, normal scores and -inf entries/rows, large and "
       f"shifted scores, 1100 columns, {[str(d)[6:] for d in LOW]}, strided rows")
-
-# %% [markdown]
-# ### Hidden tests
-#
-# At grading, this cell checks every shape in `CHECK_SHAPES` in float32 and float16 (and bfloat16
-# on a GPU); scores up to 1e4 in float32 and 6e4 in float16 (largest finite value 65504); rows
-# shifted far apart; `-inf` entries (exactly 0 out) and all-`-inf` rows (NaN out); rows that are
-# views into a wider matrix; and several forced values of rows per program.
 
 # %% nbgrader={"grade": true, "grade_id": "test-softmax-hidden", "points": 3}
 check_softmax(1, 1)  # one element: its softmax is 1; the hidden tests follow
@@ -486,8 +482,59 @@ perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_s
 # The kernel's time is recorded for the roofline of all your kernels in notebook 08, counting 5
 # operations per element (compare, subtract, exponentiate, add, divide) and one read and one write
 # of the matrix.
+#
+# Then the GPU's own counters (Nsight Compute, each kernel in a process of its own, caches flushed
+# before each kernel): the DRAM bytes the eager softmax's five kernels and yours read and wrote.
+# Yours should read the matrix once, **read / minimum** near 1. Bytes written can come out below a
+# matrix: lines still dirty in L2 when a kernel ends are not counted. Last, three copies from a code
+# review, for the exercise below.
 
 # %%
+def softmax_problem(n_rows, n_cols, rows, warps, eager):
+    """What profile.of calls in a process of its own: the eager softmax, or softmax_kernel."""
+    x = torch.randn(n_rows, n_cols, device="cuda")
+    out = torch.empty_like(x)
+    if eager:
+        return lambda: softmax_eager(x)
+    return lambda: softmax_kernel[(triton.cdiv(n_rows, rows),)](
+        out, x, n_rows, n_cols, x.stride(0), out.stride(0), BLOCK=triton.next_power_of_2(n_cols),
+        ROWS=rows, num_warps=warps)
+
+
+@triton.jit
+def review_copy_a(x_ptr, out_ptr, n, rows, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    mask = offsets < n
+    x = tl.load(x_ptr + (offsets ^ 1), mask=mask)  # neighbours swapped in pairs (n is even)
+    tl.store(out_ptr + offsets, x, mask=mask)
+
+
+@triton.jit
+def review_copy_b(x_ptr, out_ptr, n, rows, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    mask = offsets < n
+    # x is (rows, cols), row-major; out[i] = x[i % rows, i // rows], its transpose flattened
+    x = tl.load(x_ptr + (offsets % rows) * cols + offsets // rows, mask=mask)
+    tl.store(out_ptr + offsets, x, mask=mask)
+
+
+@triton.jit
+def review_copy_c(x_ptr, out_ptr, n, rows, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+def review_problem(n, label, rows=4096, block=1024):
+    """What profile.of calls: copy `label` of n float32 elements (n a multiple of rows)."""
+    x = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    kernel = {"A": review_copy_a, "B": review_copy_b, "C": review_copy_c}[label]
+    return lambda: kernel[(triton.cdiv(n, block),)](x, out, n, rows, n // rows, BLOCK=block)
+
+
+REVIEW_ELEMENTS = 1 << 24
+NOT_PROFILED = profile.unavailable() or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off")
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
     with recorded.cell("03_softmax/kernel-time"):
         t = timing.bench(lambda: softmax(x_speed, out_speed))
@@ -496,10 +543,76 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                                seconds=t.median_ms * 1e-3, precision="fp32")
         print(f"softmax_kernel on {tuple(x_speed.shape)} float32: {t}, "
               f"{t.per_second(moved) / 1e9:.0f} GB/s; recorded for {entry.device}")
+        if NOT_PROFILED is None:
+            rows, warps = launch_config(*SPEED_SHAPE)
+            shape = {"n_rows": SPEED_SHAPE[0], "n_cols": SPEED_SHAPE[1], "rows": rows,
+                     "warps": warps}
+            counted = {"eager, 5 kernels": profile.of(softmax_problem, kernels=[],
+                                                      params={**shape, "eager": True}),
+                       "softmax_kernel": profile.of(softmax_problem, kernels=["softmax_kernel"],
+                                                    params={**shape, "eager": False})}
+            profile.compare(counted, columns=("duration", "dram_read", "dram_written"),
+                            minimum_read=dict.fromkeys(counted, x_speed.nbytes))
+            review_live = {label: profile.of(review_problem, kernels=[f"review_copy_{label.lower()}"],
+                                             params={"n": REVIEW_ELEMENTS, "label": label})
+                           for label in tqdm("ABC", desc="profiling the review")}
+            profile.compare(review_live, columns=("l1_load", "dram_read", "duration"))
+        else:
+            print(f"Not profiled here: {NOT_PROFILED}.")
 else:
-    print("On a GPU this cell records the kernel's time for the course's closing roofline; "
-          "interpreter times are not recorded.")
+    print("On a GPU this cell records the kernel's time for the course's closing roofline, then "
+          "profiles; interpreter times are not recorded.")
     recorded.show("03_softmax/kernel-time")
+
+# %% [markdown]
+# ### Exercise 2 · which reads are coalesced? (2 points)
+#
+# The last table holds the profiles of three copies from a code review, `review_copy_a`, `_b` and
+# `_c` above, each copying `n` float32 elements (recorded on a GPU: every machine reads the same
+# figures). Which of them waste what they fetch?
+#
+# 1. Write `fetched_per_used(k, used_bytes)`: the DRAM bytes the launch `k` (a
+#    `profile.KernelProfile`) read for each byte it needed to read.
+# 2. Set `UNCOALESCED` to the labels of the copies whose warps fetch sectors they do not use.
+#    Careful: many sectors per request is not by itself a waste. What does each request move?
+
+# %% nbgrader={"grade_id": "review-coalesced", "solution": true}
+def fetched_per_used(k: profile.KernelProfile, used_bytes: float) -> float:
+    """DRAM bytes the launch `k` read per byte it needed to read."""
+    ### BEGIN SOLUTION
+    return k.dram_bytes_read / used_bytes
+    ### END SOLUTION
+
+
+### BEGIN SOLUTION
+UNCOALESCED = {"B"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test-review-coalesced", "points": 2}
+recorded_review = profile.recorded_profiles("03_softmax/kernel-time", nth=1)
+review = {label: p.kernels[0] for label, p in recorded_review.items()}
+used = 4 * REVIEW_ELEMENTS  # each copy needs to read n float32 elements
+for label, k in review.items():
+    checks.expect_count(fetched_per_used, (k, used), k.dram_bytes_read / used,
+                        unit="bytes fetched per byte used", what=f"copy {label}",
+                        wrong={used / k.dram_bytes_read: "that is the inverse: used over fetched"})
+assert isinstance(UNCOALESCED, (set, frozenset)) and UNCOALESCED <= set(review), (
+    f"UNCOALESCED is a set of labels among {sorted(review)}, got {UNCOALESCED!r}")
+print("visible test passed: fetched_per_used on the three recorded profiles; UNCOALESCED is a set "
+      "of their labels")
+### BEGIN HIDDEN TESTS
+_WASTE = {label for label, k in review.items() if k.dram_bytes_read >= 2 * used}
+_WHY = {"A": "A's lanes are swapped within 8-byte pairs: a warp still touches only the sectors it "
+             "uses, so it reads what it needs",
+        "B": "B's neighbouring lanes read addresses a row apart: compare what it fetched with what "
+             "it used",
+        "C": "C moves 16 bytes a thread: 16 sectors are the fewest a 512-byte request can touch, "
+             "and it reads what it needs"}
+_wrong = sorted(UNCOALESCED ^ _WASTE)
+assert not _wrong, f"UNCOALESCED = {sorted(UNCOALESCED)} is not right: " + "; ".join(
+    _WHY[label] for label in _wrong)
+print("hidden test passed: the uncoalesced copies")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## `num_warps`: how many threads share a row

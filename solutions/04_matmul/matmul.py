@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 04 · The matmul ladder
 #
-# *Reading time: about 11 minutes.*
+# *Reading time: about 12 minutes.*
 #
 # Every linear layer, attention score and projection is a matrix multiplication, and for it the
 # vendor's library, cuBLAS, sets a high bar. This notebook climbs toward it one rung at a time:
@@ -28,7 +28,17 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, launches, perf, plots, recorded, results, roofline, timing
+from grader.runtime import (
+    checks,
+    launches,
+    perf,
+    plots,
+    profile,
+    recorded,
+    results,
+    roofline,
+    timing,
+)
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -731,8 +741,29 @@ else:
 # intensity is the whole problem's (its least traffic), so versions of one size share an abscissa
 # and differ in height: the gap to the fp16 roof is what each rung left on the table. The fastest
 # is kept in your course record for 08.
+#
+# Then each rung's signature in the GPU's counters (Nsight Compute, each version in a process of
+# its own, clocks locked, caches flushed before each pass), v0 and v1 at `NAIVE_N`, v1 to v3 at
+# `LADDER_N`. **v0 → v1**, `tl.dot` on tiles: the tensor pipes busy, DRAM bytes down by the reuse
+# of each tile. **v1 → v2**, grouped order: the L2 hit rate up. **v2 → v3**, pipelining: the top
+# stall no longer a wait on global memory (`long_scoreboard`).
 
 # %%
+def matmul_problem(n, cfg, naive=False):
+    """What profile.of calls in a process of its own: an n^3 float16 matmul by v0, or by
+    matmul_kernel with the settings cfg."""
+    a, b, c = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(3))
+    if naive:
+        return lambda: matmul_naive_kernel[(n, n)](a, b, c, n, n, n, n, 1, n, 1, n, 1,
+                                                   BLOCK_K=64, num_warps=1)
+    grid = (triton.cdiv(n, cfg["block_m"]) * triton.cdiv(n, cfg["block_n"]),)
+    return lambda: matmul_kernel[grid](
+        a, b, c, n, n, n, n, 1, n, 1, n, 1, BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
+        BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"], INPUT_PRECISION="ieee",
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+
+NOT_PROFILED = profile.unavailable() or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off")
 if MEASURED and LADDER:
     with recorded.cell("04_matmul/ladder-roofline"):
         roofline.show(CEILINGS, list(LADDER.values()), precision="fp16",
@@ -742,9 +773,21 @@ if MEASURED and LADDER:
         best = max((p for p in LADDER.values() if p.label.startswith("v3")), key=lambda p: p.achieved)
         results.record("04_matmul", f"matmul {best.label}", flops=best.flops,
                        bytes_moved=best.bytes_moved, seconds=best.seconds, precision="fp16")
+        if NOT_PROFILED is None:
+            rungs = {f"v0 naive ({NAIVE_N})": (NAIVE_N, "v1 blocked", True)}
+            rungs |= {f"v1 blocked ({NAIVE_N})": (NAIVE_N, "v1 blocked", False)}
+            rungs |= {f"{v} ({LADDER_N})": (LADDER_N, v, False)
+                      for v in ("v1 blocked", "v2 grouped", "v3 pipelined")}
+            profile.compare({
+                label: profile.of(matmul_problem, params={"n": n, "cfg": VERSIONS[v], "naive": naive},
+                                  kernels=["matmul_naive_kernel" if naive else "matmul_kernel"])
+                for label, (n, v, naive) in tqdm(rungs.items(), desc="profiling")
+            }, columns=("duration", "dram_read", "tensor", "l2_hit", "stall"))
+        else:
+            print(f"Not profiled here: {NOT_PROFILED}.")
 else:
-    print("On a GPU this cell places v0-v3 and cuBLAS on the measured roofline; the interpreter "
-          "has nothing to time.")
+    print("On a GPU this cell places v0-v3 and cuBLAS on the measured roofline and profiles "
+          "them; the interpreter has nothing to time.")
     recorded.show("04_matmul/ladder-roofline")
 
 # %% [markdown]

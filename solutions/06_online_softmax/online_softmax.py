@@ -28,7 +28,7 @@ import triton.language as tl
 from IPython.display import display
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, hints, integrity, perf, plots, recorded, results, timing
+from grader.runtime import checks, hints, integrity, perf, plots, profile, recorded, results, timing
 from grader.runtime.widgets import online_softmax as walk
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
@@ -572,9 +572,23 @@ for what, make in cases.items():
 # 4, 3, and for `torch.softmax` an unknown number, shown as 2, over its time) and *useful* (the
 # ideal $2nb$ over its time, the same footing for all). For short enough rows, L2 (50 MB on an
 # H100, per its datasheet) serves part of a second read, and the actual bandwidth can pass the
-# copy's.
+# copy's. Whether a second read reached DRAM, the GPU's counters say: the cell then profiles the
+# three at the longest rows (Nsight Compute, each in a process of its own, caches flushed before
+# each kernel) and shows DRAM bytes read against one read of the matrix.
 
 # %%
+def long_rows_problem(n, total_bytes, block, num_warps, which):
+    """What profile.of calls in a process of its own: one softmax of float32 rows of n."""
+    x = torch.randn(total_bytes // (4 * n), n, device="cuda")
+    out = torch.empty_like(x)
+    if which == "torch.softmax":
+        return lambda: torch.softmax(x, 1)
+    kernel = softmax_three_pass_kernel if which == "three-pass kernel" else softmax_online_kernel
+    return lambda: kernel[(x.shape[0],)](x, out, n, x.stride(0), out.stride(0), BLOCK=block,
+                                         num_warps=num_warps)
+
+
+NOT_PROFILED = profile.unavailable() or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off")
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
     with recorded.cell("06_online_softmax/long-rows"):
         copy = perf.copy_baseline(2 * BENCH_BYTES)
@@ -601,6 +615,18 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         plots.curves(ROW_LENGTHS, useful, references={f"copy {copy_gbs:.0f} GB/s": copy_gbs},
                      xlabel="row length (float32 columns)", ylabel="useful GB/s (2 x row bytes / time)",
                      title=f"Long-row softmax on {DEVICE.name}")
+        if NOT_PROFILED is None:
+            named = {"torch.softmax": [], "three-pass kernel": ["softmax_three_pass_kernel"],
+                     "online kernel (yours)": ["softmax_online_kernel"]}
+            shape = {"n": ROW_LENGTHS[-1], "total_bytes": BENCH_BYTES, "block": BLOCK,
+                     "num_warps": NUM_WARPS}
+            counted = {name: profile.of(long_rows_problem, kernels=kernels,
+                                        params={**shape, "which": name})
+                       for name, kernels in tqdm(named.items(), desc="profiling")}
+            profile.compare(counted, columns=("duration", "dram_read", "l2_hit"),
+                            minimum_read=dict.fromkeys(counted, BENCH_BYTES))
+        else:
+            print(f"Not profiled here: {NOT_PROFILED}.")
 else:
     print("On a GPU this cell times torch.softmax, the three-pass kernel and your online kernel "
           "on long rows and plots their bandwidth against the copy bandwidth.")

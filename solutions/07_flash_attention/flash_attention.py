@@ -1,6 +1,6 @@
 # %% [markdown]
 # # 07 · FlashAttention
-# *Reading time: about 11 minutes.*
+# *Reading time: about 13 minutes.*
 #
 # Attention computes `softmax(Q Kᵀ / √d) V`. Written as three PyTorch operations it builds the
 # N × N matrix of scores, writes it to memory, reads it back for the softmax, writes the
@@ -30,7 +30,17 @@ import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
-from grader.runtime import checks, integrity, perf, plots, recorded, results, roofline, timing
+from grader.runtime import (
+    checks,
+    integrity,
+    perf,
+    plots,
+    profile,
+    recorded,
+    results,
+    roofline,
+    timing,
+)
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 
@@ -453,9 +463,41 @@ assert extra <= bound, (
 # %% [markdown]
 # With the kernel written, the memory sweep again: on a GPU the tiled kernel's curve now appears,
 # flat at zero beyond its output while the naive one grows fourfold per doubling.
+#
+# Memory held is one cost of the scores; memory traffic is the other. The cell then profiles one
+# call of the naive code (all its kernels) and of your kernel at each length (Nsight Compute, each
+# in a process of its own, caches flushed before each kernel) and plots the DRAM bytes read. On the
+# log scale a slope of 2 is quadratic, 1 linear: the naive code writes the scores and reads them
+# back; yours reads `Q`, `K` and `V` from memory, and the rest from on-chip memory and L2.
 
 # %%
+def attention_problem(n, config, naive, b=1, h=8, d=64):
+    """What profile.of calls in a process of its own: one attention call on float16 inputs."""
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = torch.empty_like(q)
+    if naive:
+        return lambda: attention_reference(q, k, v)
+    return lambda: flash_attention(q, k, v, out, config=config)
+
+
 memory = memory_sweep(MEMORY_LENGTHS)
+NOT_PROFILED = profile.unavailable() or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off")
+if NOT_PROFILED is None:
+    with recorded.cell("07_flash_attention/dram-traffic"):
+        traffic = {f"{kind}, N={n}": profile.of(
+            attention_problem, kernels=[] if kind == "naive" else ["attn_fwd_kernel"],
+            params={"n": n, "config": attention_config(n, 64, False), "naive": kind == "naive"})
+            for n in tqdm(MEMORY_LENGTHS, desc="profiling") for kind in ("naive", "tiled")}
+        profile.compare(traffic, columns=("duration", "dram_read", "dram_written"))
+        plots.curves(MEMORY_LENGTHS, {kind: [profile.total(traffic[f"{kind}, N={n}"],
+                                                           "dram_bytes_read") / 1e6
+                                             for n in MEMORY_LENGTHS]
+                                      for kind in ("naive", "tiled")},
+                     log_y=True, xlabel="sequence length N", ylabel="MB read from DRAM (one call)",
+                     title=f"Attention's DRAM reads, B=1, H=8, D=64, float16, {DEVICE.name}")
+else:
+    print(f"Not profiled here: {NOT_PROFILED}.")
+    recorded.show("07_flash_attention/dram-traffic")
 
 # %% [markdown]
 # ### Speed (2 points, graded on a GPU)
@@ -644,6 +686,18 @@ speed_cases(points=1, causal=True)
 # eager and compiled code also $4N^2$ elements of scores per head.
 
 # %%
+def bound_problem(n, d, kind, config):
+    """What profile.of calls: a copy of 2**28 float16 elements, or one call of your kernel on
+    (1, 32, n, d) float16 inputs (one head when n is 64)."""
+    if kind == "copy":
+        x = torch.randn(1 << 28, device="cuda", dtype=torch.float16)
+        return lambda: x.clone()
+    h = 1 if n <= 64 else 32
+    q, k, v = (torch.randn(1, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = torch.empty_like(q)
+    return lambda: flash_attention(q, k, v, out, config=config)
+
+
 def available(fn, q, k, v):
     """None if fn runs on these inputs (compiling it if need be), else the reason it cannot."""
     try:
@@ -695,9 +749,21 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         for label, tflops, ms in table:
             print(f"{label:42s} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s")
         roofline.show(ceilings, points, title=f"Attention, (B, H, N) = {SPEED_BHN}, non-causal")
+        if NOT_PROFILED is None:  # three launches for Exercise 3, each profiled on its own
+            shapes = {"a copy": (0, 0, "copy"), f"yours, N={n}, D=128": (n, 128, "tiled"),
+                      "yours, N=64, D=64, one head": (64, 64, "tiled")}
+            profile.compare({label: profile.of(bound_problem, kernels=[] if kind == "copy"
+                                               else ["attn_fwd_kernel"],
+                                               params={"n": n_, "d": d, "kind": kind,
+                                                       "config": kind == "tiled" and
+                                                       attention_config(n_, d, False)})
+                             for label, (n_, d, kind) in tqdm(shapes.items(), desc="profiling")},
+                            columns=("duration", "memory", "compute", "tensor", "occupancy"))
+        else:
+            print(f"Not profiled here: {NOT_PROFILED}.")
 else:
     print("On a GPU this cell times naive, compiled, SDPA flash and cuDNN attention and your "
-          "kernel, and places them on the measured roofline.")
+          "kernel, places them on the measured roofline, and profiles three launches.")
     recorded.show("07_flash_attention/attention-roofline")
 
 # %% [markdown]
@@ -705,6 +771,82 @@ else:
 # of the H100's fp16 peak and its own Hopper kernel at up to 75%. It also notes that the H100's
 # exponential units are about 250 times slower than its matrix units (3.9 against 989 TFLOP/s),
 # so a softmax inside a matmul-bound loop is not free.
+
+# %% [markdown]
+# ### Exercise 3 · what binds a kernel? (2 points)
+#
+# Nsight Compute's *Speed of Light* section gives two figures per launch, each a percentage of its
+# peak: **memory** throughput (the busiest of DRAM, L2, L1 and shared memory) and **compute** (SM)
+# throughput. A kernel is memory-bound when the memory system is near its peak, compute-bound when
+# the SMs are, and **latency**-bound when neither is: too little work in flight to keep either busy.
+# The last table above holds three launches profiled on a GPU (the same figures on every machine).
+#
+# Write `bound(k)` for a `profile.KernelProfile`: `"memory"`, `"compute"` or `"latency"`. Where
+# "near its peak" begins is yours to choose; the tests use only figures far from any sensible
+# threshold (each at most 40% or at least 70%, and when both are high, 10 points apart).
+
+# %% nbgrader={"grade_id": "attention-bound", "solution": true}
+def bound(k: profile.KernelProfile) -> str:
+    """'memory', 'compute' or 'latency': what limits the launch `k`."""
+    ### BEGIN SOLUTION
+    memory, compute = k.memory_throughput_pct, k.compute_throughput_pct
+    if max(memory, compute) < 60:
+        return "latency"
+    return "memory" if memory >= compute else "compute"
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test-attention-bound", "points": 2}
+def a_launch(memory, compute):
+    """A launch with these Speed of Light figures (percent of peak), the rest made up."""
+    return profile.KernelProfile(
+        kernel="made_up", launch=0, grid=(1, 1, 1), block=(128, 1, 1), duration_ns=1e5,
+        dram_bytes_read=1e8, dram_bytes_written=1e8, l1_sectors_per_load=16,
+        l1_sectors_per_store=16, l2_sectors_per_load=4, l2_sectors_per_store=4,
+        l2_hit_rate_pct=50.0, achieved_occupancy_pct=50.0, tensor_pipe_pct=0.0,
+        memory_throughput_pct=memory, compute_throughput_pct=compute)
+
+
+def clear_bound(k):
+    """What binds `k` where its figures are far from any sensible threshold, else None."""
+    high = {"memory": k.memory_throughput_pct >= 70, "compute": k.compute_throughput_pct >= 70}
+    low = {"memory": k.memory_throughput_pct <= 40, "compute": k.compute_throughput_pct <= 40}
+    if all(low.values()):
+        return "latency"
+    if all(high.values()) and abs(k.memory_throughput_pct - k.compute_throughput_pct) >= 10:
+        return max(high, key=lambda u: getattr(k, f"{u}_throughput_pct"))
+    one = [u for u in high if high[u] and low["compute" if u == "memory" else "memory"]]
+    return one[0] if one else None
+
+
+def expect_bound(k, what):
+    __tracebackhide__ = True
+    want = clear_bound(k)
+    assert want is not None, f"{what}: its figures are not clear enough to test (course defect)"
+    got = checks.call_graded(bound, k)
+    if got == want:
+        return
+    figures = (f"memory {k.memory_throughput_pct:.0f}%, compute {k.compute_throughput_pct:.0f}% "
+               "of peak")
+    if got not in ("memory", "compute", "latency"):
+        raise AssertionError(f"{what}: return 'memory', 'compute' or 'latency', got {got!r}")
+    why = ("nothing is near its peak: too little work in flight" if want == "latency" else
+           f"the {want} figure is near its peak" + (", and above the other" if got != "latency"
+                                                     else ": is your threshold above 70%?"))
+    raise AssertionError(f"{what} ({figures}): expected {want!r}, got {got!r}: {why}")
+
+
+for memory, compute in [(92, 18), (20, 85), (12, 6)]:
+    expect_bound(a_launch(memory, compute), "a made-up launch")
+print("visible test passed: three made-up launches")
+### BEGIN HIDDEN TESTS
+_recorded = profile.recorded_profiles("07_flash_attention/attention-roofline")
+for _label, _p in _recorded.items():
+    expect_bound(_p.kernels[0], f"the recorded {_label}")
+for _memory, _compute in [(30, 88), (80, 35), (38, 39), (95, 76), (77, 99), (0.5, 0.2)]:
+    expect_bound(a_launch(_memory, _compute), "a made-up launch")
+print("hidden tests passed: three recorded launches and six made-up ones")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Summary

@@ -9,7 +9,10 @@ exercise hands out but a student may still rewrite.
 PARTIAL (optional) maps names to `Partial` submissions: right for some exercises, blank or wrong
 for others; each must earn exactly the test points of the exercises it gets right."""
 
+import functools
 from dataclasses import dataclass, field
+
+from grader.authoring import build
 
 
 @dataclass(frozen=True)
@@ -32,3 +35,20 @@ class Partial:
     earns: tuple[str, ...]
     fails: tuple[str, ...]
     says: dict[str, str] = field(default_factory=dict)
+
+
+@functools.cache
+def _reference_cells(notebook: str) -> dict[str, str]:
+    (path,) = (build.SOLUTIONS / notebook).glob("*.py")
+    return {c.id: c.source for c in build.to_notebook(path).cells}
+
+
+def swapped(notebook: str, grade_id: str, *pairs: tuple[str, str]) -> str:
+    """The reference's cell `grade_id` with each `old` (which must occur exactly once) replaced
+    by `new`: a wrong version that follows the reference as it changes."""
+    source = _reference_cells(notebook)[grade_id]
+    for old, new in pairs:
+        if source.count(old) != 1:
+            raise ValueError(f"{grade_id}: {old!r} occurs {source.count(old)} times")
+        source = source.replace(old, new)
+    return source

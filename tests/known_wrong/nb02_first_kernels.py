@@ -1,8 +1,13 @@
-"""Wrong and slow kernels for 02 · First kernels."""
+"""Wrong and slow kernels for 02 · First kernels, and wrong counts of its profiled bytes."""
 
-from tests.known_wrong import WithGiven
+from tests.known_wrong import WithGiven, swapped
 
 NOTEBOOK = "02_first_kernels"
+
+
+def _swap(grade_id: str, *pairs: tuple[str, str]) -> str:
+    return swapped(NOTEBOOK, grade_id, *pairs)
+
 
 ADD_HEADER = """
 @triton.jit
@@ -67,7 +72,19 @@ def fused(body: str) -> str:
     return FUSED_HEADER + body + LAUNCHER
 
 
+_EAGER = "return 4 * (M * N + N) + 4 * M * N + 4 * M * N"
+_FUSED = "    return 4 * (M * N + N)\n"
 WRONG = {
+    "fused-bytes": {
+        "writes counted as reads": _swap(
+            "fused-bytes", (_FUSED, "    return 4 * (M * N + N) + 4 * M * N\n")
+        ),
+        "eager reads x only once": _swap("fused-bytes", (_EAGER, "return 4 * (M * N + N)")),
+        "float16 bytes": _swap("fused-bytes", (_FUSED, "    return 2 * (M * N + N)\n")),
+        "the bias forgotten": _swap(
+            "fused-bytes", (_FUSED, "    return 4 * M * N\n"), (_EAGER, "return 12 * M * N")
+        ),
+    },
     "add-kernel": {
         "stub left in place": ADD_HEADER + "    raise NotImplementedError()\n",
         # the kernel left blank, the given launcher rewritten to add with torch
@@ -283,6 +300,7 @@ def bias_gelu_scale(x, bias, scale, out, block_m=1, block_n=8192, num_warps=16):
 # The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
 # None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
 HINTS = {
+    "fused-bytes": dict.fromkeys(WRONG["fused-bytes"]),
     "add-kernel": {
         "stub left in place": None,
         "torch in the launcher": None,
@@ -423,3 +441,12 @@ HINTS["fused-kernel"].update(
         "offsets forget the block": None,
     }
 )
+
+# Sources that only a hidden test can reject, with the reason no visible test can catch them
+# (tests/test_known_wrong.py).
+HIDDEN_ONLY = {
+    "fused-bytes": {
+        "the bias forgotten": "4N bytes of 4MN: within the 5% the visible test allows against "
+        "the profiler's count, which the exact hidden count catches",
+    },
+}

@@ -4,6 +4,8 @@ Each source replaces the whole exercise cell (kernel, launch_config and launcher
 built from the reference's pieces with one mistake put in.
 """
 
+from tests.known_wrong import swapped
+
 NOTEBOOK = "03_softmax"
 
 KERNEL_HEAD = """
@@ -59,7 +61,27 @@ def cell(load=LOAD, reduce=REDUCE, store=STORE, config=CONFIG, launcher=LAUNCHER
     return KERNEL_HEAD + load + reduce + store + config + launcher
 
 
+_FETCHED = "return k.dram_bytes_read / used_bytes"
+_UNCOALESCED = 'UNCOALESCED = {"B"}'
+
+
+def _review(*pairs: tuple[str, str]) -> str:
+    return swapped(NOTEBOOK, "review-coalesced", *pairs)
+
+
 WRONG = {
+    "review-coalesced": {
+        "used over fetched": _review((_FETCHED, "return used_bytes / k.dram_bytes_read")),
+        "sectors per request for the ratio": _review(
+            (_FETCHED, "return k.l1_sectors_per_load / 4")
+        ),
+        "the most sectors per request called uncoalesced": _review(
+            (_UNCOALESCED, 'UNCOALESCED = {"B", "C"}')
+        ),
+        "shuffled lanes called uncoalesced": _review((_UNCOALESCED, 'UNCOALESCED = {"A", "B"}')),
+        "none": _review((_UNCOALESCED, "UNCOALESCED = set()")),
+        "a list of labels": _review((_UNCOALESCED, 'UNCOALESCED = ["B"]')),
+    },
     "softmax-kernel": {
         "stub left in place": KERNEL_HEAD + "    raise NotImplementedError()\n" + CONFIG + LAUNCHER,
         "never stores": cell(store="\n"),
@@ -178,6 +200,7 @@ def softmax(x, out, **kwargs):
 # The hint each failure's message must carry ("Likely cause [pattern]", grader.runtime.hints);
 # None: the bug fits no pattern (or its failure has a message of its own), and no hint may appear.
 HINTS = {
+    "review-coalesced": dict.fromkeys(WRONG["review-coalesced"]),
     "softmax-kernel": {
         "stub left in place": None,
         "never stores": None,
@@ -295,4 +318,21 @@ def softmax(x, out, *, num_warps=None, rows_per_program=None):
     return out
 """,
     },
+}
+
+# Sources that only a hidden test can reject, with the reason no visible test can catch them
+# (tests/test_known_wrong.py).
+_THE_ANSWER = (
+    "the set is the answer: the visible test checks the ratio it rests on and the labels' form, "
+    "and a test that compared the set would hand the answer out"
+)
+HIDDEN_ONLY = {
+    "review-coalesced": dict.fromkeys(
+        (
+            "the most sectors per request called uncoalesced",
+            "shuffled lanes called uncoalesced",
+            "none",
+        ),
+        _THE_ANSWER,
+    ),
 }

@@ -9,7 +9,7 @@ kernel, which calls that loop.
 import re
 
 from grader.authoring import build
-from tests.known_wrong import Partial
+from tests.known_wrong import Partial, swapped
 
 NOTEBOOK = "07_flash_attention"
 LOOP = "flash-attention-kernel"
@@ -72,7 +72,32 @@ _DIAGONAL_CALL = _CELLS[CAUSAL][
     )
 ]
 
+_BOUND = """    if max(memory, compute) < 60:
+        return "latency"
+    return "memory" if memory >= compute else "compute"
+"""
+
+
+def _bound(body: str) -> str:
+    return swapped(NOTEBOOK, "attention-bound", (_BOUND, body))
+
+
 WRONG = {
+    "attention-bound": {
+        "the smaller figure binds": _bound(
+            '    if max(memory, compute) < 60:\n        return "latency"\n'
+            '    return "memory" if memory < compute else "compute"\n'
+        ),
+        "never latency": _bound('    return "memory" if memory >= compute else "compute"\n'),
+        "near its peak only at 95%": _bound(
+            '    if max(memory, compute) < 95:\n        return "latency"\n'
+            '    return "memory" if memory >= compute else "compute"\n'
+        ),
+        "the tensor pipe taken for compute": _bound(
+            '    if max(memory, k.tensor_pipe_pct) < 60:\n        return "latency"\n'
+            '    return "memory" if memory >= k.tensor_pipe_pct else "compute"\n'
+        ),
+    },
     LOOP: {
         "stub left in place": _stub(LOOP),
         "accumulator not rescaled": _edit(LOOP, ("        acc = acc * alpha[:, None]\n", "")),
@@ -130,6 +155,7 @@ WRONG = {
 
 # The likely cause each failure must name (grader.runtime.hints); None: the bug fits no pattern.
 HINTS = {
+    "attention-bound": dict.fromkeys(WRONG["attention-bound"]),
     LOOP: {
         "stub left in place": None,
         "accumulator not rescaled": None,
