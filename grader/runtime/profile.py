@@ -325,6 +325,11 @@ class KernelProfile:
     stalls: tuple[Stall, ...] = ()  # the top reasons, most first
     raw: dict[str, float | None] = field(default_factory=dict)
 
+    @property
+    def l1_load_sectors(self) -> float | None:
+        """The 32-byte sectors L1 looked up for global loads, in all (not per request)."""
+        return self.raw.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+
     def __post_init__(self):  # JSON and recordings give lists and dicts back
         object.__setattr__(self, "grid", _tuple(self.grid))
         object.__setattr__(self, "block", _tuple(self.block))
@@ -992,6 +997,10 @@ COLUMNS: dict[str, tuple[str, Callable[[KernelProfile], str]]] = {
     "dram_read": ("DRAM read MB", lambda k: _mb(k.dram_bytes_read)),
     "dram_written": ("DRAM written MB", lambda k: _mb(k.dram_bytes_written)),
     "l1_load": ("L1 sectors/load", lambda k: _fmt(k.l1_sectors_per_load, "", 2)),
+    "l1_read": (
+        "L1 load MB",
+        lambda k: _mb(None if k.l1_load_sectors is None else 32 * k.l1_load_sectors),
+    ),
     "l1_store": ("L1 sectors/store", lambda k: _fmt(k.l1_sectors_per_store, "", 2)),
     "l2_hit": ("L2 hit %", lambda k: _fmt(k.l2_hit_rate_pct)),
     "occupancy": ("occupancy %", lambda k: _fmt(k.achieved_occupancy_pct)),

@@ -556,7 +556,7 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
             review_live = {label: profile.of(review_problem, kernels=[f"review_copy_{label.lower()}"],
                                              params={"n": REVIEW_ELEMENTS, "label": label})
                            for label in tqdm("ABC", desc="profiling the review")}
-            profile.compare(review_live, columns=("l1_load", "dram_read", "duration"))
+            profile.compare(review_live, columns=("l1_load", "l1_read", "dram_read", "duration"))
         else:
             print(f"Not profiled here: {NOT_PROFILED}.")
 else:
@@ -569,18 +569,20 @@ else:
 #
 # The last table holds the profiles of three copies from a code review, `review_copy_a`, `_b` and
 # `_c` above, each copying `n` float32 elements (recorded on a GPU: every machine reads the same
-# figures). Which of them waste what they fetch?
+# figures). All three read the same DRAM bytes, yet one takes four times as long: where is the
+# waste?
 #
-# 1. Write `fetched_per_used(k, used_bytes)`: the DRAM bytes the launch `k` (a
-#    `profile.KernelProfile`) read for each byte it needed to read.
+# 1. Write `fetched_per_used(k, used_bytes)`: the bytes the global loads of the launch `k` (a
+#    `profile.KernelProfile`) fetched into L1 (`k.l1_load_sectors` sectors of 32 bytes) for each
+#    byte the copy needed to read.
 # 2. Set `UNCOALESCED` to the labels of the copies whose warps fetch sectors they do not use.
-#    Careful: many sectors per request is not by itself a waste. What does each request move?
+#    Careful: many sectors per request is not by itself a waste. Why did DRAM not see it?
 
 # %% nbgrader={"grade_id": "review-coalesced", "solution": true}
 def fetched_per_used(k: profile.KernelProfile, used_bytes: float) -> float:
-    """DRAM bytes the launch `k` read per byte it needed to read."""
+    """Bytes the loads of the launch `k` fetched into L1 per byte it needed to read."""
     ### BEGIN SOLUTION
-    return k.dram_bytes_read / used_bytes
+    return 32 * k.l1_load_sectors / used_bytes
     ### END SOLUTION
 
 
@@ -593,19 +595,21 @@ recorded_review = profile.recorded_profiles("03_softmax/kernel-time", nth=1)
 review = {label: p.kernels[0] for label, p in recorded_review.items()}
 used = 4 * REVIEW_ELEMENTS  # each copy needs to read n float32 elements
 for label, k in review.items():
-    checks.expect_count(fetched_per_used, (k, used), k.dram_bytes_read / used,
+    fetched = 32 * k.l1_load_sectors
+    checks.expect_count(fetched_per_used, (k, used), fetched / used,
                         unit="bytes fetched per byte used", what=f"copy {label}",
-                        wrong={used / k.dram_bytes_read: "that is the inverse: used over fetched"})
+                        wrong={used / fetched: "that is the inverse: used over fetched",
+                               k.dram_bytes_read / used: "that is DRAM's count: L1's is asked"})
 assert isinstance(UNCOALESCED, (set, frozenset)) and UNCOALESCED <= set(review), (
     f"UNCOALESCED is a set of labels among {sorted(review)}, got {UNCOALESCED!r}")
 print("visible test passed: fetched_per_used on the three recorded profiles; UNCOALESCED is a set "
       "of their labels")
 ### BEGIN HIDDEN TESTS
-_WASTE = {label for label, k in review.items() if k.dram_bytes_read >= 2 * used}
+_WASTE = {label for label, k in review.items() if 32 * k.l1_load_sectors >= 2 * used}
 _WHY = {"A": "A's lanes are swapped within 8-byte pairs: a warp still touches only the sectors it "
              "uses, so it reads what it needs",
-        "B": "B's neighbouring lanes read addresses a row apart: compare what it fetched with what "
-             "it used",
+        "B": "B's neighbouring lanes read addresses a row apart: each fetches a sector of its own, "
+             "which L2 then serves again to the lanes that need its other bytes",
         "C": "C moves 16 bytes a thread: 16 sectors are the fewest a 512-byte request can touch, "
              "and it reads what it needs"}
 _wrong = sorted(UNCOALESCED ^ _WASTE)

@@ -61,7 +61,7 @@ def cell(load=LOAD, reduce=REDUCE, store=STORE, config=CONFIG, launcher=LAUNCHER
     return KERNEL_HEAD + load + reduce + store + config + launcher
 
 
-_FETCHED = "return k.dram_bytes_read / used_bytes"
+_FETCHED = "return 32 * k.l1_load_sectors / used_bytes"
 _UNCOALESCED = 'UNCOALESCED = {"B"}'
 
 
@@ -71,7 +71,8 @@ def _review(*pairs: tuple[str, str]) -> str:
 
 WRONG = {
     "review-coalesced": {
-        "used over fetched": _review((_FETCHED, "return used_bytes / k.dram_bytes_read")),
+        "used over fetched": _review((_FETCHED, "return used_bytes / (32 * k.l1_load_sectors)")),
+        "DRAM's bytes": _review((_FETCHED, "return k.dram_bytes_read / used_bytes")),
         "sectors per request for the ratio": _review(
             (_FETCHED, "return k.l1_sectors_per_load / 4")
         ),
