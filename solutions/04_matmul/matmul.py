@@ -744,9 +744,10 @@ else:
 #
 # Then each rung's signature in the GPU's counters (Nsight Compute, each version in a process of
 # its own, clocks locked, caches flushed before each pass), v0 and v1 at `NAIVE_N`, v1 to v3 at
-# `LADDER_N`. **v0 → v1**, `tl.dot` on tiles: the tensor pipes busy, DRAM bytes down by the reuse
-# of each tile. **v1 → v2**, grouped order: the L2 hit rate up. **v2 → v3**, pipelining: the top
-# stall no longer a wait on global memory (`long_scoreboard`).
+# `LADDER_N`. **v0 → v1**, `tl.dot` on tiles: the tensor pipes go from idle to busy (at `NAIVE_N`
+# both read A and B from DRAM once: L2 holds them). **v1 → v2**, grouped order: the L2 hit rate
+# up, DRAM bytes down. **v2 → v3**, pipelining: the top stall no longer a wait on global memory
+# (`long_scoreboard`).
 
 # %%
 def matmul_problem(n, cfg, naive=False):
