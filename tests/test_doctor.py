@@ -105,7 +105,10 @@ def test_old_triton_interpreter_with_numpy_2_4_is_a_problem():
 
 def test_report_lists_versions_and_mode():
     text, _ = doctor.report()
-    for word in ("python", "torch", "triton", "mode", "grades speed", "known-bad combinations"):
+    for word in (
+        "python", "torch", "triton", "mode", "grades speed", "hardware counters",
+        "known-bad combinations",
+    ):  # fmt: skip
         assert word in text
     for word in ("torch support", "triton support"):
         assert word in text
@@ -132,3 +135,19 @@ def test_cli_doctor_runs():
     )
     assert result.returncode == 0, result.stderr
     assert "triton" in result.stdout and "grades correctness  yes" in result.stdout
+
+
+def test_the_counters_row_says_where_profiles_come_from(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from grader.runtime import profile
+
+    assert doctor.counters(SimpleNamespace(is_gpu=False)).startswith("recorded profiles")
+    gpu = SimpleNamespace(is_gpu=True)
+    ncu = tmp_path / "ncu"
+    ncu.write_text("#!/bin/sh\n")
+    ncu.chmod(0o755)
+    monkeypatch.setenv(profile.NCU_ENV, str(ncu))
+    assert doctor.counters(gpu) == f"Nsight Compute, {ncu} (profile.canary() checks them)"
+    monkeypatch.setenv(profile.NCU_ENV, str(tmp_path / "missing"))
+    assert "no Nsight Compute (ncu)" in doctor.counters(gpu)

@@ -216,6 +216,7 @@ def collect(env: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], l
         ("TRITON_INTERPRET", env_before.get("TRITON_INTERPRET", "unset")),
         ("grades correctness", "yes"),
         ("grades speed", "yes" if dev.grades_speed else "no: needs an NVIDIA GPU, sm_80+"),
+        ("hardware counters", counters(dev)),
     ]
     found = findings(
         dev,
@@ -226,6 +227,20 @@ def collect(env: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], l
         env=env_before,
     )
     return rows, found
+
+
+def counters(dev: device.Device) -> str:
+    """Where this machine's profiles come from: Nsight Compute (its path; whether the counters may
+    be read shows at the first profile, and `profile.canary()` says whether they can be
+    believed), or the recordings that ship with the course, and why."""
+    from grader.runtime import profile
+
+    if not dev.is_gpu:
+        return "recorded profiles (live ones need an NVIDIA GPU and Nsight Compute)"
+    try:
+        return f"Nsight Compute, {profile.find_ncu()} (profile.canary() checks them)"
+    except profile.ProfileError:
+        return f"recorded profiles: no Nsight Compute (ncu); set {profile.NCU_ENV} or install it"
 
 
 def report(env: dict[str, str] | None = None) -> tuple[str, list[Finding]]:
