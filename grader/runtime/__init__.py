@@ -23,7 +23,6 @@ The public surface, by module (`from grader.runtime import device, checks, ...`)
 | `widgets` | the notebooks' explorers (roofline, online softmax, autotuning) |
 
 `stubs` recognises an untouched exercise stub for `checks`; `compile_helper` is the process in
-which `gpu_compile` runs Triton's compiler; `profile_canary` is the vector add that
-`profile.canary` profiles, imported only after `device.setup()`. Importing this package is light:
+which `gpu_compile` runs Triton's compiler. Importing this package is light:
 torch and triton are imported by the modules that need them, and triton only after
 `device.setup()`."""
