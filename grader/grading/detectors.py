@@ -131,7 +131,28 @@ def routes(cells: list[tuple[str, str]], called: set[str]) -> list[scan.Route]:
             alone |= rules
             read.append((label, code))
     if len(read) > 1:
-        labels = [label for label, _ in read]
         joined = "\n\n".join(code for _, code in read)
-        found += _read(labels, joined, names, alone, " with the other answer cells")[1]
+        rules, _ = _read([], joined, names)
+        if rules and rules - alone:
+            read = _needed(read, names, rules - alone)
+            labels = [label for label, _ in read]
+            joined = "\n\n".join(code for _, code in read)
+            found += _read(labels, joined, names, alone, " with the other answer cells")[1]
     return found
+
+
+def _needed(read: list[tuple[str, str]], names: list[str], rules: set[str]):
+    """The fewest of the cells `read` ((label, code)) that, joined, still match `rules`: each is
+    left out in turn, and stays out where the others still match them, so that a cell that only
+    stands beside the ones that cheat together is not named."""
+    kept = list(read)
+    for cell in list(kept):
+        rest = [c for c in kept if c is not cell]
+        if len(rest) < 2:
+            break
+        try:
+            if rules <= _strong("\n\n".join(code for _, code in rest), names):
+                kept = rest
+        except Exception:  # noqa: BLE001 - kernelguard fails on a part: the cell stays
+            continue
+    return kept
