@@ -61,6 +61,7 @@ COURSE_ERRORS = (
     "LLMError",
     "ModeError",
     "OutOfBoundsError",
+    "ProfileError",
     "RecordingError",
     "StubNotFilled",
     "TimingUnavailable",
