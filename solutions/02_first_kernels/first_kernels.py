@@ -640,10 +640,20 @@ perf.grade(fused_case(perf.copy_bandwidth(ideal_bytes, at_least=0.8)), points=1)
 # %% [markdown]
 # ### Where the time goes
 #
-# Each eager step timed alone, beside a copy of one read and one write of the tensor, the whole
-# chain and the fused kernel. If the accounting holds, each step costs about one copy, the chain
-# about three, the fused kernel about one. Then the profiler counts the DRAM bytes the eager chain
-# (its three kernels) and the fused kernel read, each in a process of its own.
+# The next cell times each eager step alone, beside a copy of one read and one write of the
+# tensor, the chain and the fused kernel: if the accounting holds, each step costs about one copy,
+# the chain about three, the fused kernel one. Then the profiler counts the DRAM bytes each read
+# (the chain's three kernels, and yours), each in a process of its own.
+#
+# ### Exercise 3 · the bytes the profiler counts (2 points)
+#
+# The table under the bars (recorded on a GPU, the same on every machine) gives those bytes at the
+# speed shape. Explain them with a count that holds at every shape: how many bytes must each
+# **read** from DRAM for a float32 `x` of shape `(M, N)`, its `bias` and a Python float `scale`?
+# Every eager kernel reads its inputs from memory (the profiler flushes the caches before each
+# kernel). Bytes written are left out: lines still in L2 when a kernel ends are not counted. The
+# visible test holds your counts against the profiler's; the hidden tests check them exactly on
+# other shapes.
 
 # %%
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
@@ -687,19 +697,6 @@ else:
           "time.")
     recorded.show("02_first_kernels/fused-steps")
 
-# %% [markdown]
-# ### Exercise 3 · the bytes the profiler counts (2 points)
-#
-# The table under the bars (recorded on a GPU, the same on every machine) gives the DRAM bytes the
-# eager chain and the fused kernel read at the speed shape. Explain them with a count that holds at
-# every shape: how many bytes must each **read** from DRAM for a float32 `x` of shape `(M, N)`, its
-# `bias` and a Python float `scale`? Every eager kernel reads all of its inputs from memory (the
-# profiler flushes the caches before each kernel). Bytes written are left out: lines still in L2
-# when a kernel ends are not counted there.
-#
-# The visible test holds your counts at the speed shape against the profiler's; the hidden tests
-# check them exactly on other shapes.
-
 # %% nbgrader={"grade_id": "fused-bytes", "solution": true}
 def eager_dram_read(M: int, N: int) -> int:
     """Bytes the three eager kernels read from DRAM, for float32 x (M, N) and bias (N,)."""
@@ -715,12 +712,17 @@ def fused_dram_read(M: int, N: int) -> int:
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test-fused-bytes", "points": 2}
+# %% nbgrader={"grade": true, "grade_id": "test-fused-bytes-visible", "points": 1}
 counted = profile.recorded_profiles("02_first_kernels/fused-steps")
 for fn, label in ((fused_dram_read, "fused kernel"), (eager_dram_read, "eager chain")):
     checks.expect_count(fn, FUSED_BENCH_SHAPE, profile.total(counted[label], "dram_bytes_read"),
                         unit="bytes", within=0.05, counted_by=f"the profiler, for the {label},")
 print("visible test passed: both counts within 5% of what the profiler counted")
+
+# %% nbgrader={"grade": true, "grade_id": "test-fused-bytes-hidden", "points": 1}
+# a check you can run now; the exact counts on other shapes run when the notebook is graded
+fewer = checks.call_graded(fused_dram_read, 64, 64) < checks.call_graded(eager_dram_read, 64, 64)
+assert fewer, "the fused kernel reads less than the eager chain: count again"
 ### BEGIN HIDDEN TESTS
 _WRITES = "that counts the bytes written too: the question is what is read"
 _BIAS = "the bias is read too: N more elements"

@@ -479,15 +479,23 @@ perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_s
                                       at_least=0.9)), points=1)
 
 # %% [markdown]
-# The kernel's time is recorded for the roofline of all your kernels in notebook 08, counting 5
-# operations per element (compare, subtract, exponentiate, add, divide) and one read and one write
-# of the matrix.
+# The kernel's time is recorded for 08's roofline of all your kernels (5 operations per element;
+# one read and one write of the matrix). Then the GPU's counters (Nsight Compute, each kernel in a
+# process of its own, caches flushed before each): the DRAM bytes the eager softmax's five kernels
+# and yours read and wrote. Yours should read the matrix once; bytes written can come out below a
+# matrix, as lines still dirty in L2 when a kernel ends are not counted.
 #
-# Then the GPU's own counters (Nsight Compute, each kernel in a process of its own, caches flushed
-# before each kernel): the DRAM bytes the eager softmax's five kernels and yours read and wrote.
-# Yours should read the matrix once, **read / minimum** near 1. Bytes written can come out below a
-# matrix: lines still dirty in L2 when a kernel ends are not counted. Last, three copies from a code
-# review, for the exercise below.
+# ### Exercise 2 · which reads are coalesced? (2 points)
+#
+# The cell also profiles three copies from a code review, `review_copy_a`, `_b` and `_c`, each of
+# `n` float32 elements (recorded on a GPU: the same figures everywhere). All three read the same
+# DRAM bytes, yet one takes four times as long: where is the waste?
+#
+# 1. Write `fetched_per_used(k, used_bytes)`: the bytes the global loads of the launch `k` (a
+#    `profile.KernelProfile`) fetched into L1 (`k.l1_load_sectors` sectors of 32 bytes) per byte
+#    the copy needed.
+# 2. Set `UNCOALESCED` to the labels of the copies whose warps fetch sectors they do not use. Many
+#    sectors per request is not by itself a waste. Why did DRAM not see it?
 
 # %%
 def softmax_problem(n_rows, n_cols, rows, warps, eager):
@@ -568,20 +576,6 @@ else:
           "profiles; interpreter times are not recorded.")
     recorded.show("03_softmax/kernel-time")
 
-# %% [markdown]
-# ### Exercise 2 · which reads are coalesced? (2 points)
-#
-# The last table holds the profiles of three copies from a code review, `review_copy_a`, `_b` and
-# `_c` above, each copying `n` float32 elements (recorded on a GPU: every machine reads the same
-# figures). All three read the same DRAM bytes, yet one takes four times as long: where is the
-# waste?
-#
-# 1. Write `fetched_per_used(k, used_bytes)`: the bytes the global loads of the launch `k` (a
-#    `profile.KernelProfile`) fetched into L1 (`k.l1_load_sectors` sectors of 32 bytes) for each
-#    byte the copy needed to read.
-# 2. Set `UNCOALESCED` to the labels of the copies whose warps fetch sectors they do not use.
-#    Careful: many sectors per request is not by itself a waste. Why did DRAM not see it?
-
 # %% nbgrader={"grade_id": "review-coalesced", "solution": true}
 def fetched_per_used(k: profile.KernelProfile, used_bytes: float) -> float:
     """Bytes the loads of the launch `k` fetched into L1 per byte it needed to read."""
@@ -594,7 +588,7 @@ def fetched_per_used(k: profile.KernelProfile, used_bytes: float) -> float:
 UNCOALESCED = {"B"}
 ### END SOLUTION
 
-# %% nbgrader={"grade": true, "grade_id": "test-review-coalesced", "points": 2}
+# %% nbgrader={"grade": true, "grade_id": "test-review-coalesced-visible", "points": 1}
 recorded_review = profile.recorded_profiles("03_softmax/kernel-time", nth=1)
 review = {label: p.kernels[0] for label, p in recorded_review.items()}
 used = 4 * REVIEW_ELEMENTS  # each copy needs to read n float32 elements
@@ -608,6 +602,10 @@ assert isinstance(UNCOALESCED, (set, frozenset)) and UNCOALESCED <= set(review),
     f"UNCOALESCED is a set of labels among {sorted(review)}, got {UNCOALESCED!r}")
 print("visible test passed: fetched_per_used on the three recorded profiles; UNCOALESCED is a set "
       "of their labels")
+
+# %% nbgrader={"grade": true, "grade_id": "test-review-coalesced-hidden", "points": 1}
+# the set is checked when the notebook is graded
+assert UNCOALESCED, "UNCOALESCED names no copy: are all three free of waste?"
 ### BEGIN HIDDEN TESTS
 _WASTE = {label for label, k in review.items() if 32 * k.l1_load_sectors >= 2 * used}
 _WHY = {"A": "A's tiles are 128 columns wide, each row contiguous: a warp's loads touch only "

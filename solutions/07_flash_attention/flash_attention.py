@@ -767,24 +767,22 @@ else:
 
 # %% [markdown]
 # For scale: the FlashAttention-3 paper (Shah et al. 2024) reports FlashAttention-2 at about 35%
-# of the H100's fp16 peak and its own Hopper kernel at up to 75%. It also notes that the H100's
-# exponential units are about 250 times slower than its matrix units (3.9 against 989 TFLOP/s),
-# so a softmax inside a matmul-bound loop is not free.
-
-# %% [markdown]
+# of the H100's fp16 peak and its own Hopper kernel at up to 75%; the H100's exponential units are
+# about 250 times slower than its matrix units (3.9 against 989 TFLOP/s), so a softmax inside a
+# matmul-bound loop is not free.
+#
 # ### Exercise 3 · what binds a kernel? (2 points)
 #
-# Nsight Compute's *Speed of Light* section gives two figures per launch, each a percentage of its
-# peak: **memory** throughput (the busiest of DRAM, L2, L1 and shared memory) and **compute** (SM)
-# throughput. A kernel is memory-bound when the memory system is near its peak, compute-bound when
-# the SMs are, and **latency**-bound when neither is: too little work in flight to keep either busy.
-# The last table above holds three launches profiled on a GPU (the same figures on every machine):
-# a copy, and your kernel at two sizes. Where does your kernel fall at each, and what does its
-# occupancy say?
+# Nsight Compute's *Speed of Light* gives two figures per launch, each a percentage of its peak:
+# **memory** throughput (the busiest of DRAM, L2, L1 and shared memory) and **compute** (SM)
+# throughput. A kernel is memory-bound when memory is near its peak, compute-bound when the SMs
+# are, **latency**-bound when neither is: too little work in flight. The last table above holds a
+# copy and your kernel at two sizes (recorded on a GPU). Where does your kernel fall, and what
+# does its occupancy say?
 #
 # Write `bound(k)` for a `profile.KernelProfile`: `"memory"`, `"compute"` or `"latency"`. Where
-# "near its peak" begins is yours to choose; the tests use only figures far from any sensible
-# threshold (each at most 40% or at least 70%, and when both are high, 10 points apart).
+# "near its peak" begins is yours; the tests use only clear figures (each at most 40% or at least
+# 70%, and 10 points apart when both are high).
 
 # %% nbgrader={"grade_id": "attention-bound", "solution": true}
 def bound(k: profile.KernelProfile) -> str:
@@ -797,7 +795,7 @@ def bound(k: profile.KernelProfile) -> str:
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test-attention-bound", "points": 2}
+# %% nbgrader={"grade": true, "grade_id": "test-attention-bound-visible", "points": 1}
 def a_launch(memory, compute):
     """A launch with these Speed of Light figures (percent of peak), the rest made up."""
     return profile.KernelProfile(
@@ -839,6 +837,9 @@ def expect_bound(k, what):
 for memory, compute in [(92, 18), (20, 85), (12, 6)]:
     expect_bound(a_launch(memory, compute), "a made-up launch")
 print("visible test passed: three made-up launches")
+
+# %% nbgrader={"grade": true, "grade_id": "test-attention-bound-hidden", "points": 1}
+expect_bound(a_launch(memory=3, compute=95), "a made-up launch")  # the hidden tests follow
 ### BEGIN HIDDEN TESTS
 _recorded = profile.recorded_profiles("07_flash_attention/attention-roofline")
 _clear = {label: p.kernels[0] for label, p in _recorded.items() if clear_bound(p.kernels[0])}

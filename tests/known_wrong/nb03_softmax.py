@@ -79,7 +79,7 @@ WRONG = {
         "the most sectors per request called uncoalesced": _review(
             (_UNCOALESCED, 'UNCOALESCED = {"B", "C"}')
         ),
-        "shuffled lanes called uncoalesced": _review((_UNCOALESCED, 'UNCOALESCED = {"A", "B"}')),
+        "the tiled copy called uncoalesced": _review((_UNCOALESCED, 'UNCOALESCED = {"A", "B"}')),
         "none": _review((_UNCOALESCED, "UNCOALESCED = set()")),
         "a list of labels": _review((_UNCOALESCED, 'UNCOALESCED = ["B"]')),
     },
@@ -331,8 +331,7 @@ HIDDEN_ONLY = {
     "review-coalesced": dict.fromkeys(
         (
             "the most sectors per request called uncoalesced",
-            "shuffled lanes called uncoalesced",
-            "none",
+            "the tiled copy called uncoalesced",
         ),
         _THE_ANSWER,
     ),
