@@ -10,12 +10,28 @@ from grader.authoring import build, kernel_connection
 from grader.runtime import perf
 
 
+def segments(source):
+    """A test cell's source as [(hidden, code)]: the runs of lines outside nbgrader's hidden
+    regions (what the student's copy holds and runs) and inside them, in order, markers kept.
+    Regions are at the top level of a cell, so running the pieces in turn runs the cell."""
+    pieces = [(False, [])]
+    for line in source.splitlines(keepends=True):
+        if "### BEGIN HIDDEN TESTS" in line:
+            pieces.append((True, []))
+        pieces[-1][1].append(line)
+        if "### END HIDDEN TESTS" in line:
+            pieces.append((False, []))
+    return [(h, "".join(lines)) for h, lines in pieces if "".join(lines).strip()]
+
+
 class Session:
     """A kernel that has run one solution notebook, and the notebook's cells."""
 
-    def __init__(self, notebook: str, env: dict[str, str] | None = None):
+    def __init__(self, notebook: str, env: dict[str, str] | None = None, hidden_tests: bool = True):
         """Start a kernel (with `env` for its environment where given, the tests' otherwise)
-        and run the solution notebook in it."""
+        and run the solution notebook in it; without `hidden_tests`, as a student's copy runs
+        (the hidden tests' regions left out: the state the cells build is the same, as the
+        released notebook runs without them)."""
         assignment = next(a for a in build.assignments() if a.name == notebook)
         self.cells = build.to_notebook(assignment.source).cells
         self.sockets = tempfile.TemporaryDirectory(prefix="kernel-")
@@ -28,7 +44,8 @@ class Session:
             self.kc.start_channels()
             self.kc.wait_for_ready(timeout=60)
             for cell in self.code_cells(0, len(self.cells)):
-                status, detail = self.run(cell.source)
+                visible = "".join(code for hidden, code in segments(cell.source) if not hidden)
+                status, detail = self.run(cell.source if hidden_tests else visible)
                 assert status == "ok", f"the solution itself fails in {cell.id}: {detail}"
                 if "parameters" in cell.metadata.get("tags", []):
                     self.run("RUN_BENCHMARKS = False")  # graded cells only: no sweeps

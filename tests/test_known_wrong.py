@@ -30,7 +30,7 @@ import pytest
 import tests.known_wrong
 from grader.runtime import device, doctor, recorded
 from tests.known_wrong import WithGiven
-from tests.notebook_session import Session
+from tests.notebook_session import Session, segments
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,10 @@ def _sessions(**env):
 
     def session(name):
         if name not in opened:
-            opened[name] = Session(name, env={**os.environ, **env} if env else None)
+            # the reference's hidden tests are tests/test_nbgrader.py's to run
+            opened[name] = Session(
+                name, env={**os.environ, **env} if env else None, hidden_tests=False
+            )
             printed = []
             status, detail = opened[name].run(COMPILED, printed)
             assert status == "ok", detail
@@ -190,20 +193,6 @@ def test_the_solutions_kernels_compile_for_the_gpu(sessions, dev, notebook):
     clean = {(f, c["target"]) for c in compiled if c["error"] is None for f in c["functions"]}
     missing = [f"{k} (sm_{t})" for k in sorted(graded) for t in (80, 90) if (k, t) not in clean]
     assert not missing, f"never compiled for the GPU: {', '.join(missing)}"
-
-
-def segments(source):
-    """A test cell's source as [(hidden, code)]: the runs of lines outside nbgrader's hidden
-    regions (what the student's copy holds and runs) and inside them, in order, markers kept.
-    Regions are at the top level of a cell, so running the pieces in turn runs the cell."""
-    pieces = [(False, [])]
-    for line in source.splitlines(keepends=True):
-        if "### BEGIN HIDDEN TESTS" in line:
-            pieces.append((True, []))
-        pieces[-1][1].append(line)
-        if "### END HIDDEN TESTS" in line:
-            pieces.append((False, []))
-    return [(h, "".join(lines)) for h, lines in pieces if "".join(lines).strip()]
 
 
 @pytest.mark.parametrize(
