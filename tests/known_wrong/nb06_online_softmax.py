@@ -193,7 +193,9 @@ HINTS = {
         # reports the read past the last row; on a GPU, the other numbers read into each row's
         # maximum and sum put every element off by the row's own factor
         "last block not masked": ("missing-mask", "row-normalisation", "non-finite"),
-        "pads the last block with 0": "row-normalisation",
+        # each row is off by a factor of its own, set by its maximum; when the few rows of a
+        # test happen to have close maxima, their factors agree within 1e-4, one for all rows
+        "pads the last block with 0": ("row-normalisation", "wrong-scale"),
         "d not rescaled when the maximum grows": "rescale",
         "NaN in lanes that saw only -inf": "non-finite",
         "lanes summed without rescaling": "row-normalisation",
