@@ -489,7 +489,7 @@ perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_s
 #
 # The cell also profiles three copies from a code review, `review_copy_a`, `_b` and `_c`, each of
 # `n` float32 elements (recorded on a GPU: the same figures everywhere). All three read the same
-# DRAM bytes, yet one takes four times as long: where is the waste?
+# DRAM bytes, yet one takes several times as long: where is the waste?
 #
 # 1. Write `fetched_per_used(k, used_bytes)`: the bytes the global loads of the launch `k` (a
 #    `profile.KernelProfile`) fetched into L1 (`k.l1_load_sectors` sectors of 32 bytes) per byte
