@@ -395,12 +395,15 @@ def grade(
 PRELUDE = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
 
 
-def _load_sources(sources: Sequence[str], folder: Path):
-    path = folder / "submitted.py"
+def load_sources(sources: Sequence[str], folder: Path, name: str = "submitted"):
+    """The module `name` made of `sources` after PRELUDE, written into `folder` (Triton reads a
+    kernel's source from its file) and registered in sys.modules: what a child process runs of
+    code sent from a notebook (here, and in grader.runtime.profile)."""
+    path = folder / f"{name}.py"
     path.write_text(PRELUDE + "\n\n".join(sources) + "\n")
-    spec = importlib.util.spec_from_file_location("submitted", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["submitted"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -418,7 +421,7 @@ def _measure(spec: dict, folder: Path) -> dict:
     from grader.runtime import perf
 
     dev = device.current()
-    module = _load_sources(spec["sources"], folder)
+    module = load_sources(spec["sources"], folder)
     launcher = getattr(module, spec["launcher"])
     problem = _resolve(spec["problem"])(**spec["params"])
     result = {"device": dev.describe(), "checks": [], "comparisons": {}, "flops": {}}

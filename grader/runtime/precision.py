@@ -41,7 +41,7 @@ class Dot:
     precision: str | None
 
 
-def _python_function(kernel):
+def python_function(kernel):
     """The Python function under a Triton kernel (through autotuners and heuristics)."""
     fn = kernel
     for _ in range(8):
@@ -175,11 +175,11 @@ def dots(kernel, args: Sequence = (), kwargs: Mapping | None = None) -> list[Dot
             precision = _precision(call, values, fn.__globals__)
             found.append(Dot(fn.__name__, call.line, call.code, precision))
         for name in parsed.callees:
-            callee = _python_function(fn.__globals__.get(name))
+            callee = python_function(fn.__globals__.get(name))
             if callee is not None and callee is not fn and hasattr(fn.__globals__[name], "fn"):
                 visit(callee, {})  # a jit helper: its parameters are not resolved
 
-    fn = _python_function(kernel)
+    fn = python_function(kernel)
     if fn is not None:
         parsed = _parse(fn)
         names = parsed.params if parsed else ()

@@ -1080,17 +1080,9 @@ def compare(
 def recorded_profiles(key: str, nth: int = 0) -> dict[str, Profile]:
     """The profiles the recorded cell `key` compared (in the `nth` `compare` it called), rebuilt
     from the recording that ships with the course: the same figures on every machine, for the
-    exercises that read them. While this run records (`make recordings`), the run's own record
-    of `key` is read instead, so that a new cell's exercise reads what was just measured.
-    Raises RecordingError where none was recorded."""
-    entry = None
-    if recorded.recording():
-        spool = Path(os.environ[recorded.RECORD_ENV]) / recorded.SPOOL
-        records = spool.read_text().splitlines() if spool.exists() else []
-        entry = next((r for r in map(json.loads, reversed(records)) if r["key"] == key), None)
-    if entry is None:
-        found = recorded.find(key)
-        entry = None if found is None else found[1]
+    exercises that read them (while this run records, the run's own: recorded.entry). Raises
+    RecordingError where none was recorded."""
+    entry = recorded.entry(key)
     calls = (
         []
         if entry is None
@@ -1234,7 +1226,6 @@ def canary(n: int = 1 << 25, *, ncu: str | os.PathLike | None = None) -> CanaryR
 # -- profiling a notebook's own functions ---------------------------------------------------------
 
 SOURCES_MODULE = "profiled"  # the module the child makes of the sources `of` sends
-PRELUDE = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
 CONSTANTS = (bool, int, float, str)  # the values `of` sends by their repr
 
 
@@ -1264,15 +1255,6 @@ def of(
     )
 
 
-def _function(obj):
-    """The Python function under a Triton kernel (JITFunction, Autotuner, Heuristics)."""
-    for _ in range(4):
-        if isinstance(obj, types.FunctionType):
-            return obj
-        obj = getattr(obj, "fn", None)
-    return None
-
-
 def _global_names(code: types.CodeType) -> list[str]:
     """The global names `code` and the code nested in it (lambdas, comprehensions) load."""
     names = [
@@ -1290,7 +1272,8 @@ def sources_for(factory: Callable) -> list[str]:
     Triton kernel of the factory's own module (the notebook) it reaches, callees first. Names
     it reaches that are none of these (a tensor, a dict) are not sent: the child fails if it
     uses one."""
-    from grader.runtime import integrity
+    from grader.runtime.integrity import source_of
+    from grader.runtime.precision import python_function as _function
 
     home = getattr(_function(factory), "__module__", None)
     lines: dict[str, str] = {}
@@ -1316,21 +1299,10 @@ def sources_for(factory: Callable) -> list[str]:
             elif _function(value) is not None:
                 module = _function(value).__module__
                 lines[name] = f"from {module} import {_function(value).__name__} as {name}\n"
-        bodies.append(integrity.source_of(obj))
+        bodies.append(source_of(obj))
 
     visit(factory)
     return [line for line in lines.values() if line] + bodies
-
-
-def _load_sources(sources: Sequence[str], folder: Path) -> None:
-    import importlib.util
-
-    path = folder / f"{SOURCES_MODULE}.py"
-    path.write_text(PRELUDE + "\n\n".join(sources) + "\n")
-    spec = importlib.util.spec_from_file_location(SOURCES_MODULE, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[SOURCES_MODULE] = module
-    spec.loader.exec_module(module)
 
 
 # -- the profiled process -------------------------------------------------------------------------
@@ -1346,7 +1318,9 @@ def _child(spec_path: str) -> int:
     import torch
 
     if spec.get("sources"):
-        _load_sources(spec["sources"], Path(spec_path).parent)
+        from grader.runtime import integrity
+
+        integrity.load_sources(spec["sources"], Path(spec_path).parent, SOURCES_MODULE)
     module, _, name = spec["problem"].partition(":")
     call = getattr(importlib.import_module(module), name)(**spec["params"])
     call()

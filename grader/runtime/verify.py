@@ -521,7 +521,7 @@ class OffsetReview:
         return "\n".join(lines)
 
 
-def _python_function(kernel):
+def python_function(kernel):
     fn = kernel
     for _ in range(4):  # Autotuner -> JITFunction -> function
         if inspect.isfunction(fn):
@@ -559,7 +559,7 @@ def offset_review(kernel, shapes: Iterable[Sequence[int]] = (), *, limit: int = 
     one head and are not listed. It is a review aid, not a proof: offsets formed another way are
     not seen. The review fails when something is listed and a shape's largest offset does not fit.
     """
-    fn = _python_function(kernel)
+    fn = python_function(kernel)
     source = textwrap.dedent(inspect.getsource(fn))
     lines = source.splitlines()
     func = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
