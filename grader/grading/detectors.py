@@ -131,13 +131,14 @@ def routes(cells: list[tuple[str, str]], called: set[str]) -> list[scan.Route]:
             alone |= rules
             read.append((label, code))
     if len(read) > 1:
+        how = " with the other answer cells"
         joined = "\n\n".join(code for _, code in read)
-        rules, _ = _read([], joined, names)
-        if rules and rules - alone:
-            read = _needed(read, names, rules - alone)
-            labels = [label for label, _ in read]
-            joined = "\n\n".join(code for _, code in read)
-            found += _read(labels, joined, names, alone, " with the other answer cells")[1]
+        rules, together = _read([label for label, _ in read], joined, names, alone, how)
+        needed = _needed(read, names, rules - alone) if together and rules is not None else read
+        if len(needed) < len(read):  # name only the cells that match together
+            joined = "\n\n".join(code for _, code in needed)
+            together = _read([label for label, _ in needed], joined, names, alone, how)[1]
+        found += together
     return found
 
 
