@@ -1,10 +1,11 @@
+import dataclasses
 import time
 
 import pytest
 import torch
 
 from grader.grading import verdicts
-from grader.runtime import checks, device, perf, timing
+from grader.runtime import checks, device, perf, profile, timing
 
 
 def fake(ms):
@@ -71,6 +72,7 @@ def test_verdict_is_published_as_data_in_ipython(monkeypatch):
         "needed": 1.2,
         "unit": "x",
         "flags": [],
+        "at_most": False,
         "passed": True,
     }
     assert perf.publish_verdict(perf.Verdict("eager", 1.1, 1.2)) is False
@@ -228,3 +230,76 @@ def test_a_flagged_cell_scores_zero_and_says_why(capsys, monkeypatch):
     record = verdicts.parse(data[perf.SPEED_MIMETYPE])
     assert record.flags == ("the timer lies",) and not record.passed and record.measured == 3.0
     assert data["text/plain"].endswith("FLAGGED")
+
+
+# -- the DRAM bytes a case may move, counted -------------------------------------------------
+
+
+def traffic_case(fewest=1000.0):
+    x = torch.zeros(8)
+    traffic = perf.Traffic(never, {"n": 8}, fewest=fewest)
+    return perf.Case(
+        never, ["k"], (x,), x, never, [perf.copy_bandwidth(64, at_least=0.8)], traffic=traffic
+    )
+
+
+def test_the_dram_bytes_counted_are_graded_beside_the_speed_as_a_ceiling(capsys):
+    case = traffic_case()
+    fast = {"candidate_ms": 1.0, "baseline_ms": {perf.COPY: 0.9}}
+    lean, _ = perf.verdicts_of(case, perf.Measured("p", **fast, dram_bytes=1050.0))
+    assert [v.at_most for v in lean] == [False, True] and all(v.passed for v in lean)
+    assert perf.score(lean, 1) == 1.0
+    heavy, _ = perf.verdicts_of(case, perf.Measured("p", **fast, dram_bytes=1500.0))
+    assert heavy[1].measured == pytest.approx(1.5) and not heavy[1].passed
+    assert perf.score(heavy, 1) == 0.0
+    out = capsys.readouterr().out
+    assert "1.05x the fewest DRAM bytes, counted by Nsight Compute (at most 1.1x) ok" in out
+    assert "1.50x the fewest DRAM bytes, counted by Nsight Compute (at most 1.1x) TOO SLOW" in out
+    assert "NOT YET: short of the fewest DRAM bytes" in out
+    record = verdicts.parse(heavy[1].record())
+    assert record.at_most and not record.passed and record.margin == pytest.approx(1.1 / 1.5)
+
+
+def test_bytes_not_counted_are_said_and_not_graded_and_a_flagged_case_counts_nothing():
+    case = traffic_case()
+    measured = perf.Measured("p", 1.0, {perf.COPY: 0.9}, uncounted="no ncu here")
+    graded, shown = perf.verdicts_of(case, measured)
+    assert len(graded) == 1 and shown == ["DRAM bytes not counted, so not graded: no ncu here"]
+    flagged = perf.Measured("p", 1.0, {perf.COPY: 0.9}, flags=("the timer lies",))
+    graded, shown = perf.verdicts_of(case, flagged)
+    assert len(graded) == 1 and graded[0].flags and shown == []
+
+
+def _launch(read, written):
+    required = [
+        f.name
+        for f in dataclasses.fields(profile.KernelProfile)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    counters = dict.fromkeys(required, None) | {"kernel": "k", "launch": 0}
+    return profile.KernelProfile(
+        **counters | {"dram_bytes_read": read, "dram_bytes_written": written}
+    )
+
+
+def test_the_bytes_counted_are_read_and_written_by_the_cases_kernels(monkeypatch):
+    asked = []
+
+    def of(factory, *, kernels, params):
+        asked.append((factory, kernels, params))
+        conditions = profile.Conditions("H100", "9.0", 50 << 20, "2025.3")
+        return profile.Profile((_launch(600.0, 380.0), _launch(10.0, 0.0)), conditions)
+
+    monkeypatch.setattr(profile, "unavailable", lambda: None)
+    monkeypatch.setattr(profile, "of", of)
+    traffic = traffic_case().traffic
+    assert perf._counted(traffic, ["k"]) == {"dram_bytes": 990.0}
+    assert asked == [(never, ["k"], {"n": 8})]
+
+    def fails(factory, **_):
+        raise profile.ProfileError("permission", "no permission to read the counters")
+
+    monkeypatch.setattr(profile, "of", fails)
+    assert perf._counted(traffic, ["k"]) == {"uncounted": "no permission to read the counters"}
+    monkeypatch.setattr(profile, "unavailable", lambda: "no GPU")
+    assert perf._counted(traffic, ["k"]) == {"uncounted": "no GPU"}

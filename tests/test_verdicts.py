@@ -101,3 +101,17 @@ def test_a_flagged_record_never_passes_and_may_have_no_figure():
     assert doubts([shown(perf.Verdict("eager", 9.0, 2.0, flags=("x",)).record())]) == [
         "cell speed-x scored 1 with a failed speed verdict"
     ]
+
+
+def test_a_ceiling_passes_at_or_below_it_and_its_worst_is_the_closest_to_it():
+    lean = perf.Verdict("the fewest DRAM bytes", 1.02, 1.1, at_most=True).record()
+    heavy = perf.Verdict("the fewest DRAM bytes", 1.3, 1.1, at_most=True).record()
+    assert verdicts.parse(lean).passed and not verdicts.parse(heavy).passed
+    assert "says passed=False of 1.02x" in verdicts.parse({**lean, "passed": False})
+    assert "says passed=True of 1.3x" in verdicts.parse({**heavy, "passed": True})
+    assert "with at_most 'yes'" in verdicts.parse({**lean, "at_most": "yes"})
+    assert "with at_most True in '%'" in verdicts.parse({**lean, "unit": "%"})
+    speed = verdicts.parse(good("eager", 2.1, 2.0))  # 5% past its floor
+    ceiling = verdicts.parse(lean)  # 8% under its ceiling
+    assert verdicts.worst([speed, ceiling]) is speed
+    assert verdicts.worst([speed, verdicts.parse(heavy)]).at_most

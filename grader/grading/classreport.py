@@ -264,7 +264,7 @@ def _speed_section(results: ClassResults, figure: str | None) -> list[str]:
         first = verdicts[0]
         if all(v.comparisons == 1 for v in verdicts):
             median = f"{statistics.median(v.measured for v in verdicts):g}{first.unit}"
-            threshold = f"{first.needed:g}{first.unit}"
+            threshold = f"{'at most ' if first.at_most else ''}{first.needed:g}{first.unit}"
         else:  # several comparisons per cell: only their ratios to the thresholds compare
             median, threshold = "(several comparisons)", "each its own"
         lines.append(

@@ -159,7 +159,8 @@ def speed(outputs: list) -> str:
     if any(r.flags for r in records):
         return "Speed: flagged, the figures cannot be trusted (the cell says why when you run it)."
     worst = verdicts.worst(records)
-    figure = f"{_two(worst.measured)}{worst.unit} (needs {_two(worst.needed)}{worst.unit})"
+    bound = "at most" if worst.at_most else "needs"
+    figure = f"{_two(worst.measured)}{worst.unit} ({bound} {_two(worst.needed)}{worst.unit})"
     if all(r.passed for r in records):
         return f"Speed: passed; the closest to its threshold: {figure}."
     return f"Speed: not passed; the furthest below its threshold: {figure}."

@@ -73,9 +73,10 @@ class CellError:
 @dataclass(frozen=True)
 class Speed:
     """A speed cell's verdict, from the records it published. `measured` and `needed` are a
-    speedup ("x") or a share of the copy bandwidth ("%"); for a cell that makes several
-    comparisons, those of the one furthest below (or least above) its threshold. None when the
-    cell measured nothing, or where the batch does not grade speed (`graded_here` False)."""
+    speedup ("x") or a share of the copy bandwidth ("%"), or, where `at_most`, the DRAM bytes
+    counted over the fewest; for a cell that makes several comparisons, those of the one
+    furthest short of (or least past) its threshold. None when the cell measured nothing, or
+    where the batch does not grade speed (`graded_here` False)."""
 
     grade_id: str
     graded_here: bool
@@ -85,13 +86,14 @@ class Speed:
     unit: str = ""
     comparisons: int = 0
     flags: tuple[str, ...] = ()  # why the figures could not be trusted (the cell scored 0)
+    at_most: bool = False
 
     @property
     def relative(self) -> float | None:
-        """measured / needed: 1 is the threshold, more is faster."""
-        if self.measured is None or not self.needed:
+        """How far past its threshold the figure is: 1 is the threshold, more is better."""
+        if self.measured is None or not self.needed or (self.at_most and not self.measured):
             return None
-        return self.measured / self.needed
+        return self.needed / self.measured if self.at_most else self.measured / self.needed
 
 
 @dataclass
@@ -223,7 +225,15 @@ def speed_of(grade_id: str, records: list[verdicts.Record]) -> Speed:
         return Speed(grade_id, graded_here=True, flags=flags)
     passed = all(r.passed for r in records)
     return Speed(
-        grade_id, True, passed, worst.measured, worst.needed, worst.unit, len(records), flags
+        grade_id,
+        True,
+        passed,
+        worst.measured,
+        worst.needed,
+        worst.unit,
+        len(records),
+        flags,
+        worst.at_most,
     )
 
 

@@ -19,7 +19,8 @@ UNITS = ("x", "%")
 @dataclass(frozen=True)
 class Record:
     """One published comparison: `measured` (None: the measurement stopped, flagged) and
-    `needed` in `unit` ("x" or "%"); `flags` say why the figure cannot be trusted."""
+    `needed` in `unit` ("x" or "%"), a floor, or a ceiling where `at_most` (the DRAM bytes
+    counted over the fewest); `flags` say why the figure cannot be trusted."""
 
     comparison: str
     measured: float | None
@@ -27,6 +28,14 @@ class Record:
     unit: str
     passed: bool
     flags: tuple[str, ...] = ()
+    at_most: bool = False
+
+    @property
+    def margin(self) -> float | None:
+        """How far the figure is past its threshold, as a ratio: below 1 is short of it."""
+        if self.measured is None:
+            return None
+        return self.needed / self.measured if self.at_most else self.measured / self.needed
 
 
 def parse(data: object) -> Record | str:
@@ -35,6 +44,7 @@ def parse(data: object) -> Record | str:
         return f"a speed record that is not a JSON object ({type(data).__name__})"
     comparison, measured, needed = data.get("comparison"), data.get("measured"), data.get("needed")
     unit, passed, flags = data.get("unit"), data.get("passed"), data.get("flags", [])
+    at_most = data.get("at_most", False)
     numbers = (needed,) if measured is None and flags else (measured, needed)
     if not isinstance(comparison, str) or not comparison:
         return "a speed record without a comparison name"
@@ -44,11 +54,14 @@ def parse(data: object) -> Record | str:
         return f"a speed record for {comparison!r} with unit {unit!r}, passed {passed!r}"
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         return f"a speed record for {comparison!r} with malformed flags"
-    if passed != (measured is not None and measured >= needed and not flags):
+    if not isinstance(at_most, bool) or (at_most and unit != "x"):
+        return f"a speed record for {comparison!r} with at_most {at_most!r} in {unit!r}"
+    within = measured is not None and (measured <= needed if at_most else measured >= needed)
+    if passed != (within and not flags):
         figure = "no figure" if measured is None else f"{measured:g}{unit}"
         return f"a speed record for {comparison!r} that says passed={passed} of {figure}"
     figure = None if measured is None else float(measured)
-    return Record(comparison, figure, float(needed), unit, passed, tuple(flags))
+    return Record(comparison, figure, float(needed), unit, passed, tuple(flags), at_most)
 
 
 def published(outputs: list) -> list[Record | str]:
@@ -62,9 +75,9 @@ def published(outputs: list) -> list[Record | str]:
 
 
 def worst(records: list[Record]) -> Record | None:
-    """The record with a figure furthest below (or least above) its threshold."""
+    """The record with a figure furthest short of (or least past) its threshold."""
     measured = [r for r in records if r.measured is not None]
-    return min(measured, key=lambda r: r.measured / r.needed, default=None)
+    return min(measured, key=lambda r: r.margin, default=None)
 
 
 def doubts(

@@ -29,14 +29,15 @@ tests time on the CPU, where the call's own work is checked by recording its Tri
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from grader.runtime import census, checks, device, launches, recorded, timing
+from grader.runtime import census, checks, device, launches, profile, recorded, timing
 from grader.runtime.published import SPEED_MIMETYPE
 
 # How a speed cell off the supported GPU class begins its message.
@@ -47,6 +48,8 @@ FLAGGED = "SPEED FLAGGED"
 # much at most; beyond, the figure is not one this device produces.
 BANDWIDTH_MARGIN = 0.10
 FLOP_MARGIN = 0.15
+# A call may move this many times the fewest DRAM bytes it needs, as Nsight Compute counts them.
+DRAM_MARGIN = 1.1
 CEILING_SIZES = (4096, 8192)  # the square matmuls whose best FLOP rate is the ceiling
 COPY = "copy bandwidth"  # a baseline of this name is a copy of the case's bytes, in percent
 TIMED, CHECKED = "timed", "checked"  # the census's windows
@@ -64,16 +67,22 @@ class Verdict:
     needed: float
     unit: str = "x"
     flags: tuple[str, ...] = ()
+    at_most: bool = False  # `needed` is a ceiling: the DRAM bytes counted over the fewest
 
     @property
     def passed(self) -> bool:
-        return self.measured is not None and self.measured >= self.needed and not self.flags
+        if self.measured is None or self.flags:
+            return False
+        return self.measured <= self.needed if self.at_most else self.measured >= self.needed
 
     def line(self) -> str:
         """The verdict for people: "1.53x eager (needs 1.2x)", "71% of copy bandwidth (needs
-        80%)"."""
+        80%)", "1.02x the fewest DRAM bytes (at most 1.1x)"."""
+        bound = "at most" if self.at_most else "needs"
         if self.measured is None:
-            return f"no figure against {self.comparison} (needs {self.needed:g}{self.unit})"
+            return f"no figure against {self.comparison} ({bound} {self.needed:g}{self.unit})"
+        if self.at_most:
+            return f"{self.measured:.2f}x {self.comparison} (at most {self.needed:g}x)"
         if self.unit == "%":
             return f"{self.measured:.0f}% of {self.comparison} (needs {self.needed:g}%)"
         return f"{self.measured:.2f}x {self.comparison} (needs {self.needed:g}x)"
@@ -130,12 +139,29 @@ def copy_bandwidth(bytes_moved: int, at_least: float | None) -> Baseline:
 
 
 @dataclass(frozen=True)
+class Traffic:
+    """The DRAM bytes a case's call may move, counted on a GPU by Nsight Compute
+    (grader.runtime.profile): `factory(**params)`, a function of the notebook, makes the same
+    call on inputs of its own in a process of its own (`profile.of`); what the case's kernels
+    read and write there must be at most `margin` times `fewest`. A count of bytes does not
+    drift with the clocks, and no timer patched in the notebook changes it."""
+
+    factory: Callable[..., Callable[[], object]]
+    params: Mapping[str, object]
+    fewest: float
+    margin: float = DRAM_MARGIN
+
+    comparison = "the fewest DRAM bytes, counted by Nsight Compute"
+
+
+@dataclass(frozen=True)
 class Case:
     """One problem a speed cell times. `candidate()` is the graded call; it must run `kernels`
     (the exercise's Triton kernels) on `inputs` and write `out` (or return its result where
     `out` is None); `verify()` checks the output against the inputs as they are now (they change
     before every timed call). `bytes_moved` and `flops` set the ceilings; `dtype` is the inputs'
-    for cuBLAS's FLOP rate. `name` tells cases of one cell apart ("D=64, causal")."""
+    for cuBLAS's FLOP rate. `name` tells cases of one cell apart ("D=64, causal"). `traffic`,
+    where given, adds a graded verdict: the DRAM bytes the call moves, counted."""
 
     candidate: Callable[[], object]
     kernels: Sequence[str]
@@ -147,6 +173,7 @@ class Case:
     bytes_moved: float | None = None
     flops: float | None = None
     dtype: torch.dtype | None = None
+    traffic: Traffic | None = None
 
     def __post_init__(self):
         if not self.kernels:
@@ -170,13 +197,15 @@ class Case:
 class Measured:
     """What `measure` found for one case, as data: the medians in milliseconds of the call
     (None where the measurement stopped) and of each baseline by name; why the figures cannot be
-    trusted; the timings as lines for people."""
+    trusted; the timings as lines for people; the DRAM bytes counted, or why not."""
 
     case: str
     candidate_ms: float | None = None
     baseline_ms: dict[str, float] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     lines: tuple[str, ...] = ()
+    dram_bytes: float | None = None  # read and written, counted (Case.traffic)
+    uncounted: str | None = None  # why the DRAM bytes of a case with traffic were not counted
 
     def speedup(self, baseline: str) -> float | None:
         """The call's speedup over `baseline` (None where either was not timed)."""
@@ -536,7 +565,27 @@ def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
         flags += identity_flags(case)
     if not flags:
         flags += _ceilings(case, {c.baseline_name: c for c in results})
-    return _measured(case, results, flags)
+    measured = _measured(case, results, flags)
+    if case.traffic is None or flags:
+        return measured
+    return dataclasses.replace(measured, **_counted(case.traffic, case.kernels))
+
+
+def _counted(traffic: Traffic, kernels: Sequence[str]) -> dict:
+    """Measured's `dram_bytes` (what the kernels read and wrote), or `uncounted`: why not."""
+    why = profile.unavailable()
+    if why is None:
+        try:
+            found = profile.of(traffic.factory, kernels=list(kernels), params=dict(traffic.params))
+        except profile.ProfileError as failed:
+            why = str(failed)
+        else:
+            read = profile.total(found, "dram_bytes_read")
+            written = profile.total(found, "dram_bytes_written")
+            if read is not None and written is not None:
+                return {"dram_bytes": read + written}
+            why = "Nsight Compute returned no DRAM bytes"
+    return {"uncounted": why}
 
 
 def _timed_on_the_cpu(case: Case, sampler: timing.Sampler) -> tuple[list[Comparison], list[str]]:
@@ -588,6 +637,15 @@ def verdicts_of(case: Case, measured: Measured) -> tuple[list[Verdict], list[str
             continue
         needed = 100 * b.at_least if b.unit == "%" else b.at_least
         graded.append(Verdict(case.label(b), figure, needed, b.unit, measured.flags))
+    if case.traffic is None or measured.flags:  # flagged: no count was taken, and 0 points
+        return graded, shown
+    if measured.dram_bytes is None:
+        why = measured.uncounted or "no GPU to count them on"
+        shown.append(f"DRAM bytes not counted, so not graded: {why}")
+    else:
+        label = f"{case.name}: {Traffic.comparison}" if case.name else Traffic.comparison
+        ratio = measured.dram_bytes / case.traffic.fewest
+        graded.append(Verdict(label, ratio, case.traffic.margin, at_most=True))
     return graded, shown
 
 
