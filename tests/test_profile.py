@@ -7,9 +7,11 @@ import csv
 import json
 import math
 import os
+import re
 import stat
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,13 @@ def edited(text=None, *, units=None, cells=None, drop=(), add=(), columns=None) 
 
 
 SAMPLE = edited(add=[MATMUL])  # the canary and the matmul, two launches
+
+
+def marked(*calls: tuple[str, ...]) -> str:
+    """The canary's table with one launch per name, a marker before each call's."""
+    names = [n for call in calls for n in (profile.MARKER, *call)]
+    rows = [{"ID": str(i), "Kernel Name": name} for i, name in enumerate(names)]
+    return edited(add=rows[1:], cells={0: rows[0]})
 
 
 def test_the_sample_is_the_shape_ncu_prints():
@@ -606,7 +615,8 @@ def test_profile_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
         assert flags in joined
     metrics = argv[argv.index("--metrics") + 1].split(",")
     assert sorted(metrics) == sorted(profile.metric_names(9))
-    spec = {"problem": profile.CANARY_PROBLEM, "params": {"n": 1024}, "sources": []}
+    problems = [{"problem": profile.CANARY_PROBLEM, "params": {"n": 1024}}]
+    spec = {"problems": problems, "markers": False, "sources": []}
     assert json.loads(seen()["spec"]) == spec
 
 
@@ -779,10 +789,19 @@ def test_the_child_profiles_only_the_call_after_a_warm_up(tmp_path, monkeypatch)
     monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: EVENTS.append("stop"))
     spec = tmp_path / "spec.json"
     problem = "tests.test_profile:counting_problem"
-    spec.write_text(json.dumps({"problem": problem, "params": {"label": "call"}}))
+    spec.write_text(json.dumps({"problems": [{"problem": problem, "params": {"label": "call"}}]}))
     EVENTS.clear()
     assert profile._child(str(spec)) == 0
     assert EVENTS == ["setup gpu", "call", "sync", "start", "call", "sync", "stop"]
+    # several problems, each after a marker inside its own profiled range
+    monkeypatch.setitem(sys.modules, "grader.runtime.profile_marker", types.SimpleNamespace(
+        Marker=lambda: lambda: EVENTS.append("marker")))  # fmt: skip
+    both = [{"problem": problem, "params": {"label": label}} for label in ("a", "b")]
+    spec.write_text(json.dumps({"problems": both, "markers": True}))
+    EVENTS.clear()
+    assert profile._child(str(spec)) == 0
+    one = ["sync", "start", "marker"]
+    assert EVENTS == ["setup gpu", "a", *one, "a", "sync", "stop", "b", *one, "b", "sync", "stop"]
 
 
 # -- a notebook's own functions, compared, and read back from a recording -------------------------
@@ -870,11 +889,12 @@ def test_of_profiles_the_factory_by_its_name_in_the_sent_module(
     fake_ncu, monkeypatch, notebook_module
 ):
     monkeypatch.setattr(profile, "_gpu", lambda: H200)
-    seen = fake_ncu(log=edited())
+    seen = fake_ncu(log=marked(("profile_canary_add",)))
     found = profile.of(notebook_module.problem, kernels=["profile_canary_add"], params={"n": 8})
     assert [k.kernel for k in found.kernels] == ["profile_canary_add"]
     spec = json.loads(seen()["spec"])
-    assert spec["problem"] == f"{profile.SOURCES_MODULE}:problem" and spec["params"] == {"n": 8}
+    problem = {"problem": f"{profile.SOURCES_MODULE}:problem", "params": {"n": 8}}
+    assert spec["problems"] == [problem] and spec["markers"]
     assert spec["sources"] == profile.sources_for(notebook_module.problem)
     with pytest.raises(TypeError, match="the function to call in the child"):
         profile.of(None, kernels=["k"])
@@ -942,3 +962,54 @@ def test_without_a_gpu_or_ncu_the_reason_is_given(monkeypatch, tmp_path):
     monkeypatch.setattr(profile, "NCU_PLACES", ())
     monkeypatch.delenv(profile.NCU_ENV, raising=False)
     assert "ncu, is not on PATH" in profile.unavailable()
+
+
+def test_each_profiles_several_calls_in_one_child_and_splits_them_at_the_markers(
+    fake_ncu, monkeypatch, notebook_module
+):
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
+    seen = fake_ncu(log=marked(("kernel", "kernel"), ("relu_kernel", "mul_kernel"), ("kernel",)))
+    found = profile.each({
+        "named": profile.Call(notebook_module.problem, ["kernel"], {"n": 8}),
+        "every launch": profile.Call(notebook_module.problem, [], {"n": 16}),
+        "again": profile.Call(notebook_module.problem, ["kernel"], {"n": 32}),
+    })  # fmt: skip
+    assert {label: [k.kernel for k in p.kernels] for label, p in found.items()} == {
+        "named": ["kernel"],  # the first launch of each kernel named
+        "every launch": ["relu_kernel", "mul_kernel"],
+        "again": ["kernel"],
+    }
+    assert found["named"].kernels[0].launch == 1 and found["again"].kernels[0].launch == 7
+    assert found["named"].conditions.kernel_filter == "regex:^(kernel)$"
+    argv, spec = seen()["argv"], json.loads(seen()["spec"])
+    assert "-k" not in argv  # one call profiles every launch: nothing filtered out
+    assert [p["params"] for p in spec["problems"]] == [{"n": 8}, {"n": 16}, {"n": 32}]
+    assert spec["markers"] and len(spec["sources"]) == len(set(spec["sources"]))
+
+
+def test_each_filters_to_the_kernels_named_and_the_marker(fake_ncu, monkeypatch, notebook_module):
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
+    seen = fake_ncu(log=marked(("kernel",), ("kernel",)))
+    calls = {n: profile.Call(notebook_module.problem, ["kernel"], {"n": n}) for n in (8, 16)}
+    assert list(profile.each(calls)) == [8, 16]
+    assert f"regex:^(kernel|{profile.MARKER})$" in seen()["argv"]
+
+
+@pytest.mark.parametrize(
+    "calls, says",
+    [
+        ((("kernel",), ("other",)), "16: ncu profiled other but not kernel"),
+        ((("kernel",), ()), "16: ncu profiled nothing but not kernel"),
+        ((("kernel",),), "do not begin with one course_profile_marker per call (2 calls)"),
+    ],
+)
+def test_each_names_the_call_whose_kernel_was_not_launched(
+    fake_ncu, monkeypatch, notebook_module, calls, says
+):
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
+    fake_ncu(log=marked(*calls))
+    both = {n: profile.Call(notebook_module.problem, ["kernel"], {"n": n}) for n in (8, 16)}
+    with pytest.raises(ProfileError, match=re.escape(says)):
+        profile.each(both)
+    with pytest.raises(ValueError, match="plain names|def names"):
+        profile.Call(notebook_module.problem, ["k[0]"])

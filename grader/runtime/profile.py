@@ -13,6 +13,11 @@ replays the same table. `canary()` profiles a vector add whose traffic is known 
 the counters can be believed on this machine; run it first on a new GPU box. `METRICS` is the
 table of what is read: ncu's metric name, the field it fills, its unit and its meaning.
 
+A notebook profiles its own functions with `of(factory, kernels=..., params=...)`, or several
+calls at once with `each({label: Call(factory, kernels, params)})`: one child process, one start
+of Python, torch and ncu (seconds each) for them all, a marker kernel launched before each call
+telling its launches apart.
+
 `target` is either importable code, "module:function" (a factory, called with `params` in the
 child, that makes its inputs on the GPU and returns a function of no arguments that launches the
 kernels), or the path of a Python script. A factory's function is called once unprofiled, so
@@ -770,15 +775,20 @@ def collect(
     ncu: str | os.PathLike | None = None,
     timeout: float = 600,
     sources: Sequence[str] = (),
+    problems: Sequence[Mapping] = (),
 ) -> list[KernelProfile]:
     """Run ncu on `target` and read its launches, refusing any failure it reports; no device
     check (`profile` does that, and adds the conditions). `sources`: code the child loads as the
-    module SOURCES_MODULE before it resolves `target`."""
-    if not _is_script(target) and ":" not in str(target):
+    module SOURCES_MODULE before it resolves `target`. `problems` ({"problem": target, "params":
+    params} each) replace `target` and `params`: the child makes each call in turn, a MARKER
+    launched before each, and every launch `kernels` matches is read (`each`)."""
+    if not problems and not _is_script(target) and ":" not in str(target):
         raise ValueError(f"target is 'module:function' or a script's path, not {target!r}")
     tool = find_ncu(ncu)
     regex = kernel_filter(kernels)
-    count = launch_count or len(kernels) or None  # no kernels named: every launch of the call
+    # one launch per kernel named, or every launch of the call where none is; of several calls,
+    # every launch that matches
+    count = None if problems else launch_count or len(kernels) or None
     asked = metric_names(major)
     env = dict(os.environ)
     # the parent's imports, its working folder ("" in sys.path) included: the child runs in a
@@ -788,9 +798,14 @@ def collect(
     env["COURSE_MODE"] = device.GPU
     with tempfile.TemporaryDirectory(prefix="profile-") as tmp:
         spec, log = Path(tmp) / "spec.json", Path(tmp) / "ncu.csv"
+        single = [{"problem": str(target), "params": dict(params or {})}]
         spec.write_text(
             json.dumps(
-                {"problem": str(target), "params": dict(params or {}), "sources": list(sources)}
+                {
+                    "problems": [dict(p) for p in problems] or single,
+                    "markers": bool(problems),
+                    "sources": list(sources),
+                }
             )
         )
         argv = command(
@@ -914,8 +929,12 @@ def profile(
         timeout=timeout,
         sources=sources,
     )
+    return Profile(tuple(launches), _conditions(gpu, tool, clock_control, kernels))
+
+
+def _conditions(gpu: _Gpu, tool: Path, clock_control: str, kernels: Sequence[str]) -> Conditions:
     l2 = f", {gpu.l2_bytes:,} bytes here" if gpu.l2_bytes else ""
-    conditions = Conditions(
+    return Conditions(
         device=gpu.name,
         capability=f"sm_{gpu.major}{gpu.minor}",
         l2_bytes=gpu.l2_bytes,
@@ -925,7 +944,6 @@ def profile(
         notes=(CLOCK_NOTES[clock_control], CACHE_NOTE, REPLAY_NOTE, WRITE_NOTE.format(l2=l2)),
         date=time.strftime("%Y-%m-%d"),
     )
-    return Profile(tuple(launches), conditions)
 
 
 # -- showing --------------------------------------------------------------------------------------
@@ -1225,8 +1243,28 @@ def canary(n: int = 1 << 25, *, ncu: str | os.PathLike | None = None) -> CanaryR
 
 # -- profiling a notebook's own functions ---------------------------------------------------------
 
-SOURCES_MODULE = "profiled"  # the module the child makes of the sources `of` sends
-CONSTANTS = (bool, int, float, str)  # the values `of` sends by their repr
+SOURCES_MODULE = "profiled"  # the module the child makes of the sources `each` sends
+CONSTANTS = (bool, int, float, str)  # the values `each` sends by their repr
+MARKER = "course_profile_marker"  # launched before each call `each` profiles (profile_marker)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call for `each` to profile: `factory(**params)`, a function defined in the notebook,
+    makes it in the child; the launches of `kernels` it makes are profiled, the first of each
+    (every launch it makes where none is named: PyTorch's own kernels too, by their function
+    names)."""
+
+    factory: Callable
+    kernels: Sequence[str] = ()
+    params: Mapping = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not callable(self.factory) or getattr(self.factory, "__name__", None) is None:
+            raise TypeError(
+                f"the factory is the function to call in the child, not {self.factory!r}"
+            )
+        kernel_filter(self.kernels)  # plain names, or ValueError
 
 
 def of(
@@ -1236,23 +1274,87 @@ def of(
     params: Mapping | None = None,
     **options,
 ) -> Profile:
-    """Profile the call made by `factory`, a function defined in the notebook: it is called with
-    `params` in the child and returns the function of no arguments to profile. The child gets
-    the factory's source and what it reaches (`sources_for`): the notebook's functions and
-    Triton kernels it names, and theirs, by their source; constants (numbers, text) by value;
-    modules and importable functions by an import. With no `kernels` named, every launch the
-    call makes is profiled (PyTorch's own kernels too, by their function names). `options` are
-    `profile`'s."""
-    name = getattr(factory, "__name__", None)
-    if not callable(factory) or name is None:
-        raise TypeError(f"the factory is the function to call in the child, not {factory!r}")
-    return profile(
-        f"{SOURCES_MODULE}:{name}",
-        kernels,
-        params=params,
-        sources=sources_for(factory),
-        **options,
+    """Profile the call `factory(**params)` makes (a `Call` by itself: see `each`)."""
+    return each({"": Call(factory, kernels, params or {})}, **options)[""]
+
+
+def each(
+    calls: Mapping[str, Call],
+    *,
+    clock_control: str = CLOCK_CONTROL,
+    top_stalls: int = 3,
+    ncu: str | os.PathLike | None = None,
+    timeout: float = 600,
+) -> dict[str, Profile]:
+    """Profile several calls, {label: Call}, in one child process under one ncu: {label:
+    Profile}, at the cost of one start of Python, torch and ncu (seconds each) for them all.
+    The child gets each factory's source and what it reaches (`sources_for`): the notebook's
+    functions and Triton kernels it names, and theirs, by their source; constants (numbers,
+    text) by value; modules and importable functions by an import. It makes each call in
+    turn, runs it once to compile and tune, then once more between cudaProfilerStart and
+    cudaProfilerStop, just after a launch of MARKER, which tells where the call's own launches
+    begin in what ncu lists."""
+    if not calls:
+        raise ValueError("name at least one call to profile")
+    gpu = _gpu()
+    tool = find_ncu(ncu)
+    every = any(not c.kernels for c in calls.values())
+    named = [] if every else [*dict.fromkeys(k for c in calls.values() for k in c.kernels), MARKER]
+    launches = collect(
+        "",
+        named,
+        major=gpu.major,
+        clock_control=clock_control,
+        top_stalls=top_stalls,
+        ncu=tool,
+        timeout=timeout,
+        sources=list(dict.fromkeys(s for c in calls.values() for s in sources_for(c.factory))),
+        problems=[
+            {"problem": f"{SOURCES_MODULE}:{c.factory.__name__}", "params": dict(c.params)}
+            for c in calls.values()
+        ],
     )
+    found = {}
+    for (label, call), own in zip(calls.items(), _split(launches, len(calls)), strict=True):
+        firsts = {k: _first(own, k) for k in call.kernels}  # the first launch of each named
+        missing = [k for k, launch in firsts.items() if launch is None]
+        kept = list(firsts.values()) if call.kernels else own
+        if missing or not kept:
+            launched = ", ".join(sorted({k.kernel for k in own})) or "nothing"
+            raise ProfileError(
+                "no-match",
+                f"{label or 'the call'}: ncu profiled {launched} but not "
+                f"{', '.join(missing) or 'a launch'}: the call never launched it, or under "
+                "another name",
+            )
+        found[label] = Profile(tuple(kept), _conditions(gpu, tool, clock_control, call.kernels))
+    return found
+
+
+def _first(launches: Sequence[KernelProfile], kernel: str) -> KernelProfile | None:
+    return next((k for k in launches if k.kernel == kernel), None)
+
+
+def _split(launches: Sequence[KernelProfile], calls: int) -> list[list[KernelProfile]]:
+    """The launches of each call: those after each MARKER, in ncu's order."""
+    ordered = sorted(launches, key=lambda k: k.launch)
+    if (
+        not ordered
+        or ordered[0].kernel != MARKER
+        or sum(k.kernel == MARKER for k in ordered) != calls
+    ):
+        raise ProfileError(
+            "bad-output",
+            f"ncu's launches do not begin with one {MARKER} per call ({calls} calls): "
+            f"{', '.join(k.kernel for k in ordered[:12])}",
+        )
+    split: list[list[KernelProfile]] = []
+    for k in ordered:
+        if k.kernel == MARKER:
+            split.append([])
+        else:
+            split[-1].append(k)
+    return split
 
 
 def _global_names(code: types.CodeType) -> list[str]:
@@ -1309,8 +1411,9 @@ def sources_for(factory: Callable) -> list[str]:
 
 
 def _child(spec_path: str) -> int:
-    """Under ncu: make the factory's call, run it once to compile and tune, then once more
-    between cudaProfilerStart and cudaProfilerStop, the launches ncu profiles."""
+    """Under ncu: for each problem in turn, make its call, run it once to compile and tune, then
+    once more between cudaProfilerStart and cudaProfilerStop, the launches ncu profiles; with
+    markers, a MARKER launched first inside that range."""
     spec = json.loads(Path(spec_path).read_text())
     device.setup(device.GPU)
     import importlib
@@ -1321,14 +1424,24 @@ def _child(spec_path: str) -> int:
         from grader.runtime import integrity
 
         integrity.load_sources(spec["sources"], Path(spec_path).parent, SOURCES_MODULE)
-    module, _, name = spec["problem"].partition(":")
-    call = getattr(importlib.import_module(module), name)(**spec["params"])
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    mark = None
+    if spec.get("markers"):
+        from grader.runtime.profile_marker import Marker
+
+        mark = Marker()
+    for problem in spec["problems"]:
+        module, _, name = problem["problem"].partition(":")
+        call = getattr(importlib.import_module(module), name)(**problem["params"])
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        if mark is not None:
+            mark()
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        del call  # its inputs, before the next call makes its own
+        torch.cuda.empty_cache()
     return 0
 
 

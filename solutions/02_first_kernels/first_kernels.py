@@ -326,7 +326,7 @@ def strided_copy(x, out, stride, block=1024):
 
 
 def strided_problem(n, stride):
-    """What profile.of calls in a process of its own: the inputs, and the call to profile."""
+    """What profile.each calls in the profiled process: the inputs, and the call to profile."""
     x = torch.randn(n * stride, device="cuda")
     out = torch.empty(n, device="cuda")
     return lambda: strided_copy(x, out, stride)
@@ -367,11 +367,11 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                      title=f"Copying {n_strided >> 20} Mi float32 elements read at stride S, "
                            f"{DEVICE.name}")
         del source
-        if NOT_PROFILED is None:  # the counters, each stride in a process of its own
-            strided_profiles = {
-                f"stride {s}": profile.of(strided_problem, kernels=["strided_copy_kernel"],
-                                          params={"n": n_strided, "stride": s})
-                for s in tqdm(PROFILED_STRIDES, desc="profiling")}
+        if NOT_PROFILED is None:  # the counters, every stride in one process under the profiler
+            strided_profiles = profile.each({
+                f"stride {s}": profile.Call(strided_problem, ["strided_copy_kernel"],
+                                            {"n": n_strided, "stride": s})
+                for s in PROFILED_STRIDES})
             profile.compare(strided_profiles, columns=("duration", "l1_load", "dram_read", "l2_hit"),
                             minimum_read=dict.fromkeys(strided_profiles, 4 * n_strided))
         else:
@@ -606,7 +606,7 @@ def fused_speed():
 
 
 def fused_problem(M, N, fused):
-    """What profile.of calls: the fused kernel, or the eager chain, on (M, N) float32 inputs."""
+    """What profile.each calls: the fused kernel, or the eager chain, on (M, N) float32 inputs."""
     x = torch.randn(M, N, device="cuda")
     bias = torch.randn(N, device="cuda")
     out = torch.empty_like(x)
@@ -647,7 +647,7 @@ perf.grade(fused_case(perf.copy_bandwidth(ideal_bytes, at_least=0.8),
 # The next cell times each eager step alone, beside a copy of one read and one write of the
 # tensor, the chain and the fused kernel: if the accounting holds, each step costs about one copy,
 # the chain about three, the fused kernel one. Then the profiler counts the DRAM bytes each read
-# (the chain's three kernels, and yours), each in a process of its own.
+# (the chain's three kernels, and yours), in a process apart from the notebook's.
 #
 # ### Exercise 3 · the bytes the profiler counts (2 points)
 #
@@ -687,12 +687,11 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                        bytes_moved=ideal_bytes, seconds=ms["fused kernel"] * 1e-3, precision="fp32")
         if NOT_PROFILED is None:
             shape = {"M": M_speed, "N": N_speed}
-            profile.compare({
-                "eager chain": profile.of(fused_problem, kernels=[],
-                                          params={**shape, "fused": False}),
-                "fused kernel": profile.of(fused_problem, kernels=["bias_gelu_scale_kernel"],
-                                           params={**shape, "fused": True}),
-            }, columns=("duration", "dram_read", "dram_written"))
+            profile.compare(profile.each({
+                "eager chain": profile.Call(fused_problem, [], {**shape, "fused": False}),
+                "fused kernel": profile.Call(fused_problem, ["bias_gelu_scale_kernel"],
+                                             {**shape, "fused": True}),
+            }), columns=("duration", "dram_read", "dram_written"))
         else:
             print(f"Not profiled here: {NOT_PROFILED}.")
 else:

@@ -480,8 +480,8 @@ perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_s
 
 # %% [markdown]
 # The kernel's time is recorded for 08's roofline of all your kernels (5 operations per element;
-# one read and one write of the matrix). Then the GPU's counters (Nsight Compute, each kernel in a
-# process of its own, caches flushed before each): the DRAM bytes the eager softmax's five kernels
+# one read and one write of the matrix). Then the GPU's counters (Nsight Compute, in a process
+# apart from the notebook's, caches flushed before each kernel): the DRAM bytes the eager softmax's five kernels
 # and yours read and wrote. Yours should read the matrix once; bytes written can come out below a
 # matrix, as lines still dirty in L2 when a kernel ends are not counted.
 #
@@ -499,7 +499,7 @@ perf.grade(softmax_case(perf.Baseline("torch.softmax", lambda: torch.softmax(x_s
 
 # %%
 def softmax_problem(n_rows, n_cols, rows, warps, eager):
-    """What profile.of calls in a process of its own: the eager softmax, or softmax_kernel."""
+    """What profile.each calls in the profiled process: the eager softmax, or softmax_kernel."""
     x = torch.randn(n_rows, n_cols, device="cuda")
     out = torch.empty_like(x)
     if eager:
@@ -538,7 +538,7 @@ def review_copy_c(x_ptr, out_ptr, n, rows, cols, BLOCK: tl.constexpr):
 
 
 def review_problem(n, label, rows=4096, block=1024):
-    """What profile.of calls: copy `label` of n float32 elements (n a multiple of 128 rows)."""
+    """What profile.each calls: copy `label` of n float32 elements (n a multiple of 128 rows)."""
     x = torch.randn(n, device="cuda")
     out = torch.empty_like(x)
     kernel = {"A": review_copy_a, "B": review_copy_b, "C": review_copy_c}[label]
@@ -559,15 +559,17 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
             rows, warps = launch_config(*SPEED_SHAPE)
             shape = {"n_rows": SPEED_SHAPE[0], "n_cols": SPEED_SHAPE[1], "rows": rows,
                      "warps": warps}
-            counted = {"eager, 5 kernels": profile.of(softmax_problem, kernels=[],
-                                                      params={**shape, "eager": True}),
-                       "softmax_kernel": profile.of(softmax_problem, kernels=["softmax_kernel"],
-                                                    params={**shape, "eager": False})}
+            found = profile.each({  # all five calls in one process under the profiler
+                "eager, 5 kernels": profile.Call(softmax_problem, [], {**shape, "eager": True}),
+                "softmax_kernel": profile.Call(softmax_problem, ["softmax_kernel"],
+                                               {**shape, "eager": False}),
+                **{label: profile.Call(review_problem, [f"review_copy_{label.lower()}"],
+                                       {"n": REVIEW_ELEMENTS, "label": label})
+                   for label in "ABC"}})
+            counted = {k: found[k] for k in ("eager, 5 kernels", "softmax_kernel")}
             profile.compare(counted, columns=("duration", "dram_read", "dram_written"),
                             minimum_read=dict.fromkeys(counted, x_speed.nbytes))
-            review_live = {label: profile.of(review_problem, kernels=[f"review_copy_{label.lower()}"],
-                                             params={"n": REVIEW_ELEMENTS, "label": label})
-                           for label in tqdm("ABC", desc="profiling the review")}
+            review_live = {label: found[label] for label in "ABC"}
             profile.compare(review_live, columns=("l1_load", "l1_read", "dram_read", "duration"))
         else:
             print(f"Not profiled here: {NOT_PROFILED}.")

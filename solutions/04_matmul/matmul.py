@@ -751,7 +751,7 @@ else:
 
 # %%
 def matmul_problem(n, cfg, naive=False):
-    """What profile.of calls in a process of its own: an n^3 float16 matmul by v0, or by
+    """What profile.each calls in the profiled process: an n^3 float16 matmul by v0, or by
     matmul_kernel with the settings cfg."""
     a, b, c = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(3))
     if naive:
@@ -779,11 +779,12 @@ if MEASURED and LADDER:
             rungs |= {f"v1 blocked ({NAIVE_N})": (NAIVE_N, "v1 blocked", False)}
             rungs |= {f"{v} ({LADDER_N})": (LADDER_N, v, False)
                       for v in ("v1 blocked", "v2 grouped", "v3 pipelined")}
-            profile.compare({
-                label: profile.of(matmul_problem, params={"n": n, "cfg": VERSIONS[v], "naive": naive},
-                                  kernels=["matmul_naive_kernel" if naive else "matmul_kernel"])
-                for label, (n, v, naive) in tqdm(rungs.items(), desc="profiling")
-            }, columns=("duration", "dram_read", "tensor", "l2_hit", "stall"))
+            profile.compare(profile.each({
+                label: profile.Call(matmul_problem,
+                                    ["matmul_naive_kernel" if naive else "matmul_kernel"],
+                                    {"n": n, "cfg": VERSIONS[v], "naive": naive})
+                for label, (n, v, naive) in rungs.items()
+            }), columns=("duration", "dram_read", "tensor", "l2_hit", "stall"))
         else:
             print(f"Not profiled here: {NOT_PROFILED}.")
 else:

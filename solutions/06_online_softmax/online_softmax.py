@@ -573,12 +573,12 @@ for what, make in cases.items():
 # ideal $2nb$ over its time, the same footing for all). For short enough rows, L2 (50 MB on an
 # H100, per its datasheet) serves part of a second read, and the actual bandwidth can pass the
 # copy's. Whether a second read reached DRAM, the GPU's counters say: the cell then profiles the
-# three at the longest rows (Nsight Compute, each in a process of its own, caches flushed before
-# each kernel) and shows DRAM bytes read against one read of the matrix.
+# three at the longest rows (Nsight Compute, in a process apart from the notebook's, caches flushed
+# before each kernel) and shows DRAM bytes read against one read of the matrix.
 
 # %%
 def long_rows_problem(n, total_bytes, block, num_warps, which):
-    """What profile.of calls in a process of its own: one softmax of float32 rows of n."""
+    """What profile.each calls in the profiled process: one softmax of float32 rows of n."""
     x = torch.randn(total_bytes // (4 * n), n, device="cuda")
     out = torch.empty_like(x)
     if which == "torch.softmax":
@@ -620,9 +620,9 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
                      "online kernel (yours)": ["softmax_online_kernel"]}
             shape = {"n": ROW_LENGTHS[-1], "total_bytes": BENCH_BYTES, "block": BLOCK,
                      "num_warps": NUM_WARPS}
-            counted = {name: profile.of(long_rows_problem, kernels=kernels,
-                                        params={**shape, "which": name})
-                       for name, kernels in tqdm(named.items(), desc="profiling")}
+            counted = profile.each({name: profile.Call(long_rows_problem, kernels,
+                                                       {**shape, "which": name})
+                                    for name, kernels in named.items()})
             profile.compare(counted, columns=("duration", "dram_read", "l2_hit"),
                             minimum_read=dict.fromkeys(counted, BENCH_BYTES))
         else:

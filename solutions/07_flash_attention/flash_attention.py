@@ -466,14 +466,14 @@ assert extra <= bound, (
 #
 # Memory held is one cost of the scores; memory traffic is the other. The cell then profiles one
 # call of the naive code (all its kernels) and of your kernel at every other length (Nsight
-# Compute, each in a process of its own, caches flushed before each kernel) and plots the DRAM
+# Compute, in a process apart from the notebook's, caches flushed before each kernel) and plots the DRAM
 # bytes read. On the log scale a slope of 2 is quadratic, 1 linear: the naive code writes the
 # scores and reads them back; yours reads `Q`, `K` and `V` from memory, the rest from on-chip
 # memory and L2.
 
 # %%
 def attention_problem(n, config, naive, b=1, h=8, d=64):
-    """What profile.of calls in a process of its own: one attention call on float16 inputs."""
+    """What profile.each calls in the profiled process: one attention call on float16 inputs."""
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
     out = torch.empty_like(q)
     if naive:
@@ -482,14 +482,14 @@ def attention_problem(n, config, naive, b=1, h=8, d=64):
 
 
 memory = memory_sweep(MEMORY_LENGTHS)
-TRAFFIC_LENGTHS = MEMORY_LENGTHS[::2]  # every other length: each profile is a process of its own
+TRAFFIC_LENGTHS = MEMORY_LENGTHS[::2]  # every other length: each profile replays its kernels
 NOT_PROFILED = profile.unavailable() or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off")
 if NOT_PROFILED is None:
     with recorded.cell("07_flash_attention/dram-traffic"):
-        traffic = {f"{kind}, N={n}": profile.of(
-            attention_problem, kernels=[] if kind == "naive" else ["attn_fwd_kernel"],
-            params={"n": n, "config": attention_config(n, 64, False), "naive": kind == "naive"})
-            for n in tqdm(TRAFFIC_LENGTHS, desc="profiling") for kind in ("naive", "tiled")}
+        traffic = profile.each({f"{kind}, N={n}": profile.Call(
+            attention_problem, [] if kind == "naive" else ["attn_fwd_kernel"],
+            {"n": n, "config": attention_config(n, 64, False), "naive": kind == "naive"})
+            for n in TRAFFIC_LENGTHS for kind in ("naive", "tiled")})
         profile.compare(traffic, columns=("duration", "dram_read", "dram_written"))
         plots.curves(TRAFFIC_LENGTHS, {kind: [profile.total(traffic[f"{kind}, N={n}"],
                                                             "dram_bytes_read") / 1e6
@@ -689,7 +689,7 @@ speed_cases(points=1, causal=True)
 
 # %%
 def bound_problem(n, d, config):
-    """What profile.of calls: one call of your kernel on (1, 32, n, d) float16 inputs, or with
+    """What profile.each calls: one call of your kernel on (1, 32, n, d) float16 inputs, or with
     n = 0 a copy of 2**28 float16 elements."""
     if n == 0:  # x * 2, a kernel: x.clone() would be a copy engine's memcpy, not a kernel
         x = torch.randn(1 << 28, device="cuda", dtype=torch.float16)
@@ -751,12 +751,13 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
             print(f"{label:42s} {ms:8.3f} ms  {tflops:6.1f} TFLOP/s")
         roofline.show(ceilings, points, title=f"Attention, (B, H, N) = {SPEED_BHN}, non-causal")
         if NOT_PROFILED is None:  # three launches for Exercise 3, the third profiled above
-            copy_ = profile.of(bound_problem, kernels=[], params={"n": 0, "d": 0, "config": None})
-            yours = profile.of(bound_problem, kernels=["attn_fwd_kernel"],
-                               params={"n": n, "d": 128, "config": attention_config(n, 128, False)})
+            both = profile.each({
+                "a copy": profile.Call(bound_problem, [], {"n": 0, "d": 0, "config": None}),
+                f"yours, N={n}, D=128, 32 heads": profile.Call(
+                    bound_problem, ["attn_fwd_kernel"],
+                    {"n": n, "d": 128, "config": attention_config(n, 128, False)})})
             small = TRAFFIC_LENGTHS[0]
-            profile.compare({"a copy": copy_, f"yours, N={n}, D=128, 32 heads": yours,
-                             f"yours, N={small}, D=64, 8 heads": traffic[f"tiled, N={small}"]},
+            profile.compare({**both, f"yours, N={small}, D=64, 8 heads": traffic[f"tiled, N={small}"]},
                             columns=("duration", "memory", "compute", "tensor", "occupancy"))
         else:
             print(f"Not profiled here: {NOT_PROFILED}.")
