@@ -42,11 +42,19 @@ READS_TWICE = hostile.Attacker(
 )
 
 
-def _records(result: hostile.Graded, student: str) -> list[verdicts.Record]:
+def _cell(result: hostile.Graded, student: str):
     ran = result.root / "autograded" / student / ASSIGNMENT / f"{result.materials.notebook}.ipynb"
     nb = nbformat.read(ran, as_version=4)
     (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == CELL]
+    return cell
+
+
+def _records(cell) -> list[verdicts.Record]:
     return [r for r in verdicts.published(cell.outputs) if isinstance(r, verdicts.Record)]
+
+
+def _printed(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +64,8 @@ def batch(tmp_path_factory, registered_course):
         HONEST, _options(),
     )  # fmt: skip
     assert code == 0, printed[-3000:]
-    records = {s: _records(result, s) for s in (*HONEST, READS_TWICE.student)}
+    cells = {s: _cell(result, s) for s in (*HONEST, READS_TWICE.student)}
+    records = {s: (_records(c), _printed(c)) for s, c in cells.items()}
     RECORDS.mkdir(parents=True, exist_ok=True)
     (RECORDS / "traffic_gpu.json").write_text(
         json.dumps(
@@ -64,7 +73,8 @@ def batch(tmp_path_factory, registered_course):
                 "device": torch.cuda.get_device_name(),
                 "torch": torch.__version__,
                 "scores": {s: result.scores[s] for s in records},
-                "records": {s: [r.__dict__ for r in rs] for s, rs in records.items()},
+                "records": {s: [r.__dict__ for r in rs] for s, (rs, _) in records.items()},
+                "printed": {s: text for s, (_, text) in records.items()},
             },
             indent=1,
         )
@@ -72,9 +82,11 @@ def batch(tmp_path_factory, registered_course):
     return result, records
 
 
-def _counted(records: list[verdicts.Record]) -> verdicts.Record:
-    (counted,) = [r for r in records if r.comparison == perf.Traffic.comparison]
-    return counted
+def _counted(cell: tuple[list[verdicts.Record], str]) -> verdicts.Record:
+    records, printed = cell
+    counted = [r for r in records if r.comparison == perf.Traffic.comparison]
+    assert len(counted) == 1, f"no count of the DRAM bytes; the cell printed:\n{printed}"
+    return counted[0]
 
 
 def test_the_honest_kernel_is_counted_near_the_fewest_bytes_and_scores(batch):
