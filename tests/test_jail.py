@@ -291,6 +291,13 @@ def test_gpu_nodes_are_bound_when_a_gpu_is_assigned(tmp_path):
     )
 
 
+def test_the_profilers_folder_is_bound_read_only_where_named(tmp_path):
+    tool = str(tmp_path / "nsight-compute")
+    spec = jail.Spec(str(tmp_path), [sys.executable], jail.UID_BASE, MIB, 64, gpu=0, tools=[tool])
+    argv = jail.command(spec, str(tmp_path / "work"), "unused")
+    assert any(argv[i : i + 3] == ["--ro-bind", tool, tool] for i in range(len(argv)))
+
+
 @pytest.mark.gpu
 def test_the_assigned_gpu_works_inside_and_no_other(course):
     """On a GPU machine, a kernel in the sandbox computes on the GPU it was given."""

@@ -1013,3 +1013,29 @@ def test_each_names_the_call_whose_kernel_was_not_launched(
         profile.each(both)
     with pytest.raises(ValueError, match="plain names|def names"):
         profile.Call(notebook_module.problem, ["k[0]"])
+
+
+def test_the_installation_is_the_folder_the_toolkits_ncu_runs(tmp_path, monkeypatch):
+    def executable(path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return path
+
+    wrapper = executable(tmp_path / "cuda-13.0" / "bin" / "ncu")
+    for version in ("2025.1.0", "2025.3.1"):
+        executable(tmp_path / "cuda-13.0" / f"nsight-compute-{version}" / "ncu")
+    monkeypatch.setenv(profile.NCU_ENV, str(wrapper))
+    assert profile.installation() == tmp_path / "cuda-13.0" / "nsight-compute-2025.3.1"
+    alone = executable(tmp_path / "standalone" / "2025.3.1" / "ncu")
+    (alone.parent / "sections").mkdir()
+    monkeypatch.setenv(profile.NCU_ENV, str(alone))
+    assert profile.installation() == alone.parent
+    monkeypatch.setenv(profile.NCU_ENV, str(tmp_path / "nothing"))
+    assert profile.installation() is None
+
+
+@pytest.mark.gpu
+def test_the_installation_holds_the_ncu_a_sandbox_runs():
+    found = profile.installation()
+    assert found is not None and (found / "ncu").is_file(), found

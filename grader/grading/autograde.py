@@ -57,6 +57,7 @@ from grader.grading import (
     zygote,
 )
 from grader.grading.findings import printable
+from grader.runtime import profile
 
 if TYPE_CHECKING:
     from grader.grading import exchange
@@ -166,6 +167,12 @@ def kernel_sandbox(
             "the GPU fails"
         )
     kernel = jail.kernel_argv(KERNEL)
+    # Nsight Compute, for the speed cells that count DRAM bytes (perf.Traffic): its folder bound
+    # in, and its ncu named, since the toolkit's bin/ncu looks for it outside /usr
+    ncu = profile.installation() if gpu else None
+    inside = dict(gpu.env) if gpu else {}
+    if ncu is not None:
+        inside[profile.NCU_ENV] = str(ncu / "ncu")
     with (
         jail.slot() as n,
         jail.prepared(
@@ -174,7 +181,8 @@ def kernel_sandbox(
             scratch_bytes=batch.memory_limit // 4,
             nproc=max(1024, 8 * (os.cpu_count() or 1)),
             gpu=gpu.minor if gpu else None,
-            env=gpu.env if gpu else None,
+            env=inside,
+            tools=[str(ncu)] if ncu else [],
         ) as (spec, variables),
     ):
         yield jail.nbgrader_options(spec), {**env, **variables}

@@ -137,6 +137,7 @@ class Spec:
     nproc: int  # RLIMIT_NPROC: processes and threads of the sandbox's uid
     gpu: int | None = None  # /dev/nvidia<gpu> is bound in, with the driver's shared nodes
     env: dict[str, str] = field(default_factory=dict)  # set inside, over the filtered one
+    tools: list[str] = field(default_factory=list)  # folders bound read-only (Nsight Compute)
 
     @property
     def run(self) -> Path:
@@ -188,6 +189,7 @@ def prepared(
     nproc: int,
     gpu: int | None = None,
     env: dict[str, str] | None = None,
+    tools: Sequence[str] = (),
 ) -> Iterator[tuple[Path, dict[str, str]]]:
     """A student's private folder with its spec and kernelspec, removed afterwards. Yields the
     spec's path and the variables nbgrader needs (its kernelspec and runtime folders)."""
@@ -195,7 +197,9 @@ def prepared(
     try:
         if len(f"{folder}/run/kernel-65535") > 107:  # sun_path: 108 bytes with its NUL
             raise JailError(f"{folder}: too long for Unix sockets; set TMPDIR to a short path")
-        spec = Spec(str(folder), list(kernel_argv), uid, scratch_bytes, nproc, gpu, env or {})
+        spec = Spec(
+            str(folder), list(kernel_argv), uid, scratch_bytes, nproc, gpu, env or {}, list(tools)
+        )
         folder.chmod(0o755)
         spec.run.mkdir()
         os.chown(spec.run, uid, uid)
@@ -382,6 +386,8 @@ def command(spec: Spec, cwd: str, connection_file: str, extra: Sequence[str] = (
     if spec.gpu is not None:
         for node in (*GPU_NODES, f"/dev/nvidia{spec.gpu}"):
             args.mount("--dev-bind-try", node, node)
+    for tool in spec.tools:
+        args.mount("--ro-bind", tool, tool)
     fsize = str(spec.scratch_bytes // 2)
     drop = [kernel[0], "-I", "-c", DROP, str(spec.uid), str(spec.nproc), fsize, SEED]
     return [*args, "--chdir", cwd, "--", *drop, *kernel]

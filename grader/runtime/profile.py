@@ -693,6 +693,25 @@ def find_ncu(explicit: str | os.PathLike | None = None) -> Path:
     )
 
 
+def installation() -> Path | None:
+    """The folder Nsight Compute is installed in, which a sandbox that binds only /usr must bind
+    too (grader.grading.jail), or None where no ncu is found. The CUDA Toolkit's bin/ncu is a
+    script that runs the newest `nsight-compute-*` folder beside bin/, or else the newest under
+    /opt/nvidia/nsight-compute/; the ncu of an install itself is in it, beside its sections/."""
+    try:
+        tool = Path(os.path.realpath(find_ncu()))
+    except ProfileError:
+        return None
+    if (tool.parent / "sections").is_dir():
+        return tool.parent
+    places = [str(tool.parent.parent / "nsight-compute-*"), "/opt/nvidia/nsight-compute/*"]
+    for place in places:
+        found = [f for f in glob.glob(place) if Path(f, "ncu").is_file()]
+        if found:
+            return Path(max(found, key=_version_key))
+    return tool.parent
+
+
 def unavailable() -> str | None:
     """Why nothing can be profiled here (no GPU, no ncu), or None where `profile` can try: a
     notebook shows the recording instead, with this reason."""
