@@ -1,22 +1,33 @@
 """Run every kernel of kernels.py in Triton's interpreter, on the CPU, against a float64 PyTorch
-reference, and say which of the Hopper features the interpreter runs.
+reference, and say which of the Hopper features the interpreter runs; then compile the kernels
+for sm_90 (no GPU needed: Triton's compiler and ptxas run on the CPU) and say what the compiler
+made of them: warp specialization applied or not, shared memory, TMA and wgmma instructions.
 
-    python bench/hopper/check_cpu.py      (TRITON_INTERPRET=1 is set here, before Triton loads)
+    python bench/hopper/check_cpu.py [--no-compile]
 
-Small shapes, most of them not multiples of the blocks; outputs start as NaN, so a tile that is
-never written fails. A case the interpreter cannot run is caught and reported with its error,
-never hidden: the notebook then says so and shows figures recorded on a GPU. A few seconds of one
-CPU core. Exit status 1 when a case other than a bfloat16 one fails.
+TRITON_INTERPRET=1 is set here, before Triton loads; the compiling runs in a child process
+without it (`--sm90`). Small shapes, most of them not multiples of the blocks; outputs start as
+NaN, so a tile that is never written fails. A case the interpreter cannot run is caught and
+reported with its error, never hidden: the notebook then says so and shows figures recorded on a
+GPU. About 5 s of one CPU core for the interpreter, 20 to 40 s for the compiles. Exit status 1
+when a case other than a bfloat16 one fails.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (kernels imports it)
+SURVEY = "--sm90" in sys.argv  # the child: compile for sm_90, print JSON
+if SURVEY:
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # 3.9 warns when it is unset
+else:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (kernels imports it)
 
+import json  # noqa: E402
 import math  # noqa: E402
-import sys  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -218,6 +229,20 @@ def check_fp8(gen):
         ref, ULP[BF16] * mag + 4 * math.sqrt(K) * 2.0**-24 * mag,
         kernels.matmul_fp8, a8, b8, sa, sb, nan_out(M, N, BF16), config=cfg,
     )  # fmt: skip
+    # -- the same arguments as torch._scaled_mm, which has a CPU version: same layout, same scales
+    M, N, K = 64, 48, 96
+    a8, b8, sa, sb, ref, exact, mag = fp8_problem(M, N, K, gen)
+    try:
+        theirs = torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=BF16)
+    except Exception as exc:  # noqa: BLE001
+        ROWS.append(Row("v4 fp8", "vs torch._scaled_mm on the CPU", "error", note=short(exc)))
+    else:
+        run(
+            "v4 fp8", f"{M}x{N}x{K} e4m3->bf16 vs torch._scaled_mm (CPU)",
+            theirs.double(), 2 * ULP[BF16] * mag + 1e-6,
+            kernels.matmul_fp8, a8, b8, sa, sb, nan_out(M, N, BF16),
+            note=f"_scaled_mm's own error: {float((theirs.double() - ref).abs().max()):.1e}",
+        )  # fmt: skip
     # -- the quantizer: a round trip costs at most half a step of e4m3's 3 mantissa bits
     x = torch.randn(256, 256, generator=gen) * 3
     x8, s = kernels.quantize_e4m3(x)
@@ -269,10 +294,155 @@ def check_attention(gen):
         cfg = kernels.AttentionConfig()
         q, k, v = qkv((1, 2, 200, D), gen)
         check_attention_case(q, k, v, f"B1 H2 N200 D{D}, GPU tiles {cfg.label()}", config=cfg)
+    q, k, v = qkv((1, 2, 96, 32), gen)  # the warp-specialized loop: one loop, every block masked
+    check_attention_case(
+        q, k, v, "B1 H2 N96 D32, 2-D descriptors, warp_specialize forced", warp_specialize=True
+    )
     q, k, v = qkv((1, 2, 100, 32), gen)
-    check_attention_case(q, k, v, "B1 H2 N100 D32, warp_specialize forced", warp_specialize=True)
+    for causal in (False, True):
+        refused(
+            "attention", f"B1 H2 N100 D32 {'causal' if causal else 'full'}, warp_specialize "
+            "forced with 4-D descriptors", kernels.attention_tma_ws, q, k, v, causal=causal,
+            warp_specialize=True, says="flat descriptors",
+        )  # fmt: skip
     q, k, v = qkv((1, 2, 100, 32), gen, dtype=BF16)
     check_attention_case(q, k, v, f"B1 H2 N100 D32 bf16, {small.label()}", tol=2e-2)
+
+
+# -- what the compiler makes of each kernel for sm_90 (the child process) -----------------------
+
+
+def survey_cases() -> list[tuple]:
+    """(label, kernel, pointer dtypes, constants, num_warps, num_stages, model bytes or None)."""
+    cfg = kernels.Config
+    f16 = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
+    b16 = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16"}
+    f8 = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "c_ptr": "*bf16"}
+    f8 |= {"a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32"}
+    att = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp16"}
+
+    def mm(c, **extra):
+        return {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k,
+                "GROUP_M": c.group_m, "NUM_SMS": 132, **extra}  # fmt: skip
+
+    def model(c, in_bytes, tma_store):
+        pipeline = c.num_stages * (c.block_m + c.block_n) * c.block_k * in_bytes
+        return pipeline + (c.block_m * c.block_n * 2 if tma_store else 0)
+
+    def attn(d, causal, flat, ws):
+        return {"HEAD_DIM": d, "BLOCK_M": 128, "BLOCK_N": 64, "CAUSAL": causal, "FLAT": flat,
+                "WARP_SPECIALIZE": ws}  # fmt: skip
+
+    k1, k2 = kernels.matmul_persistent_kernel, kernels.matmul_tma_kernel
+    k3, k4 = kernels.matmul_tma_ws_kernel, kernels.matmul_fp8_kernel
+    ka = kernels.attention_tma_kernel
+    sq, wide = cfg(128, 128, 64), cfg(128, 256, 64)
+    ws_k = {"WS_K": True, "WS_TILES": False, "FLATTEN": False}
+    ws_tiles = {"WS_K": False, "WS_TILES": True, "FLATTEN": False}
+    f8c = cfg(128, 256, 128)
+    return [
+        ("v1 fp16 " + sq.label(), k1, f16, mm(sq), 8, 3, model(sq, 2, False)),
+        ("v1 fp16 " + wide.label(), k1, f16, mm(wide), 8, 3, model(wide, 2, False)),
+        ("v2 fp16 " + wide.label(), k2, f16, mm(wide), 8, 3, model(wide, 2, True)),
+        ("v2 bf16 " + wide.label(), k2, b16, mm(wide), 8, 3, model(wide, 2, True)),
+        ("v3 fp16 128x256x64 ws K loop, w4", k3, f16, mm(wide, **ws_k), 4, 3,
+         model(wide, 2, True)),
+        ("v3 fp16 128x256x64 ws K loop, w8", k3, f16, mm(wide, **ws_k), 8, 3,
+         model(wide, 2, True)),
+        ("v3 fp16 128x256x64 ws K loop, w4, flattened", k3, f16,
+         mm(wide, **(ws_k | {"FLATTEN": True})), 4, 3, model(wide, 2, True)),
+        ("v3 fp16 128x256x64 ws tile loop, w4", k3, f16, mm(wide, **ws_tiles), 4, 3,
+         model(wide, 2, True)),
+        ("v4 e4m3 " + f8c.label() + " fast", k4, f8,
+         mm(f8c, FAST_ACC=True, WARP_SPECIALIZE=False, FLATTEN=True), 8, 3, model(f8c, 1, True)),
+        ("v4 e4m3 " + f8c.label() + " slow-acc", k4, f8,
+         mm(f8c, FAST_ACC=False, WARP_SPECIALIZE=False, FLATTEN=True), 8, 3, model(f8c, 1, True)),
+        ("v4 e4m3 128x256x128 ws K loop, w4", k4, f8,
+         mm(f8c, FAST_ACC=True, WARP_SPECIALIZE=True, FLATTEN=False), 4, 3, model(f8c, 1, True)),
+        ("attention D64 2-D full, w8", ka, att, attn(64, False, True, False), 8, 3, None),
+        ("attention D128 4-D causal, w8", ka, att, attn(128, True, False, False), 8, 3, None),
+        ("attention D64 2-D full ws, w4", ka, att, attn(64, False, True, True), 4, 3, None),
+        ("attention D128 2-D causal ws, w4", ka, att, attn(128, True, True, True), 4, 3, None),
+        ("attention D128 4-D causal ws, w4 (the launcher refuses it)", ka, att,
+         attn(128, True, False, True), 4, 3, None),
+    ]  # fmt: skip
+
+
+def survey() -> int:
+    """Compile each case for sm_90 through ptxas and print what came out, one JSON line each.
+    Sizes and strides count as multiples of 16 and unit strides as 1, as Triton specializes
+    them for the probe's problems; the compiler's own diagnostics go to /dev/null."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    ones = {"stride_ak", "stride_bn", "stride_cn"}
+    for label, kernel, pointers, constants, warps, stages, model in survey_cases():
+        signature, constants = {}, dict(constants)
+        for p in kernel.params:
+            if p.is_constexpr or p.name in ones:
+                signature[p.name] = "constexpr"
+                constants.setdefault(p.name, 1)
+            else:
+                signature[p.name] = pointers.get(p.name, "fp32" if p.name == "qk_scale" else "i32")
+        aligned = {
+            (i,): [["tt.divisibility", 16]]
+            for i, p in enumerate(kernel.params)
+            if signature[p.name] not in ("constexpr", "fp32")
+        }
+        row = {"case": label, "model": model}
+        t0 = time.perf_counter()
+        try:
+            compiled = triton.compile(
+                ASTSource(kernel, signature, constants, aligned),
+                target=GPUTarget("cuda", 90, 32),
+                options={"num_warps": warps, "num_stages": stages},
+            )
+        except Exception as exc:  # noqa: BLE001 - the compiler's refusal is the finding
+            row["error"] = short(exc)
+        else:
+            ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+            row |= {
+                "warps": compiled.metadata.num_warps,
+                "shared": compiled.metadata.shared,
+                "ws": "ttg.warp_specialize" in ttgir,
+                "tma": "cp.async.bulk.tensor" in ptx,
+                "wgmma": "wgmma.mma_async" in ptx,
+            }
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+def compile_table() -> str:
+    """Run the survey in a child process, without the interpreter, and render its answers."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--sm90"], env=env, capture_output=True, text=True,
+            timeout=300, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "the compiles took more than 5 minutes: stopped"
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not rows:
+        return f"no answer from the compiling process (exit {proc.returncode})"
+
+    def kb(x):
+        return "" if x is None else f"{x / 1024:.0f}"
+
+    def yes(x):
+        return "" if x is None else ("yes" if x else "no")
+
+    cells = [
+        [r["case"], "no: " + r["error"] if "error" in r else "yes", str(r.get("warps", "")),
+         yes(r.get("ws")), kb(r.get("shared")), kb(r.get("model")), yes(r.get("tma")),
+         yes(r.get("wgmma")), f"{r['seconds']:.1f}"]
+        for r in rows
+    ]  # fmt: skip
+    headers = ["kernel, compiled for sm_90", "compiles", "warps", "ws", "smem KB", "model KB",
+               "TMA", "wgmma", "s (0: cached)"]  # fmt: skip
+    return table(headers, cells)
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -310,7 +480,9 @@ def features() -> list[tuple[str, str]]:
         ("4-D descriptors and reshape", verdict(having("attention", "4-D"))),
         (
             "tl.range(warp_specialize=True) (accepted, ignored)",
-            verdict(having("v3 tma+ws", "warp_specialize on") + having("attention", "forced")),
+            verdict(
+                having("v3 tma+ws", "warp_specialize on") + having("attention", "2-D", "forced")
+            ),
         ),
         ("float8 e4m3 tl.dot, float32 sum", verdict(having("v4 fp8", "fast_accum=True"))),
         (
@@ -334,6 +506,8 @@ def fmt(x: float) -> str:
 
 
 def main() -> int:
+    if SURVEY:
+        return survey()
     start = time.perf_counter()
     print(
         f"Triton {triton.__version__} (interpreter), torch {torch.__version__}, "
@@ -354,6 +528,15 @@ def main() -> int:
         f"\n{len(ROWS)} cases in {time.perf_counter() - start:.0f} s; {len(failed)} failed, "
         "not counting bfloat16 inputs (the interpreter's bfloat16 tl.dot, shown above)"
     )
+    if "--no-compile" not in sys.argv:
+        began = time.perf_counter()
+        print(
+            f"\nWhat Triton {triton.__version__} compiles for sm_90, here on the CPU (sizes and "
+            "strides multiples of 16;\nmodel KB: the pipeline's A and B buffers, plus C's tile "
+            "for a descriptor store)"
+        )
+        print(compile_table())
+        print(f"({time.perf_counter() - began:.0f} s)")
     if any("0-dimensional arrays" in r.note for r in ROWS):
         print(
             "This Triton's interpreter turns a tensor loop bound into an int in a way numpy 2.4 "

@@ -151,17 +151,18 @@ def default_config(kernel: str = "matmul") -> Config:
         return Config(block_m=32, block_n=32, block_k=k, group_m=2, num_warps=4, num_stages=1)
     if kernel == "fp8":  # one byte per element: twice the depth for the same shared memory
         return Config(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3)
-    if kernel == "tma_ws":  # see matmul_tma_ws_kernel: the K loop is not flattened away
-        return Config(flatten=False)
+    if kernel == "tma_ws":  # see matmul_tma_ws_kernel: 4 warps, the nest not flattened
+        return Config(num_warps=4, flatten=False)
     return Config()
 
 
-def default_attention_config(head_dim: int) -> AttentionConfig:
-    """07's GPU tiles (128 x 64, 8 warps, 3 stages, for D = 64 and 128); small ones in the
+def default_attention_config(head_dim: int, warp_specialize: bool = False) -> AttentionConfig:
+    """07's GPU tiles (128 x 64, 8 warps, 3 stages, for D = 64 and 128), with 4 warps when
+    warp-specialized (the only count Triton specializes for sm_90); small ones in the
     interpreter."""
     if interpreted():
         return AttentionConfig(block_m=32, block_n=16, num_warps=4, num_stages=1)
-    return AttentionConfig()
+    return AttentionConfig(num_warps=4 if warp_specialize else 8)
 
 
 # -- the tile order -----------------------------------------------------------------------------
@@ -351,7 +352,11 @@ def matmul_tma_ws_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
         # -- warp specialization: the compiler gives the TMA loads to a producer warp group and
         #    the tensor-core work to consumer warp groups, which hand buffers over through
-        #    barriers, instead of one warp group issuing both in a software pipeline
+        #    barriers, instead of one warp group issuing both in a software pipeline. For sm_90,
+        #    Triton 3.6 and 3.9 do so only with num_warps=4 (they add two consumer groups: 12
+        #    warps in all) and a loop nest that is not flattened; otherwise they compile the
+        #    ordinary pipelined loop without a word (compiled for sm_90 and read back: see
+        #    check_cpu.py's table and NOTES.md)
         for k in tl.range(0, k_tiles, warp_specialize=WS_K):
             a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K)
             b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])  # (BLOCK_K, BLOCK_N)
@@ -378,7 +383,7 @@ def matmul_fp8_kernel(
     K,
     # row strides (elements) of A, Bᵀ and C; the last stride is 1
     stride_am,
-    stride_bn,
+    stride_btn,
     stride_cm,
     # compile-time constants
     BLOCK_M: tl.constexpr,
@@ -388,6 +393,7 @@ def matmul_fp8_kernel(
     NUM_SMS: tl.constexpr,
     FAST_ACC: tl.constexpr,  # False: promote the tensor cores' sum to float32 every BLOCK_K
     WARP_SPECIALIZE: tl.constexpr,  # warp-specialize the K loop, as v3
+    FLATTEN: tl.constexpr,  # flatten the loop nest (v2); not with WARP_SPECIALIZE (v3)
 ):
     a_desc = tl.make_tensor_descriptor(
         a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
@@ -396,7 +402,7 @@ def matmul_fp8_kernel(
     # both operands K-major from shared memory, so each block is loaded as (BLOCK_N, BLOCK_K)
     # and transposed in the dot, a change of view rather than a copy
     b_desc = tl.make_tensor_descriptor(
-        b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K]
+        b_ptr, shape=[N, K], strides=[stride_btn, 1], block_shape=[BLOCK_N, BLOCK_K]
     )
     c_desc = tl.make_tensor_descriptor(
         c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N]
@@ -409,7 +415,7 @@ def matmul_fp8_kernel(
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
     tile_c = start - NUM_SMS
-    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True):
+    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
         for k in tl.range(0, k_tiles, warp_specialize=WARP_SPECIALIZE):
@@ -527,7 +533,7 @@ def attention_tma_kernel(
     BLOCK_N: tl.constexpr,  # key rows per loop iteration; divides BLOCK_M
     CAUSAL: tl.constexpr,
     FLAT: tl.constexpr,  # contiguous (B, H, N, D) and N a multiple of BLOCK_M: 2-D descriptors
-    WARP_SPECIALIZE: tl.constexpr,  # warp-specialize the loop over key blocks
+    WARP_SPECIALIZE: tl.constexpr,  # one warp-specialized loop over the key blocks (needs FLAT)
 ):
     # -- which query tile (causal: the last first, it has the most key blocks), batch and head
     if CAUSAL:
@@ -585,30 +591,48 @@ def attention_tma_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max, base-2 units
     l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)  # (BLOCK_M, HEAD_DIM)
-    if CAUSAL:
-        # -- key blocks before the tile: no mask; the diagonal blocks: row i sees j < i + 1;
-        #    the blocks after the tile: never visited
+    if WARP_SPECIALIZE:
+        # -- one loop over every key block the tile sees, each block masked. For sm_90, Triton
+        #    3.6 and 3.9 warp-specialize one loop whose results nothing else in the kernel
+        #    loops over; with a second loop after it (07's split) or a branch inside it, they
+        #    fail to compile or quietly do not specialize. The mask costs a compare and a
+        #    select per score in every block instead of in the last ones only.
+        if CAUSAL:
+            acc, m_i, l_i = _attn_tma_blocks(
+                acc, m_i, l_i, q, k_desc, v_desc, off_b, off_h, head_row, 0,
+                tl.minimum(first + BLOCK_M, N), offs_m + 1, qk_scale, BLOCK_N, HEAD_DIM, FLAT,
+                True, True,
+            )  # fmt: skip
+        else:
+            every_key = tl.zeros((BLOCK_M,), tl.int32) + N
+            acc, m_i, l_i = _attn_tma_blocks(
+                acc, m_i, l_i, q, k_desc, v_desc, off_b, off_h, head_row, 0, N, every_key,
+                qk_scale, BLOCK_N, HEAD_DIM, FLAT, True, True,
+            )  # fmt: skip
+    elif CAUSAL:
+        # -- 07's split: key blocks before the tile without a mask; the diagonal blocks with
+        #    one (row i sees j < i + 1); the blocks after the tile never visited
         own_key = offs_m + 1
         acc, m_i, l_i = _attn_tma_blocks(
             acc, m_i, l_i, q, k_desc, v_desc, off_b, off_h, head_row, 0, first, own_key,
-            qk_scale, BLOCK_N, HEAD_DIM, FLAT, False, WARP_SPECIALIZE,
+            qk_scale, BLOCK_N, HEAD_DIM, FLAT, False, False,
         )  # fmt: skip
         acc, m_i, l_i = _attn_tma_blocks(
             acc, m_i, l_i, q, k_desc, v_desc, off_b, off_h, head_row, first,
             tl.minimum(first + BLOCK_M, N), own_key, qk_scale, BLOCK_N, HEAD_DIM, FLAT, True,
-            WARP_SPECIALIZE,
+            False,
         )  # fmt: skip
     else:
-        # -- the whole key blocks without a mask, then the ragged tail (if any) with one
+        # -- 07's split: the whole key blocks without a mask, then the ragged tail (if any)
         full = (N // BLOCK_N) * BLOCK_N
         every_key = tl.zeros((BLOCK_M,), tl.int32) + N
         acc, m_i, l_i = _attn_tma_blocks(
             acc, m_i, l_i, q, k_desc, v_desc, off_b, off_h, head_row, 0, full, every_key,
-            qk_scale, BLOCK_N, HEAD_DIM, FLAT, False, WARP_SPECIALIZE,
+            qk_scale, BLOCK_N, HEAD_DIM, FLAT, False, False,
         )  # fmt: skip
         acc, m_i, l_i = _attn_tma_blocks(
             acc, m_i, l_i, q, k_desc, v_desc, off_b, off_h, head_row, full, N, every_key,
-            qk_scale, BLOCK_N, HEAD_DIM, FLAT, True, WARP_SPECIALIZE,
+            qk_scale, BLOCK_N, HEAD_DIM, FLAT, True, False,
         )  # fmt: skip
     # -- normalize and store: the descriptor drops the rows past N
     o = (acc / l_i[:, None]).to(Out.dtype.element_ty)  # (BLOCK_M, HEAD_DIM)
@@ -619,6 +643,32 @@ def attention_tma_kernel(
 
 
 # -- launchers ----------------------------------------------------------------------------------
+
+_last: dict = {}  # the compiled kernel of the latest launch (None in the interpreter)
+
+
+def last_compiled() -> dict | None:
+    """What the compiler made of the latest launch on a GPU: total warps, shared memory in bytes,
+    and whether the kernel was warp-specialized (the TTGIR holds a warp_specialize op). None in
+    the interpreter, which compiles nothing."""
+    compiled = _last.get("kernel")
+    if compiled is None:
+        return None
+    try:
+        ttgir = compiled.asm["ttgir"]
+    except (KeyError, AttributeError):  # no TTGIR kept: say nothing about specialization
+        ttgir = None
+    return {
+        "num_warps": compiled.metadata.num_warps,
+        "shared": compiled.metadata.shared,
+        "warp_specialized": None if ttgir is None else "ttg.warp_specialize" in ttgir,
+    }
+
+
+def _launched(compiled) -> None:
+    """Keep the launch's compiled kernel: `kernel[grid](...)` returns it (None in the
+    interpreter)."""
+    _last["kernel"] = compiled
 
 
 def _tma_layout_problem(name: str, t: torch.Tensor) -> str | None:
@@ -676,10 +726,11 @@ def matmul_persistent(a, b, out=None, *, config: Config | None = None):
     M, N, K, out = _matmul_shapes(a, b, out, None)
     config = config or default_config()
     programs, sms = _persistent_grid(M, N, config)
-    matmul_persistent_kernel[(programs,)](
+    compiled = matmul_persistent_kernel[(programs,)](
         a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride(),
         NUM_SMS=sms, **_meta(config),
     )  # fmt: skip
+    _launched(compiled)
     return out
 
 
@@ -691,10 +742,11 @@ def matmul_tma(a, b, out=None, *, config: Config | None = None):
     config = config or default_config()
     programs, sms = _persistent_grid(M, N, config)
     install_allocator()
-    matmul_tma_kernel[(programs,)](
+    compiled = matmul_tma_kernel[(programs,)](
         a, b, out, M, N, K, a.stride(0), b.stride(0), out.stride(0),
         NUM_SMS=sms, **_meta(config),
     )  # fmt: skip
+    _launched(compiled)
     return out
 
 
@@ -711,11 +763,12 @@ def matmul_tma_ws(
     ws = supports_warp_specialize() if warp_specialize is None else warp_specialize
     programs, sms = _persistent_grid(M, N, config)
     install_allocator()
-    matmul_tma_ws_kernel[(programs,)](
+    compiled = matmul_tma_ws_kernel[(programs,)](
         a, b, out, M, N, K, a.stride(0), b.stride(0), out.stride(0),
         NUM_SMS=sms, WS_K=ws and not config.ws_on_tiles, WS_TILES=ws and config.ws_on_tiles,
         FLATTEN=config.flatten, **_meta(config),
     )  # fmt: skip
+    _launched(compiled)
     return out
 
 
@@ -757,10 +810,12 @@ def matmul_fp8(
     a_scale = a_scale.reshape(1).to(device=a.device, dtype=torch.float32)
     b_scale = b_scale.reshape(1).to(device=a.device, dtype=torch.float32)
     install_allocator()
-    matmul_fp8_kernel[(programs,)](
+    compiled = matmul_fp8_kernel[(programs,)](
         a, b_t, out, a_scale, b_scale, M, N, K, a.stride(0), b_t.stride(0), out.stride(0),
-        NUM_SMS=sms, FAST_ACC=fast_accum, WARP_SPECIALIZE=warp_specialize, **_meta(config),
+        NUM_SMS=sms, FAST_ACC=fast_accum, WARP_SPECIALIZE=warp_specialize,
+        FLATTEN=config.flatten and not warp_specialize, **_meta(config),
     )  # fmt: skip
+    _launched(compiled)
     return out
 
 
@@ -777,10 +832,11 @@ def attention_tma_ws(
 ):
     """softmax(q kᵀ / sqrt(D)) v for (B, H, N, D) float16 or bfloat16 tensors, D in {64, 128}
     on a GPU (16 to 128 in the interpreter); causal: query i sees the keys j <= i. Q, K and V
-    are read through tensor descriptors; `warp_specialize=None` warp-specializes the loop over
-    key blocks where supported. `flat=None` uses two-dimensional descriptors where the layout
-    allows (contiguous tensors, N a multiple of the query block), four-dimensional ones
-    elsewhere."""
+    are read through tensor descriptors. `flat=None` uses two-dimensional descriptors where the
+    layout allows (contiguous tensors, N a multiple of the query block), four-dimensional ones
+    elsewhere. `warp_specialize=None` warp-specializes the loop over key blocks where
+    supported and the descriptors are flat: Triton 3.6 and 3.9 fail to compile the
+    four-dimensional ones in a warp-specialized loop for sm_90."""
     B, H, N, D = q.shape
     assert k.shape == v.shape == q.shape, "q, k and v must have one shape"
     assert q.dtype == k.dtype == v.dtype and q.dtype in (torch.float16, torch.bfloat16)
@@ -788,21 +844,29 @@ def attention_tma_ws(
     out = torch.empty_like(q) if out is None else out
     assert out.shape == q.shape and out.dtype == q.dtype
     _check_tma(q=q, k=k, v=v, out=out)
-    config = config or default_attention_config(D)
-    assert config.block_m % config.block_n == 0, "block_n must divide block_m"
+    block_m = (config or default_attention_config(D)).block_m
     contiguous = all(t.is_contiguous() for t in (q, k, v, out))
-    can_flat = contiguous and N % config.block_m == 0
+    can_flat = contiguous and N % block_m == 0
     flat = can_flat if flat is None else flat
-    assert can_flat or not flat, "flat descriptors need contiguous tensors and N % block_m == 0"
-    ws = supports_warp_specialize() if warp_specialize is None else warp_specialize
+    if flat and not can_flat:
+        raise ValueError("flat descriptors need contiguous tensors and N a multiple of block_m")
+    ws = supports_warp_specialize() and flat if warp_specialize is None else warp_specialize
+    if ws and not flat:
+        raise ValueError(
+            "warp specialization here needs the flat descriptors (contiguous tensors, N a "
+            "multiple of block_m): with four-dimensional ones the compiler fails for sm_90"
+        )
+    config = config or default_attention_config(D, ws)
+    assert config.block_m % config.block_n == 0, "block_n must divide block_m"
     install_allocator()
-    attention_tma_kernel[(triton.cdiv(N, config.block_m), B * H)](
+    compiled = attention_tma_kernel[(triton.cdiv(N, config.block_m), B * H)](
         q, k, v, out,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
         B, H, N, LOG2E / math.sqrt(D),
         HEAD_DIM=D, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal, FLAT=flat,
         WARP_SPECIALIZE=ws, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
+    _launched(compiled)
     return out
 
 
@@ -815,6 +879,7 @@ __all__ = [
     "default_config",
     "install_allocator",
     "interpreted",
+    "last_compiled",
     "matmul_fp8",
     "matmul_persistent",
     "matmul_tma",
