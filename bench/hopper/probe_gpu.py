@@ -98,12 +98,16 @@ def main(argv=None) -> int:
         partial.unlink(missing_ok=True)
         command = [sys.executable, str(Path(__file__).resolve()), str(partial)]
         command += ["--part", part, "--start", str(start)] + (["--dry-run"] if DRY else [])
+        print(f"[{time.time() - start:6.1f}s] {part}: starting, {left:.0f} s left", flush=True)
         try:
             proc = subprocess.run(command, timeout=left + GRACE_S, check=False)
             code = proc.returncode
         except subprocess.TimeoutExpired:
             code = "killed at its deadline"
-        record = json.loads(partial.read_text()) if partial.exists() else {}
+        try:
+            record = json.loads(partial.read_text()) if partial.exists() else {}
+        except ValueError as exc:
+            record = {"failures": [{"where": part, "error": f"unreadable record: {exc}"}]}
         partial.unlink(missing_ok=True)
         if code != 0:
             merged["failures"].append({"where": part, "error": f"process ended: {code}"})
@@ -182,7 +186,11 @@ class Part:
         print(f"[{time.time() - self.start:6.1f}s] {self.name}: {message}", flush=True)
 
     def save(self) -> None:
-        self.path.write_text(json.dumps(self.record, indent=1, default=str))
+        """Write the record whole, then move it into place: a process killed meanwhile leaves
+        the previous record, never half of one."""
+        fresh = self.path.with_suffix(".tmp")
+        fresh.write_text(json.dumps(self.record, indent=1, default=str))
+        fresh.replace(self.path)
 
     def fail(self, where: str, exc: BaseException) -> None:
         """Record a failure; a fault that leaves the GPU unusable ends the part (its process)."""
@@ -214,9 +222,13 @@ def run_part(name: str, path: Path, start: float) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 references in float32
     torch.manual_seed(0)
-    {"checks": part_checks, "matmul": part_matmul, "fp8": part_fp8, "attention": part_attention}[
-        name
-    ](part)
+    run = {"checks": part_checks, "matmul": part_matmul, "fp8": part_fp8}
+    run["attention"] = part_attention
+    try:
+        run[name](part)
+    except Exception as exc:  # noqa: BLE001 - the rest of this part is lost, not the run
+        part.fail("the part itself", exc)
+        return 1
     part.save()
     return 0
 
