@@ -15,6 +15,7 @@ without the notebook it answers; so 04 and 05 never share a kit.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -363,6 +364,23 @@ def test_a_kernel_of_the_tests_is_caught(copy, known):
     found = kit.leaks(copy, known)
     assert [(leak.path, leak.secret.kind) for leak in found] == [
         ("grader/runtime/attention.py", "reference kernel")
+    ]
+
+
+def test_a_line_one_of_its_secrets_allows_is_no_leak(tmp_path):
+    """05's gemm.py, released with 05, holds 04's reference matmul; a benchmark's kernel that
+    shares a line with it (an argument, an accumulator) reveals nothing more there."""
+    side = tmp_path / "course" / "05_autotuning" / "gemm.py"
+    side.parent.mkdir(parents=True)
+    side.write_text("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\nx_desc = make(x)\n")
+    line, other = (n for _, n in kit.code_lines(side.read_text()))
+    bench = kit.Secret(line, "reference kernel", "no notebook", "bench/matmul.py")
+    matmul = kit.Secret(line, "reference kernel", "04_matmul", "solutions/05_autotuning/gemm.py")
+    known = kit.Course(
+        {line: [bench, matmul], other: [dataclasses.replace(bench, line=other)]}, frozenset()
+    )
+    assert [(leak.where, leak.secret.notebook) for leak in kit.leaks(tmp_path, known)] == [
+        ("line 2", "no notebook")
     ]
 
 
