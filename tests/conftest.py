@@ -76,6 +76,15 @@ def registered_course(tmp_path_factory) -> Path:
     return shared.shared_folder(tmp_path_factory, "registered-course", shared.generate_course)
 
 
+@pytest.fixture(scope="session")
+def registered_light(tmp_path_factory) -> Path:
+    """A course directory with tests/light.py's assignment alone, registered, made once per run
+    for all workers; copy it with `shared.copy_course`."""
+    from tests import light
+
+    return shared.shared_folder(tmp_path_factory, "registered-light", light.generate)
+
+
 @pytest.fixture
 def clean_env(monkeypatch):
     """An environment without the course's mode variables, restored afterwards."""

@@ -25,19 +25,19 @@ import pytest
 from grader import cli
 from grader.authoring import build
 from grader.grading import autograde, classreport, findings, gradebook
-from tests import hostile, shared
+from tests import hostile, light, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
-ASSIGNMENT, NOTEBOOK = "00_setup", "setup"
+ASSIGNMENT, NOTEBOOK = light.ASSIGNMENT, light.NOTEBOOK  # a notebook that imports nothing
 LIMITS = ["--cell-timeout", "60", "--speed-cell-timeout", "60", "--timeout", "300"]
 LIMITS += ["--memory-limit", "3", "--mode", "interpreter"]
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory, registered_course):
-    """A course directory with 00_setup registered, and the answered notebook as bytes."""
-    root = shared.copy_course(registered_course, tmp_path_factory.mktemp("course") / "course")
+def course(tmp_path_factory, registered_light):
+    """A course directory with the light assignment registered, and its materials."""
+    root = shared.copy_course(registered_light, tmp_path_factory.mktemp("course") / "course")
     path = root / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
     release = nbformat.read(path, as_version=4)
     source = nbformat.read(root / "source" / ASSIGNMENT / path.name, as_version=4)
@@ -76,7 +76,7 @@ HONEST = f"adams_1001_77_{NOTEBOOK}.ipynb"
 def _lms_cases(notebook: bytes, tmp_path):
     """{case: (LMS download, students imported, {refused: words of the reason})}; each download
     holds the honest adams and one bad thing."""
-    other = notebook.replace(b"relu", b"relu ", 1)
+    other = notebook.replace(b"double", b"double ", 1)
     secret = tmp_path / "instructor" / f"{NOTEBOOK}.ipynb"
     secret.parent.mkdir(parents=True)
     secret.write_bytes(b"the instructor's solutions")
@@ -167,7 +167,7 @@ def test_lms_download_keeps_the_class_and_says_what_it_left_out(course, tmp_path
     assert submitted.read_bytes() == notebook
     assert autograde.students(batch) == imported
     if case == "duplicate":  # the later submission is the one graded
-        assert b"relu " in (batch.folder("submitted", "baker") / f"{NOTEBOOK}.ipynb").read_bytes()
+        assert b"double " in (batch.folder("submitted", "baker") / f"{NOTEBOOK}.ipynb").read_bytes()
     allowed = [tmp_path / "lms", batch.root / "source", batch.root / "release"]
     allowed += [batch.folder("submitted"), batch.root / "downloaded" / ASSIGNMENT / "archive"]
     allowed += [batch.root / "downloaded" / ASSIGNMENT / "extracted", batch.out]
@@ -235,9 +235,8 @@ def test_folders_that_are_not_student_ids_or_are_links_are_listed_not_graded(cou
     recorded = gradebook.grades(batch.url, ASSIGNMENT)
     assert set(recorded) == {"ab", "ac", "linked-notebook"}
     assert recorded["linked-notebook"].total == 0
-    full = {"test-relu-visible": 1.0, "test-relu-hidden": 2.0, "speed-relu": 0.0}
     for student in ("ab", "ac"):
-        assert recorded[student].scores == full and rows[student]["needs_review"] == ""
+        assert recorded[student].scores == light.FULL and rows[student]["needs_review"] == ""
     logs = sorted(p.name for p in (batch.out / "logs").iterdir())
     assert logs == ["ab.log", "ac.log"], logs
     for student in ("ab", "ac"):  # each graded in its own run, by no one else's
@@ -291,8 +290,8 @@ def test_ctrl_c_leaves_the_students_in_flight_to_the_next_run(course, tmp_path):
     batch = fresh(course, tmp_path)
     notebook = answered(course)
     nb = nbformat.reads(notebook.decode(), as_version=4)
-    kernel = course[1].cell(nb, "relu-kernel")
-    kernel.source = "import time\ntime.sleep(20)\n\n" + kernel.source
+    answer = course[1].cell(nb, light.ANSWER)
+    answer.source = "import time\ntime.sleep(20)\n\n" + answer.source
     inbox = tmp_path / "inbox"
     _write(inbox / "quick" / ASSIGNMENT, {f"{NOTEBOOK}.ipynb": notebook})
     command = [sys.executable, "-m", "grader", "autograde", ASSIGNMENT, "--root", str(batch.root)]

@@ -1,5 +1,6 @@
 """nbgrader's exchange end to end, as an instructor and a student use it, with the student in
-headless Chromium: the instructor releases 00_setup with `nbgrader release_assignment`; the
+headless Chromium: the instructor releases an assignment (tests/light.py's, whose notebook
+imports nothing: the exchange is what is tested) with `nbgrader release_assignment`; the
 student fetches it in JupyterLab's Assignments tab (nbgrader's lab extension), answers its exercise,
 saves and submits it there; the instructor runs `python -m grader autograde --exchange`, and the
 student's score reaches the gradebook and grades.csv.
@@ -39,8 +40,8 @@ import nbformat
 import pytest
 
 from grader.authoring import build
-from grader.grading import autograde, classreport, exchange, gradebook
-from tests import lab_server
+from grader.grading import classreport, exchange, gradebook
+from tests import lab_server, light, shared
 from tests.test_autograde import answered, solution_cells
 
 # importing the browser tests' helpers skips this module wherever they are skipped
@@ -59,7 +60,7 @@ from tests.test_browser import (  # noqa: F401 (chromium, console and page are f
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
-ASSIGNMENT, NOTEBOOK = "00_setup", "setup"
+ASSIGNMENT, NOTEBOOK = light.ASSIGNMENT, light.NOTEBOOK
 COURSE_ID = "triton101"
 RELEASED = "#released_assignments_list > .list_item"  # the Assignments tab's three lists
 FETCHED = "#fetched_assignments_list > .list_item"
@@ -121,15 +122,9 @@ def run(user: User, root: Path, *command: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory) -> Path:
-    """A course directory with 00_setup generated (as tests/test_autograde.py makes one)."""
-    tmp = tmp_path_factory.mktemp("generated")
-    root = tmp / "course"
-    build.build_sources(tmp / "all")
-    (root / "source").mkdir(parents=True)
-    os.rename(tmp / "all" / "source" / ASSIGNMENT, root / "source" / ASSIGNMENT)
-    autograde.prepare(autograde.Batch(ASSIGNMENT, "interpreter", root=root))
-    return root
+def generated(tmp_path_factory, registered_light) -> Path:
+    """A course directory with the assignment generated and registered."""
+    return shared.copy_course(registered_light, tmp_path_factory.mktemp("generated") / "course")
 
 
 def make_exchange(folder: Path) -> Path:
@@ -218,7 +213,7 @@ def test_release_fetch_submit_collect_and_autograde(course, student_lab, page, c
     page.wait_for_function(KERNEL_READY, arg=PANEL, timeout=WAIT_MS)  # its metadata settled
     source = nbformat.read(root / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
     answers = {c.id: c.source for c in solution_cells(answered(nb, source))}
-    assert answers, "00_setup has no exercise to answer"
+    assert answers, f"{ASSIGNMENT} has no exercise to answer"
     for index, cell in enumerate(nb.cells):
         if cell.id in answers:
             editor = page.locator(f"{PANEL} .jp-Cell").nth(index).locator(".cm-content")
@@ -285,7 +280,7 @@ def test_release_fetch_submit_collect_and_autograde(course, student_lab, page, c
 SUBMIT = """
 entry="$INBOUND/$NAME"
 mkdir "$entry"
-cp "$NOTEBOOK" "$entry/setup.ipynb"
+cp "$NOTEBOOK" "$entry/$FILE"
 printf '%s' "$STAMP" > "$entry/timestamp.txt"
 head -c 64 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "$entry/submission_secret.txt"
 chmod 644 "$entry"/*
@@ -296,10 +291,10 @@ chmod 777 "$entry"
 LINKS = """
 entry="$INBOUND/$NAME"
 mkdir "$entry"
-ln -s /proc/self/cwd/source/00_setup/setup.ipynb "$entry/setup.ipynb"
+ln -s "/proc/self/cwd/source/$ASSIGNMENT/$FILE" "$entry/$FILE"
 ln -s /etc/shadow "$entry/shadow"
 ln -s "$COURSE" "$entry/course"
-ln -s "$COURSE/source/00_setup" "$INBOUND/$LINKED"
+ln -s "$COURSE/source/$ASSIGNMENT" "$INBOUND/$LINKED"
 """
 
 
@@ -382,7 +377,8 @@ def test_entries_written_into_inbound_by_hand_are_refused_or_corrected(
     for path in [notebooks, *notebooks.iterdir()]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     ada, eve = accounts["honest"], accounts["hostile"]
-    common = {"INBOUND": str(inbound), "COURSE": str(root)}
+    common = {"INBOUND": str(inbound), "COURSE": str(root), "ASSIGNMENT": ASSIGNMENT}
+    common |= {"FILE": f"{NOTEBOOK}.ipynb"}
 
     # ada submits in time
     stamp = nbgrader_time(datetime.now(UTC))
@@ -414,8 +410,8 @@ def test_entries_written_into_inbound_by_hand_are_refused_or_corrected(
     for account in (ada, eve):
         folder = submitted / account.pw_name / ASSIGNMENT
         files = sorted(p.name for p in folder.rglob("*"))
-        assert files == ["setup.ipynb", "submission_secret.txt", "timestamp.txt"], files
-        assert (folder / "setup.ipynb").read_bytes() == Path(right).read_bytes()
+        assert files == [f"{NOTEBOOK}.ipynb", "submission_secret.txt", "timestamp.txt"], files
+        assert (folder / f"{NOTEBOOK}.ipynb").read_bytes() == Path(right).read_bytes()
     url = gradebook.sqlite_url(root / "gradebook.db")
     points = gradebook.max_scores(url, ASSIGNMENT)
     full = {g: (0.0 if g.startswith("speed-") else p) for g, p in points.items()}  # on the CPU
@@ -444,7 +440,7 @@ def test_entries_written_into_inbound_by_hand_are_refused_or_corrected(
     }
     assert len(rows) == len(refused) == 4, refused
     assert rows[eve.pw_name, linked].endswith(
-        f": the entry is a symbolic link (to {root}/source/00_setup), not followed"
+        f": the entry is a symbolic link (to {root}/source/{ASSIGNMENT}), not followed"
     )
     assert "is a symbolic link (to " in rows[eve.pw_name, links]
     theirs = f"the entry belongs to {eve.pw_name}, not to {ada.pw_name}"

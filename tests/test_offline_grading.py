@@ -19,9 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from grader.grading import jail, jupyter_data
+from tests import hostile, light, shared
 
 LEFT_OUT = ("jupyterlab", "jupyterlab_server", "notebook")  # see grader/wheelhouse-grading.txt
 
@@ -124,7 +126,8 @@ def test_nbgrader_steps_run_without_what_the_grading_wheelhouse_leaves_out(step)
 
 # -- a batch whose feedback fails ---------------------------------------------------------------
 
-ASSIGNMENT = "00_setup"
+ASSIGNMENT, NOTEBOOK = light.ASSIGNMENT, light.NOTEBOOK  # a notebook that imports nothing
+STUDENT = "ada"
 LIMITS = ["--cell-timeout", "120", "--speed-cell-timeout", "120", "--timeout", "600"]
 
 
@@ -144,14 +147,14 @@ def _grade(root: Path, inbox: Path):
 
 @pytest.mark.slow
 @pytest.mark.tooling
-def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path):
-    from bench import grading_cost
+def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path, registered_light):
     from grader.grading import autograde
 
-    root = tmp_path / "course"
-    batch = autograde.Batch(ASSIGNMENT, "interpreter", root=root)
-    autograde.prepare(batch)
-    inbox = grading_cost.reference_submission(batch, tmp_path / "inbox")
+    root = shared.copy_course(registered_light, tmp_path / "course")
+    materials = hostile.Materials(ASSIGNMENT, NOTEBOOK, light.source(), light.source())
+    inbox = tmp_path / "inbox"
+    (inbox / STUDENT / ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(materials.answered(), inbox / STUDENT / ASSIGNMENT / f"{NOTEBOOK}.ipynb")
     real = autograde.nbgrader_args
 
     def broken_feedback(batch, *args):  # nbconvert cannot find the page's template
@@ -161,7 +164,7 @@ def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path)
 
     monkeypatch.setattr(autograde, "nbgrader_args", broken_feedback)
     code, printed, report, review, out = _grade(root, inbox)
-    student = grading_cost.STUDENT
+    student = STUDENT
     assert code == 1, printed[-3000:]
     assert "every submission was graded without trouble" not in report
     assert "The grader had trouble with 1 of these submissions" in report
@@ -174,7 +177,7 @@ def test_a_batch_whose_feedback_fails_says_so_and_exits_1(monkeypatch, tmp_path)
     assert code == 0, printed[-3000:]
     assert "None: every submission was graded without trouble." in report
     assert review[student] == ""
-    assert (out / "feedback" / student / "setup.html").is_file()
+    assert (out / "feedback" / student / f"{NOTEBOOK}.html").is_file()
 
 
 def _heavy_modules_after(root, code: str) -> list[str]:

@@ -1,11 +1,12 @@
 """Grading through a Slurm job array (grader.grading.slurm) against a real Slurm: a controller
 and one node daemon on this host (Debian's slurm-wlm, `AuthType=auth/none`), started for this
 module from a slurm.conf of its own and stopped after it, whatever happens. A class of two
-00_setup students (one right, one with a wrong kernel) is graded once by a local batch and once
+students (one right, one with a wrong answer) is graded once by a local batch and once
 through the array; the gradebooks, the CSVs and the reasons for a human look must be the same.
 A student whose task Slurm stops at its time limit is reported as timed out, and no task leaves
-anything in the node's temporary folder. The checks on what a task leaves (it is data the
-trusted side must not believe) run without Slurm."""
+anything in the node's temporary folder. The class is of tests/light.py's assignment, whose
+notebook imports nothing: the pipeline is what is compared, not a kernel. The checks on what a
+task leaves (it is data the trusted side must not believe) run without Slurm."""
 
 from __future__ import annotations
 
@@ -24,12 +25,12 @@ import nbformat
 import pytest
 
 from grader import cli
-from grader.authoring import build
 from grader.grading import autograde, devices, findings, gradebook, hostlock, jail, slurm
+from tests import light, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
-ASSIGNMENT, NOTEBOOK = "00_setup", "setup"
+ASSIGNMENT, NOTEBOOK = light.ASSIGNMENT, light.NOTEBOOK
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "squeue")
 needs_slurm = pytest.mark.skipif(
     any(shutil.which(d) is None for d in DAEMONS) or not jail.available() or os.geteuid() != 0,
@@ -131,8 +132,8 @@ def cluster(tmp_path_factory):
 
 
 def _answered(release, source, broken: bool):
-    """The release with its solution cells answered from the source; `broken`: a kernel that
-    hard-codes the default block size (it passes the visible test, not the hidden one)."""
+    """The release with its solution cells answered from the source; `broken`: an answer that
+    is right for x >= 0 only (it passes the visible test, not the hidden one)."""
     nb = copy.deepcopy(release)
     theirs = [c for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")]
     mine = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
@@ -143,23 +144,18 @@ def _answered(release, source, broken: bool):
             if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
         )
     if broken:
-        (kernel,) = [
-            c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "relu-kernel"
-        ]
-        assert "pid * BLOCK + tl.arange" in kernel.source, "00_setup changed: update this test"
-        kernel.source = kernel.source.replace("pid * BLOCK + tl.arange", "pid * 1024 + tl.arange")
+        (answer,) = [c for c in nb.cells if findings.grade_id_of(c) == light.ANSWER]
+        assert "return 2 * x" in answer.source, "tests/light.py changed: update this test"
+        answer.source = answer.source.replace("return 2 * x", "return abs(2 * x)")
     return nb
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    """Two course directories with 00_setup registered, and the class's submissions."""
+def course(tmp_path_factory, registered_light):
+    """Three course directories with the assignment registered, and the class's submissions."""
     tmp = tmp_path_factory.mktemp("class")
-    shutil.copytree(build.SOLUTIONS / ASSIGNMENT, tmp / "solutions" / ASSIGNMENT)
-    build.build_sources(tmp / "local", tmp / "solutions")
-    autograde.prepare(autograde.Batch(ASSIGNMENT, "interpreter", root=tmp / "local"))
-    for other in ("slurm", "limit"):
-        shutil.copytree(tmp / "local", tmp / other)
+    for name in ("local", "slurm", "limit"):
+        shared.copy_course(registered_light, tmp / name)
     roots = {name: tmp / name for name in ("local", "slurm", "limit")}
     release = nbformat.read(tmp / "local" / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
     source = nbformat.read(tmp / "local" / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
@@ -226,7 +222,7 @@ def test_a_class_graded_through_slurm_gets_the_local_grades(
     # the same outputs, altered: a test cell swapped, a result naming the other student
     graded = job / "out" / "wrong" / "autograded" / f"{NOTEBOOK}.ipynb"
     nb = nbformat.read(graded, 4)
-    (test,) = [c for c in nb.cells if findings.grade_id_of(c) == "test-relu-hidden"]
+    (test,) = [c for c in nb.cells if findings.grade_id_of(c) == "test-double-hidden"]
     test.source = "pass"
     graded.chmod(0o644)
     nbformat.write(nb, graded)
@@ -235,7 +231,7 @@ def test_a_class_graded_through_slurm_gets_the_local_grades(
     shutil.rmtree(job / "merge")
     runs = slurm.merge(remote, ["right", "wrong"], autograde.released(remote), job)
     assert runs["right"].status == "failed" and "another student" in runs["right"].detail
-    assert runs["wrong"].status == "failed" and "test-relu-hidden" in runs["wrong"].detail
+    assert runs["wrong"].status == "failed" and "test-double-hidden" in runs["wrong"].detail
     assert not (job / "merge" / "merge.log").exists()  # nothing left to record
     after = gradebook.grades(remote.url, ASSIGNMENT)
     assert {s: g.scores for s, g in after.items()} == {s: g.scores for s, g in mine.items()}
@@ -265,8 +261,8 @@ def test_a_task_stopped_at_slurms_time_limit_is_timed_out_and_leaves_nothing(
     release = nbformat.read(roots["limit"] / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
     source = nbformat.read(roots["limit"] / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
     nb = _answered(release, source, broken=False)
-    (kernel,) = [c for c in nb.cells if findings.grade_id_of(c) == "relu-kernel"]
-    kernel.source += "\n\nimport time\n\ntime.sleep(900)\n"
+    (answer,) = [c for c in nb.cells if findings.grade_id_of(c) == light.ANSWER]
+    answer.source += "\n\nimport time\n\ntime.sleep(900)\n"
     (tmp_path / "slow" / "sleeper" / ASSIGNMENT).mkdir(parents=True)
     nbformat.write(nb, tmp_path / "slow" / "sleeper" / ASSIGNMENT / f"{NOTEBOOK}.ipynb")
     monkeypatch.setenv(hostlock.FOLDER_VARIABLE, str(tmp_path / "locks"))
