@@ -290,7 +290,6 @@ def test_the_bytes_counted_are_read_and_written_by_the_cases_kernels(monkeypatch
         conditions = profile.Conditions("H100", "9.0", 50 << 20, "2025.3")
         return profile.Profile((_launch(600.0, 380.0), _launch(10.0, 0.0)), conditions)
 
-    monkeypatch.setattr(profile, "unavailable", lambda: None)
     monkeypatch.setattr(profile, "of", of)
     traffic = traffic_case().traffic
     assert perf._counted(traffic, ["k"]) == {"dram_bytes": 990.0}
@@ -301,5 +300,3 @@ def test_the_bytes_counted_are_read_and_written_by_the_cases_kernels(monkeypatch
 
     monkeypatch.setattr(profile, "of", fails)
     assert perf._counted(traffic, ["k"]) == {"uncounted": "no permission to read the counters"}
-    monkeypatch.setattr(profile, "unavailable", lambda: "no GPU")
-    assert perf._counted(traffic, ["k"]) == {"uncounted": "no GPU"}

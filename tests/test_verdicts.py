@@ -115,3 +115,12 @@ def test_a_ceiling_passes_at_or_below_it_and_its_worst_is_the_closest_to_it():
     ceiling = verdicts.parse(lean)  # 8% under its ceiling
     assert verdicts.worst([speed, ceiling]) is speed
     assert verdicts.worst([speed, verdicts.parse(heavy)]).at_most
+
+
+def test_a_cells_speed_reads_a_ceiling_the_right_way_up():
+    from grader.grading import findings
+
+    heavy = findings.Speed("speed-f", True, False, 1.3, 1.1, "x", 2, at_most=True)
+    assert heavy.relative == pytest.approx(1.1 / 1.3) == verdicts.margin(1.3, 1.1, True)
+    assert findings.Speed("speed-f", True, True, 2.4, 2.0, "x", 1).relative == pytest.approx(1.2)
+    assert verdicts.margin(None, 1.1, True) is None

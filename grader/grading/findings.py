@@ -91,9 +91,7 @@ class Speed:
     @property
     def relative(self) -> float | None:
         """How far past its threshold the figure is: 1 is the threshold, more is better."""
-        if self.measured is None or not self.needed or (self.at_most and not self.measured):
-            return None
-        return self.needed / self.measured if self.at_most else self.measured / self.needed
+        return verdicts.margin(self.measured, self.needed, self.at_most)
 
 
 @dataclass

@@ -32,10 +32,15 @@ class Record:
 
     @property
     def margin(self) -> float | None:
-        """How far the figure is past its threshold, as a ratio: below 1 is short of it."""
-        if self.measured is None:
-            return None
-        return self.needed / self.measured if self.at_most else self.measured / self.needed
+        return margin(self.measured, self.needed, self.at_most)
+
+
+def margin(measured: float | None, needed: float | None, at_most: bool) -> float | None:
+    """How far a figure is past its threshold, as a ratio: 1 is the threshold, below 1 short of
+    it (a floor's figure over it, or a ceiling over its figure); None without both."""
+    if measured is None or not needed or (at_most and not measured):
+        return None
+    return needed / measured if at_most else measured / needed
 
 
 def parse(data: object) -> Record | str:

@@ -572,20 +572,17 @@ def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
 
 
 def _counted(traffic: Traffic, kernels: Sequence[str]) -> dict:
-    """Measured's `dram_bytes` (what the kernels read and wrote), or `uncounted`: why not."""
-    why = profile.unavailable()
-    if why is None:
-        try:
-            found = profile.of(traffic.factory, kernels=list(kernels), params=dict(traffic.params))
-        except profile.ProfileError as failed:
-            why = str(failed)
-        else:
-            read = profile.total(found, "dram_bytes_read")
-            written = profile.total(found, "dram_bytes_written")
-            if read is not None and written is not None:
-                return {"dram_bytes": read + written}
-            why = "Nsight Compute returned no DRAM bytes"
-    return {"uncounted": why}
+    """Measured's `dram_bytes` (what the kernels read and wrote), or `uncounted`: why not (no
+    ncu, no permission: the ProfileError's message)."""
+    try:
+        found = profile.of(traffic.factory, kernels=list(kernels), params=dict(traffic.params))
+    except profile.ProfileError as failed:
+        return {"uncounted": str(failed)}
+    read = profile.total(found, "dram_bytes_read")
+    written = profile.total(found, "dram_bytes_written")
+    if read is None or written is None:
+        return {"uncounted": "Nsight Compute returned no DRAM bytes"}
+    return {"dram_bytes": read + written}
 
 
 def _timed_on_the_cpu(case: Case, sampler: timing.Sampler) -> tuple[list[Comparison], list[str]]:
