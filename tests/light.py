@@ -39,13 +39,18 @@ def source() -> nbformat.NotebookNode:
                 ANSWER,
                 solution=True,
             ),
-            _cell("assert double(2) == 4", "test-double-visible", points=1),
+            _cell(
+                'assert double(2) == 4\nprint("visible test passed: double(2) == 4")',
+                "test-double-visible",
+                points=1,
+            ),
             _cell(
                 "assert double(0) == 0\n### BEGIN HIDDEN TESTS\nassert double(-3) == -6\n"
                 "assert double(2.5) == 5.0\n### END HIDDEN TESTS",
                 "test-double-hidden",
                 points=2,
             ),
+            _cell('print("the end of the light assignment")', "the-end"),  # a cell after the tests
         ]
     )
     nb.metadata["kernelspec"] = {

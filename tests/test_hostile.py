@@ -1,5 +1,6 @@
 """The hostile class, graded end to end: every synthetic attacker in tests/hostile/, graded in one
-batch per notebook by `python -m grader autograde` on the CPU, beside two honest students and
+batch per notebook by `python -m grader autograde` on the CPU (attacks on grading's pipeline
+that need no notebook's helpers attack tests/light.py's assignment), beside honest students and
 each attacker's honest base (its own kernel without the attack; each distinct base graded once,
 and one that is the honest answer as the first honest student). Each attacker must score its
 base or be flagged for a human look with the right reason; the honest students keep full marks;
@@ -18,7 +19,7 @@ import pytest
 
 from grader import cli
 from grader.grading import assemble, feedback, findings, gradebook
-from tests import hostile, shared
+from tests import hostile, light, shared
 from tests.hostile.hidden_tests import page_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 EVERYONE = hostile.everyone()
 # The notebooks whose batches are graded on the CPU; an attacker of another notebook must run as
 # its base, which the CPU checks by assembling both (the GPU grades them: test_hostile_gpu.py).
-CPU_BATCHES = ("00_setup", "02_first_kernels")
+CPU_BATCHES = ("00_setup", "02_first_kernels", light.ASSIGNMENT)
 # An attacker that runs as its base byte for byte is graded only where it has a check of its own
 # to make (what reached the sandbox, say): its score is its base's by construction, which
 # test_what_grading_runs_for_an_attacker_is_its_base_byte_for_byte shows for every one.
@@ -103,9 +104,14 @@ def graded(
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory, registered_course):
+def batches(tmp_path_factory, registered_course, registered_light):
     base = tmp_path_factory.getbasetemp()
-    return lambda assignment: graded(assignment, base / assignment, registered_course)
+
+    def batch(assignment):
+        registered = registered_light if assignment == light.ASSIGNMENT else registered_course
+        return graded(assignment, base / assignment, registered)
+
+    return batch
 
 
 def _total(scores: dict[str, float]) -> float:

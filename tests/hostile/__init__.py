@@ -134,13 +134,15 @@ class Attacker:
             raise ValueError(f"{self.student}: total='base' and runs_as_base need base")
 
 
-def on_blank_00(student: str, code: str, flags: frozenset[str], detail: str) -> Attacker:
-    """An attacker whose `code` runs after 00's kernel cell, left blank as released: its honest
-    base scores nothing, so only the flag is asserted."""
+def on_blank(
+    student: str, assignment: str, cell: str, code: str, flags: frozenset[str], detail: str
+) -> Attacker:
+    """An attacker whose `code` runs after the answer cell `cell` of `assignment`, left blank as
+    released: its honest base scores nothing, so only the flag is asserted."""
     return Attacker(
         student,
-        "00_setup",
-        lambda m: m.files(m.appended(m.release, "relu-kernel", code)),
+        assignment,
+        lambda m: m.files(m.appended(m.release, cell, code)),
         flags=flags,
         detail=detail,
         total=None,

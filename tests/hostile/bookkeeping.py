@@ -10,6 +10,7 @@ the cells still scored as they ran, and flagged."""
 import copy
 
 from grader.grading import findings, nbgrader_policy
+from tests import light
 from tests.hostile import Attacker, Graded
 
 KERNEL = "relu-kernel"
@@ -45,12 +46,12 @@ def _bonus(m):
 
 
 def _flood(m):
-    """The answered notebook printing 20 MiB from the kernel's cell, then 1 MiB to stderr."""
+    """The answered notebook printing 20 MiB from the answer cell, then 1 MiB to stderr."""
     code = (
         "import sys\nfor _ in range(20):\n    print('x' * (1 << 20))\n"
         "print('y' * (1 << 20), file=sys.stderr)"
     )
-    return m.files(m.appended(m.answered(), KERNEL, code))
+    return m.files(m.appended(m.answered(), light.ANSWER, code))
 
 
 def _output_kept_small(result: Graded) -> None:
@@ -86,10 +87,10 @@ ATTACKERS = [
     ),
     Attacker(
         "output-flood",
-        "00_setup",
+        light.ASSIGNMENT,
         _flood,
         flags=frozenset({"output-cut"}),
-        detail=f"from cell {KERNEL} on",
+        detail=f"from cell {light.ANSWER} on",
         total=None,
         check=lambda result: (_full_marks("output-flood")(result), _output_kept_small(result)),
     ),

@@ -14,6 +14,7 @@ import time
 
 import nbformat
 
+from tests import light
 from tests.hostile import Attacker, Graded, Materials, printed
 
 STUDENT = "escape-artist"
@@ -47,8 +48,10 @@ def listener() -> Listener:
     return _listener
 
 
-def attack(port: int) -> str:
-    """The code the attacker appends to its kernel cell; it prints one line, ESCAPE {...}."""
+def attack(port: int, m: Materials, hidden: str) -> str:
+    """The code the attacker appends to its answer cell; it prints one line, ESCAPE {...}.
+    `hidden`: the grade_id of a hidden test, which the source notebook names."""
+    notebook = f"{m.notebook}.ipynb"
     return f'''
 import json as _json, os as _os, pathlib as _pathlib, socket as _socket, sys as _sys
 _root = _pathlib.Path.cwd().parents[2]  # nbgrader runs root/autograded/<student>/<assignment>
@@ -58,12 +61,12 @@ def _attempt(name, action):
         _seen[name] = action()
     except Exception as e:
         _seen[name] = type(e).__name__
-_source = _root / "source" / "00_setup"
+_source = _root / "source" / "{m.assignment}"
 _attempt("gradebook", lambda: (_root / "gradebook.db").read_bytes()[:15].decode())
 _attempt("source", lambda: sorted(_os.listdir(_source)))
-_attempt("hidden", lambda: "test-relu-hidden" in (_source / "setup.ipynb").read_text())
-_victim = "{VICTIM}/00_setup"
-_attempt("victim", lambda: len((_root / "submitted" / _victim / "setup.ipynb").read_text()))
+_attempt("hidden", lambda: "{hidden}" in (_source / "{notebook}").read_text())
+_victim = "{VICTIM}/{m.assignment}"
+_attempt("victim", lambda: len((_root / "submitted" / _victim / "{notebook}").read_text()))
 for _step in ("submitted", "autograded"):
     _attempt(f"write-{{_step}}", lambda: (_root / _step / _victim / "escape.txt").write_text("x"))
 _attempt("write-root", lambda: (_root / "escape.txt").write_text("x"))
@@ -87,11 +90,13 @@ print("ESCAPE", _json.dumps(_seen))
 
 
 def _files(m: Materials) -> dict[str, object]:
-    return m.files(m.appended(m.answered(), "relu-kernel", attack(listener().port)))
+    hidden = f"test-{light.ANSWER}-hidden"
+    return m.files(m.appended(m.answered(), light.ANSWER, attack(listener().port, m, hidden)))
 
 
 def _seen(result: Graded) -> dict[str, object]:
-    path = result.root / "autograded" / STUDENT / "00_setup" / f"{result.materials.notebook}.ipynb"
+    m = result.materials
+    path = result.root / "autograded" / STUDENT / m.assignment / f"{m.notebook}.ipynb"
     nb = nbformat.read(path, as_version=4)
     lines = [
         line for text in printed(nb) for line in text.splitlines() if line.startswith("ESCAPE ")
@@ -123,7 +128,7 @@ def _check(result: Graded) -> None:
 ATTACKERS = [
     Attacker(
         STUDENT,
-        "00_setup",
+        light.ASSIGNMENT,
         _files,
         total="base",
         base=lambda m: m.answered(),

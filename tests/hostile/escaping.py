@@ -4,15 +4,16 @@ show as text in report.md and report.html, never as markup."""
 
 import copy
 
+from tests import light
 from tests.hostile import Attacker, Graded
 
 PAYLOAD = "<img src=x onerror=alert(document.domain)> [click](javascript:alert(1)) | x"
 
 
 def _raising(m):
-    """The blank release whose kernel cell first raises an error carrying PAYLOAD."""
+    """The blank release whose answer cell first raises an error carrying PAYLOAD."""
     nb = copy.deepcopy(m.release)
-    cell = m.cell(nb, "relu-kernel")
+    cell = m.cell(nb, light.ANSWER)
     cell.source = f"raise ValueError({PAYLOAD!r})\n\n" + cell.source
     return m.files(nb)
 
@@ -29,7 +30,7 @@ def _escaped(result: Graded) -> None:
 ATTACKERS = [
     Attacker(
         "markup-in-error",
-        "00_setup",
+        light.ASSIGNMENT,
         _raising,
         flags=frozenset({"zero-score"}),
         detail=PAYLOAD,

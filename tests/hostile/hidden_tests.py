@@ -17,6 +17,7 @@ import zlib
 
 import nbformat
 
+from tests import light
 from tests.hostile import Attacker, Graded, Materials, printed
 
 PRINTS = """
@@ -36,9 +37,10 @@ def _show(info):
 get_ipython().events.register("pre_run_cell", _show)
 """
 
+# named like the feedback page of the light assignment's notebook, light.html, among others
 WRITES = """
 def _show(info):
-    for name in ("hidden.txt", "hidden.html", "setup.html"):
+    for name in ("hidden.txt", "hidden.html", "light.html"):
         with open(name, "a") as f:
             f.write(info.raw_cell)
     print("wrote hidden.txt, hidden.html, setup.html")  # shows the attack ran
@@ -299,48 +301,59 @@ def _only_pages(student: str):
         nb = nbformat.read(ran / f"{m.notebook}.ipynb", as_version=4)
         assert any("wrote hidden.txt" in s for s in printed(nb)), "the attack did not run"
         # the sandbox kept what the kernel wrote in its private copy of the folder
-        assert not (ran / "hidden.txt").exists() and not (ran / "setup.html").exists()
+        assert not (ran / "hidden.txt").exists() and not (ran / page).exists()
 
     return check
 
 
-ATTACKERS = [
-    Attacker(
-        "print-hidden-tests",
-        "00_setup",
-        lambda m: m.files(m.appended(m.answered(), "relu-kernel", PRINTS)),
-        flags=frozenset({"hidden-tests"}),
-        detail="test-relu-hidden",
-        base=Materials.answered,
-        check=_not_in_page("print-hidden-tests"),
-    ),
-    Attacker(
-        "raise-hidden-tests",
-        "00_setup",
-        lambda m: m.files(m.appended(m.release, "relu-kernel", RAISES)),
-        flags=frozenset({"hidden-tests"}),
-        detail="test-relu-hidden",
-        total=None,
-        check=_not_in_page("raise-hidden-tests"),
-    ),
-    Attacker(
-        "write-hidden-tests",
-        "00_setup",
-        lambda m: m.files(m.appended(m.release, "relu-kernel", WRITES)),
-        total=None,
-        check=_only_pages("write-hidden-tests"),
-    ),
-]
+# The attacks that read what the kernel holds need no helper of a notebook: they attack the
+# light assignment (tests/light.py), whose students cost a third of 00's. Those that wrap the
+# checker the test cells call attack 00, which has one.
+LIGHT_HIDDEN = f"test-{light.ANSWER}-hidden"
 
-PASSED = "test-relu-hidden: 2 of 2 points; passed."
-FAILED = "test-relu-hidden: 0 of 2 points; failed:"
+
+def _light_answered_with(code: str):
+    return lambda m: m.files(m.appended(m.answered(), light.ANSWER, code))
 
 
 def _answered_with(code: str):
     return lambda m: m.files(m.appended(m.answered(), "relu-kernel", code))
 
 
-ATTACKERS += [
+def _passed(hidden: str, points: float) -> str:
+    return f"{hidden}: {points:g} of {points:g} points; passed."
+
+
+PASSED = _passed("test-relu-hidden", 2)
+FAILED = "test-relu-hidden: 0 of 2 points; failed:"
+LIGHT_PASSED = _passed(LIGHT_HIDDEN, light.FULL[LIGHT_HIDDEN])
+
+ATTACKERS = [
+    Attacker(
+        "print-hidden-tests",
+        light.ASSIGNMENT,
+        _light_answered_with(PRINTS),
+        flags=frozenset({"hidden-tests"}),
+        detail=LIGHT_HIDDEN,
+        base=Materials.answered,
+        check=_not_in_page("print-hidden-tests"),
+    ),
+    Attacker(
+        "raise-hidden-tests",
+        light.ASSIGNMENT,
+        lambda m: m.files(m.appended(m.release, light.ANSWER, RAISES)),
+        flags=frozenset({"hidden-tests"}),
+        detail=LIGHT_HIDDEN,
+        total=None,
+        check=_not_in_page("raise-hidden-tests"),
+    ),
+    Attacker(
+        "write-hidden-tests",
+        light.ASSIGNMENT,
+        lambda m: m.files(m.appended(m.release, light.ANSWER, WRITES)),
+        total=None,
+        check=_only_pages("write-hidden-tests"),
+    ),
     Attacker(
         "encoded-same-cell",
         "00_setup",
@@ -350,24 +363,24 @@ ATTACKERS += [
     ),
     Attacker(
         "encoded-later-cell",
-        "00_setup",
-        _answered_with(LATER_CELL),
+        light.ASSIGNMENT,
+        _light_answered_with(LATER_CELL),
         base=Materials.answered,
-        check=_sealed("encoded-later-cell", PASSED),
+        check=_sealed("encoded-later-cell", LIGHT_PASSED),
     ),
     Attacker(
         "encoded-display-update",
-        "00_setup",
-        _answered_with(DISPLAY),
+        light.ASSIGNMENT,
+        _light_answered_with(DISPLAY),
         base=Materials.answered,
-        check=_sealed("encoded-display-update", PASSED, "a display made early"),
+        check=_sealed("encoded-display-update", LIGHT_PASSED, "a display made early"),
     ),
     Attacker(
         "encoded-widget",
-        "00_setup",
-        _answered_with(WIDGET),
+        light.ASSIGNMENT,
+        _light_answered_with(WIDGET),
         base=Materials.answered,
-        check=_sealed("encoded-widget", PASSED, "Textarea(value='a widget made early')"),
+        check=_sealed("encoded-widget", LIGHT_PASSED, "Textarea(value='a widget made early')"),
     ),
     Attacker(  # the hidden tests fail on the error it raises: only the visible point is left
         "encoded-error-message",
@@ -385,8 +398,8 @@ ATTACKERS += [
     ),
     Attacker(
         "encoded-prompt-number",
-        "00_setup",
-        _answered_with(PROMPT_NUMBER),
+        light.ASSIGNMENT,
+        _light_answered_with(PROMPT_NUMBER),
         base=Materials.answered,
         check=_prompts_sealed("encoded-prompt-number"),
     ),

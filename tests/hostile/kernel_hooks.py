@@ -1,16 +1,18 @@
 """Class 1 of the attacks on grading: a solution cell that changes how the cells after it run,
 through the kernel's own machinery, so that the test cells run as something else or the score
 shown is not the score earned. Each attack sits on a blank notebook (the released stub), where
-every test must fail: nbgrader's raw score may be fooled, which is why each must be flagged,
-by the scan of its code (hooks) and, where the outputs give it away, by the tell-tale outputs
-(forged output). Two routes do not fool nbgrader 0.9.6, which records an error from the kernel's
+every test must fail (the light assignment's of tests/light.py, or 00's for the attacks on its
+checker): nbgrader's raw score may be fooled, which is why each must be flagged, by the scan
+of its code (hooks) and, where the outputs give it away, by the tell-tale outputs (forged
+output). Two routes do not fool nbgrader 0.9.6, which records an error from the kernel's
 reply when no error output was shown: they must score 0 and still be flagged."""
 
-from tests.hostile import Attacker, on_blank_00
+from tests import light
+from tests.hostile import Attacker, on_blank
 
 TRANSFORMER = """
 def _skip_tests(lines):
-    return ["pass\\n"] if any("checks." in line for line in lines) else lines
+    return ["pass\\n"] if any(line.startswith("assert ") for line in lines) else lines
 
 
 get_ipython().input_transformers_post.append(_skip_tests)
@@ -50,35 +52,38 @@ _plain.for_type(float, lambda value, p, cycle: p.text("1.0" if value == 0.0 else
 
 
 def _on_stub(student, code, detail, flags=frozenset({"hooks", "forged-output"})):
-    return on_blank_00(student, code, flags, detail)
+    return on_blank(student, light.ASSIGNMENT, light.ANSWER, code, flags, detail)
 
 
 ATTACKERS = [
     _on_stub(
         "hook-input-transformer",
         TRANSFORMER,
-        "cell relu-kernel adds an IPython input transformer: it can rewrite the test cells",
+        f"cell {light.ANSWER} adds an IPython input transformer: it can rewrite the test cells",
     ),
-    _on_stub(
+    on_blank(  # it quiets 00's checker, which the light assignment does not use
         "hook-pre-run-cell",
+        "00_setup",
+        "relu-kernel",
         PRE_RUN_CELL,
+        frozenset({"hooks", "cheating", "forged-output"}),
         "cell relu-kernel registers an IPython pre_run_cell hook: it can rewrite the test cells",
-        flags=frozenset({"hooks", "cheating", "forged-output"}),
     ),
     Attacker(
         "hook-custom-exception",
-        "00_setup",
-        lambda m: m.files(m.appended(m.release, "relu-kernel", CUSTOM_EXC)),
+        light.ASSIGNMENT,
+        lambda m: m.files(m.appended(m.release, light.ANSWER, CUSTOM_EXC)),
         flags=frozenset({"hooks"}),
-        detail="cell relu-kernel sets a custom exception handler: it can hide the tests' failures",
+        detail=f"cell {light.ANSWER} sets a custom exception handler: it can hide the tests' "
+        "failures",
         total=0.0,
     ),
     Attacker(
         "hook-no-traceback",
-        "00_setup",
-        lambda m: m.files(m.appended(m.release, "relu-kernel", NO_TRACEBACK)),
+        light.ASSIGNMENT,
+        lambda m: m.files(m.appended(m.release, light.ANSWER, NO_TRACEBACK)),
         flags=frozenset({"hooks"}),
-        detail="cell relu-kernel replaces how IPython shows errors",
+        detail=f"cell {light.ANSWER} replaces how IPython shows errors",
         total=0.0,
     ),
     Attacker(  # on a right kernel: its correctness points are its own, the speed point is not

@@ -7,6 +7,7 @@ import json
 
 import nbformat
 
+from tests import light
 from tests.hostile import Attacker
 
 
@@ -20,7 +21,7 @@ def _nested(m, depth: int) -> dict[str, bytes]:
 ATTACKERS = [
     Attacker(
         f"nested-metadata-{depth}",
-        "00_setup",
+        light.ASSIGNMENT,
         lambda m, depth=depth: _nested(m, depth),
         flags=frozenset({"not-a-notebook"}),
         detail="nested too deeply",

@@ -2,13 +2,13 @@
 The patch sits on a blank notebook, so its honest base scores nothing; what nbgrader gives it is
 not the question: it must be flagged."""
 
-from tests.hostile import on_blank_00
+from tests.hostile import on_blank
 
 QUIET = "lambda *args, **kwargs: None"
 
 
 def _patch(student, code, detail, flags=frozenset({"cheating"})):
-    return on_blank_00(student, code, flags, detail)
+    return on_blank(student, "00_setup", "relu-kernel", code, flags, detail)
 
 
 ATTACKERS = [
