@@ -12,12 +12,16 @@ through grader.runtime.gpu_compile) must fail the visible test, where it is firs
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
 Partial submissions (PARTIAL) must pass every test of the exercises they get right and fail one
 of each exercise they do not, where said with the message the module states.
+Every answer cell as course/ releases it (nbgrader's stub) must fail every test cell of its
+exercise, hidden lines included: what the released notebook earns is nothing, exercise by
+exercise, and every graded cell belongs to an exercise.
 The reference and the given cells are put back afterwards (tests/test_nbgrader.py proves that
 the reference passes).
 On a GPU, each source and the reference also run in a second kernel in interpreter mode: every
 correctness test cell must give the same verdict there as on the GPU.
 """
 
+import ast
 import importlib
 import json
 import os
@@ -25,9 +29,11 @@ import pkgutil
 import re
 from contextlib import contextmanager
 
+import nbformat
 import pytest
 
 import tests.known_wrong
+from grader.authoring import build
 from grader.runtime import device, doctor, recorded
 from tests.known_wrong import WithGiven
 from tests.notebook_session import Session, segments
@@ -235,6 +241,68 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
             f"'{name}' passes every visible test of {grade_id} and fails only the hidden tests of "
             f"{hidden_failure[0]}: {hidden_failure[1]}"
         )
+
+
+def _released() -> dict[tuple[str, str], str]:
+    """{(notebook, grade_id): source} of every answer cell as course/ releases it."""
+    found = {}
+    for a in build.assignments():
+        nb = nbformat.read(build.COURSE / a.name / a.notebook_name, as_version=4)
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("solution") and cell.cell_type == "code":
+                found[a.name, meta["grade_id"]] = cell.source
+    return found
+
+
+RELEASED = _released()
+
+
+def defined_names(source: str) -> list[str]:
+    """The names a cell binds at its top level (functions, classes, assignments, imports)."""
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names]
+    return names
+
+
+def test_every_graded_cell_belongs_to_an_exercise():
+    """A test cell above the first answer cell would be one no stub can fail: the release would
+    earn its points."""
+    for a in build.assignments():
+        assert a.name in NOTEBOOKS, f"{a.name} has no module in tests/known_wrong/"
+        nb = nbformat.read(build.COURSE / a.name / a.notebook_name, as_version=4)
+        answered = False
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            answered = answered or bool(meta.get("solution"))
+            if meta.get("grade") and not meta.get("solution"):
+                assert answered, f"{a.name}: {meta['grade_id']} comes before any answer cell"
+
+
+@pytest.mark.parametrize("notebook, grade_id", sorted(RELEASED), ids=lambda v: v)
+def test_an_exercise_as_released_passes_none_of_its_tests(sessions, notebook, grade_id):
+    """The release's answer cell in place of the reference (what the reference defined
+    forgotten first, as a fresh kernel never had it), the cells after it run to its last test
+    cell: every correctness test cell fails, its hidden lines included."""
+    session = sessions(notebook)
+    reference = session.cells[session.span(grade_id)[0]].source
+    forget = "".join(f"globals().pop({n!r}, None)\n" for n in defined_names(reference))
+    with swapped_in(session, grade_id, RELEASED[notebook, grade_id]) as (exercise, cells):
+        assert session.run(forget)[0] == "ok"
+        session.run(exercise)  # a stub may raise here already; its tests must fail all the same
+        passed = []
+        for cell, source in cells:
+            status, _ = session.run(source)
+            if is_test(cell) and status == "ok":
+                passed.append(cell.metadata["nbgrader"]["grade_id"])
+    assert not passed, f"{grade_id} as released (the stub) passes {passed}"
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """The nbgrader round trip: the solution, submitted as a student's notebook, earns every
-correctness point; course/'s notebook, as students receive it, earns nothing (it passes no test)
-and grading it does not crash.
+correctness point. (That course/'s notebook, as students receive it, earns nothing is
+tests/test_known_wrong.py's to show, exercise by exercise; tests/test_feedback.py grades blank
+notebooks end to end.)
 
 The solution's run is also the check that every solution notebook executes top to bottom (with
 its hidden tests) within its CPU budget, its graded cells passing without writing to stderr
@@ -29,13 +30,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
 def autograde(registered, root, assignment):
     """Submit the solution of `assignment`, as generated (with every other assignment, by
-    `generate_assignment "*"` as `make release` runs it), and its folder of course/ untouched, as
-    two students in a course directory of its own, and autograde both: nbgrader's completed
-    process and the CPU seconds it used, its kernels' included."""
+    `generate_assignment "*"` as `make release` runs it), as a student in a course directory of
+    its own, and autograde it: nbgrader's completed process and the CPU seconds it used, its
+    kernel's included."""
     shared.copy_course(registered, root)
     submitted = root / "submitted"
     shutil.copytree(root / "source" / assignment, submitted / "solution" / assignment)
-    shutil.copytree(build.COURSE / assignment, submitted / "blank" / assignment)
     command = nbgrader_main.command(
         "autograde", assignment, "--force", f"--CourseDirectory.root={root}"
     )
@@ -81,23 +81,12 @@ def test_solution_earns_every_correctness_point(graded, assignment):
             assert score == max_score, f"{grade_id}: {score} of {max_score}"
 
 
-@pytest.mark.parametrize("assignment", [a.name for a in ASSIGNMENTS])
-def test_the_course_notebook_passes_no_test_and_grading_survives(graded, assignment):
-    """What `nbgrader validate --invert` checks of course/, through the autograder: every graded
-    cell scores 0."""
-    root, run, _ = graded[assignment]
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert list((root / "autograded" / "blank" / assignment).glob("*.ipynb"))
-    got = scores(root, assignment, "blank")
-    assert got and all(score == 0 for score, _ in got.values()), got
-
-
 @pytest.mark.parametrize("assignment", ASSIGNMENTS, ids=lambda a: a.name)
 def test_solution_executes_within_its_budget(graded, assignment):
     """Every graded cell of the solution ran and passed without stderr, its speed cells scored 0
     off the GPU, and the kernel's CPU seconds, which is what the notebook costs a student's core,
     are within the notebook's budget. The figure measured is stricter than the budget asks: it
-    holds nbgrader's own process and the blank notebook's kernel too."""
+    holds nbgrader's own process too."""
     root, run, cpu_seconds = graded[assignment.name]
     assert run.returncode == 0, run.stderr[-3000:]
     executed = root / "autograded" / "solution" / assignment.name / assignment.notebook_name
@@ -108,6 +97,6 @@ def test_solution_executes_within_its_budget(graded, assignment):
     assert grades.total > 0, f"{assignment.name} has no graded cell"
     budget = execute.budget_for(DEVICE)
     assert 0 < cpu_seconds <= budget, (
-        f"grading {assignment.name}'s solution and blank notebook used {cpu_seconds:.0f} CPU "
+        f"grading {assignment.name}'s solution used {cpu_seconds:.0f} CPU "
         f"seconds, over the solution notebook's budget of {budget:.0f} s"
     )
