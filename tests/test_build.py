@@ -142,11 +142,22 @@ def test_drift_is_detected(fresh, tmp_path):
     assert "missing from course/: 01_roofline/roofline.ipynb" in problems
 
 
-def test_check_builds_afresh_and_finds_a_stale_course(tmp_path):
+def test_check_builds_afresh_and_finds_a_stale_course(fresh, tmp_path, monkeypatch):
+    """check() builds into a folder of its own (here the build is this module's one, copied) and
+    compares course/ with it."""
+    built = []
+
+    def build_again(build_dir, course, solutions):
+        assert not course.exists() and build.COURSE not in (course, *course.parents)
+        shutil.copytree(fresh / "course", course)
+        built.append(solutions)
+
+    monkeypatch.setattr(build, "build", build_again)
     stale = tmp_path / "course"
     shutil.copytree(build.COURSE, stale)
     (stale / "stray.txt").write_text("edited by hand")
     assert build.check(course=stale) == ["not built from solutions/: stray.txt"]
+    assert built == [build.SOLUTIONS]
 
 
 def test_every_solution_folder_has_its_notebook(tmp_path):
