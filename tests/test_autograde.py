@@ -19,7 +19,8 @@ import pytest
 
 from grader import cli
 from grader.grading import autograde, findings, gradebook
-from tests import shared
+from tests import hostile, shared
+from tests.test_feedback import page_keeps_hidden_tests_hidden
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 
@@ -292,6 +293,21 @@ def test_report_says_speed_was_not_graded(graded):
         assert (out / figure).stat().st_size > 5000, figure
     html = (out / "report.html").read_text()
     assert "<table>" in html and 'src="scores.png"' in html
+
+
+@pytest.mark.parametrize("student", ["blank", "partial"])
+def test_failing_students_feedback_keeps_the_hidden_tests_hidden(graded, student):
+    root, _, _ = graded
+    release, source = (
+        nbformat.read(root / step / ASSIGNMENT / f"{NOTEBOOK}.ipynb", as_version=4)
+        for step in ("release", "source")
+    )
+    url = gradebook.sqlite_url(root / "gradebook.db")
+    scores = {s: g.scores for s, g in gradebook.grades(url, ASSIGNMENT).items()}
+    review = {s: row["needs_review"] for s, row in report_rows(root).items()}
+    m = hostile.Materials(ASSIGNMENT, NOTEBOOK, release, source)
+    result = hostile.Graded(root, root / "grading" / ASSIGNMENT, scores, review, {}, m)
+    page_keeps_hidden_tests_hidden(result, student)
 
 
 def test_feedback_per_student_without_hidden_tests(graded):

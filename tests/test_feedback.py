@@ -1,11 +1,12 @@
 """Feedback keeps the hidden tests hidden, by construction (grader.grading.feedback). Failing
-students of three notebooks are graded end to end by `python -m grader autograde` on the CPU: one
-blank (every check fails on its stub) and one whose kernel passes the visible tests and fails
-inside the hidden region, where IPython's traceback quotes the hidden lines around the failing
-call. No feedback page may hold a line of the hidden regions; each page shows the outputs of the
-cells before the first hidden test, and from there on each graded cell's score and status. The
-unit tests below pin the copy taken while a notebook runs, the page made of it, and what
-grader.grading.hidden_tests still matches for the instructor's findings.
+students of three notebooks are graded end to end by `python -m grader autograde` on the CPU
+(00's in tests/test_autograde.py's class): one blank (every check fails on its stub) and one
+whose kernel passes the visible tests and fails inside the hidden region, where IPython's
+traceback quotes the hidden lines around the failing call. No feedback page may hold a line of
+the hidden regions; each page shows the outputs of the cells before the first hidden test, and
+from there on each graded cell's score and status. The unit tests below pin the copy taken while
+a notebook runs, the page made of it, and what grader.grading.hidden_tests still matches for the
+instructor's findings.
 (tests/test_hostile.py grades the students who encode what they read of the hidden tests.)"""
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ def partial(m: hostile.Materials, grade_id: str, old: str, new: str) -> nbformat
 
 
 # {assignment: (the solution cell answered wrong, its tests' prefix, old, new)}: a kernel that
-# passes the visible test and fails inside the hidden region
+# passes the visible test and fails inside the hidden region. 00's blank and partial students are
+# tests/test_autograde.py's class.
 PARTIAL = {
-    "00_setup": ("relu-kernel", "test-relu", "pid * BLOCK +", "pid * 1024 +"),
     "02_first_kernels": ("add-kernel", "test-add", "pid * BLOCK +", "pid * 1024 +"),
     "06_online_softmax": (  # right with the given BLOCK only: the loops step 128 columns
         "long-softmax-kernel",
@@ -111,7 +112,15 @@ def said(cell) -> str:
 def test_feedback_shows_no_hidden_test_source(batches, assignment, student):
     result, code, printed = batches(assignment)
     assert code == 0, printed[-3000:]
-    m = result.materials
+    page_keeps_hidden_tests_hidden(result, student)
+
+
+def page_keeps_hidden_tests_hidden(result: hostile.Graded, student: str) -> None:
+    """`student` ("blank" or "partial") of a graded class: the instructor's copy shows a hidden
+    test failing (inside the hidden region, for "partial"); the feedback page holds no hidden
+    line, shows the visible tests' own messages, then only each graded cell's score and status.
+    (tests/test_autograde.py checks its class's blank and partial students of 00 with it.)"""
+    m, assignment = result.materials, result.materials.assignment
     autograded = nbformat.read(
         result.root / "autograded" / student / assignment / f"{m.notebook}.ipynb", as_version=4
     )
