@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 09 · Hopper
 #
-# *Reading time: about 15 minutes.*
+# *Reading time: about 10 minutes.*
 #
 # 05's tuned matmul reaches cuBLAS on large problems, and 07's attention kernel stops at
 # FlashAttention-2's loop. What took attention from about 35% to about 75% of an H100's fp16 peak
@@ -104,31 +104,24 @@ print(f"{gemm.num_sms()} programs in a persistent grid here")
 # %% [markdown]
 # ## Version 1 · persistent: one program per SM
 #
-# 04 and 05 launch one program per output tile: 4096 programs for an 8192² output in 128x128
-# tiles, which the hardware schedules in waves as SMs come free. A **persistent** kernel launches
-# only as many programs as the GPU has SMs (`gemm.num_sms()`: 132 on an H100 SXM, per its
-# datasheet), and each one loops: tiles `pid`, `pid + NUM_SMS`, `pid + 2 * NUM_SMS`, ... until
-# the tiles run out. No program waits to be scheduled, each program's setup is paid once, and the
-# compiler may overlap the end of one tile (its store) with the start of the next (its loads).
+# 04 and 05 launch one program per output tile, scheduled in waves as SMs come free. A
+# **persistent** kernel launches one program per SM (`gemm.num_sms()`: 132 on an H100 SXM, per
+# its datasheet), and each loops over tiles `pid`, `pid + NUM_SMS`, ... until they run out: no
+# program waits to be scheduled, setup is paid once, and one tile's store may overlap the next
+# tile's loads. The tiles keep 04's grouped order (bands of `GROUP_M` tile rows, numbered down
+# each column of the band; the last band may be shorter), now a function of the tile index.
 #
-# The tiles still go in 04's grouped order, so that tiles in flight at the same moment share rows
-# of A and columns of B in L2: bands of `GROUP_M` tile rows, numbered down each column of the
-# band, band after band; the last band may be shorter. In 04 a function of the program id gave
-# the tile; here it is a function of the tile index, called inside the loop.
-
-# %% [markdown]
 # ### Exercise 1 · the persistent tile loop (4 points)
 #
 # 1. `tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)`, a `@triton.jit` function: `(pid_m,
-#    pid_n)` of tile number `tile` in grouped order. Mind the last band.
+#    pid_n)` of tile number `tile` in grouped order.
 # 2. `matmul_persistent_kernel`: 04's blocked matmul (pointers, masks, strides, float32
-#    accumulator), with the program's work a loop over its tiles. `NUM_SMS` is both the grid's
-#    size and the loop's step: which tile does program `pid` start at, and where does it stop?
-#    `tl.range(start, end, step, flatten=True)` lets the compiler pipeline the tile loop and
-#    the K loop as one.
+#    accumulator) as a loop over the program's tiles. `NUM_SMS` is the grid's size: where does
+#    program `pid` start, what is its step, where does it stop? `tl.range(start, end, step,
+#    flatten=True)` lets the compiler pipeline both loops as one.
 #
-# The launcher `matmul_persistent` is given below. The tests run your kernel with one program
-# (it must do every tile), a few, and more programs than tiles.
+# The tests run the given launcher, `matmul_persistent`, with one program, a few, and more
+# programs than tiles.
 
 # %% nbgrader={"grade_id": "persistent-kernel", "solution": true}
 @triton.jit
@@ -251,6 +244,26 @@ def persistent_with(num_programs, **tiles):
     return run
 
 
+def grade_v1(points=1):
+    n = SPEED_N
+    gen = checks.generator(checks.new_seed())
+    a = checks.randn((n, n), gen=gen, dtype=torch.float16)
+    b = checks.randn((n, n), gen=gen, dtype=torch.float16)
+    c, theirs = torch.empty_like(a), torch.empty_like(a)
+
+    def verify():  # against the inputs as they are now
+        checks.compare(c, a.double() @ b.double(), atol=sum_tolerance(a, b) + 1e-5,
+                       context="after a timed call")
+
+    cublas = perf.Baseline("cuBLAS (torch.matmul)", lambda: torch.matmul(a, b, out=theirs),
+                           at_least=0.30)
+    return perf.grade(
+        perf.Case(lambda: matmul_persistent(a, b, c), kernels=["matmul_persistent_kernel"],
+                  inputs=(a, b), out=c, verify=verify, baselines=[cublas],
+                  name=f"persistent matmul {n}^3", flops=2 * n**3, dtype=torch.float16),
+        points=points)
+
+
 # %% nbgrader={"grade": true, "grade_id": "test-persistent-visible", "points": 1}
 check_order(5, 3, 2)  # 5 tile rows in bands of 2: the last band has one row
 for programs in (1, 3):  # one program does every tile; three share 4x3 tiles unevenly
@@ -272,31 +285,10 @@ print("hidden tests passed: orders, programs from 2 to more than the tiles, band
 # ### Speed (graded on a GPU)
 #
 # Version 1 keeps 04's pointer loads. On an H200 it ran at 0.44x to 0.52x cuBLAS from 2048 to
-# 8192 (the course's probe of 2026-11-27, `results/2026-11-27-h200-hopper-probe`): persistence
+# 8192 (the course's probe of 27 November 2026, Triton 3.6): persistence
 # alone does not make a fast kernel, and the next version shows what was missing. The cell asks
 # for at least 0.30x cuBLAS on a float16 square problem, timed in the same run: a kernel that
 # does each tile more than once, or not in parallel, stays far below.
-
-# %%
-def grade_v1(points=1):
-    n = SPEED_N
-    gen = checks.generator(checks.new_seed())
-    a = checks.randn((n, n), gen=gen, dtype=torch.float16)
-    b = checks.randn((n, n), gen=gen, dtype=torch.float16)
-    c, theirs = torch.empty_like(a), torch.empty_like(a)
-
-    def verify():  # against the inputs as they are now
-        checks.compare(c, a.double() @ b.double(), atol=sum_tolerance(a, b) + 1e-5,
-                       context="after a timed call")
-
-    cublas = perf.Baseline("cuBLAS (torch.matmul)", lambda: torch.matmul(a, b, out=theirs),
-                           at_least=0.30)
-    return perf.grade(
-        perf.Case(lambda: matmul_persistent(a, b, c), kernels=["matmul_persistent_kernel"],
-                  inputs=(a, b), out=c, verify=verify, baselines=[cublas],
-                  name=f"persistent matmul {n}^3", flops=2 * n**3, dtype=torch.float16),
-        points=points)
-
 
 # %% nbgrader={"grade": true, "grade_id": "speed-persistent", "points": 1}
 grade_v1()
@@ -390,15 +382,13 @@ print("version 2 agrees with the float64 reference" if gemm.tma_supported() else
 # %% [markdown]
 # ## Sizing descriptor blocks against shared memory
 #
-# With descriptors, the software pipeline keeps `num_stages` A blocks (`BLOCK_M x BLOCK_K`) and
-# B blocks (`BLOCK_K x BLOCK_N`) in shared memory, in the inputs' dtype, as 05's pruning counted.
-# The store adds one more buffer: the finished C tile (`BLOCK_M x BLOCK_N`, in the output's
-# dtype) is staged in shared memory for the TMA to copy out. A block may use up to 227 KB of
-# shared memory on an H100 (datasheet; CUDA C++ Programming Guide, compute capability 9.0), and a
-# TMA box is at most 256 elements along each dimension (CUDA Driver API, `cuTensorMapEncodeTiled`;
-# `gemm.TMA_MAX_BOX`). A config that breaks either rule fails only when it compiles or launches.
-
-# %% [markdown]
+# The pipeline keeps `num_stages` A blocks (`BLOCK_M x BLOCK_K`) and B blocks (`BLOCK_K x
+# BLOCK_N`) in shared memory, in the inputs' dtype, as 05's pruning counted. The descriptor store
+# adds the finished C tile (`BLOCK_M x BLOCK_N`, in the output's dtype), staged there for the TMA
+# to copy out. A block may use 227 KB on an H100 (datasheet; CUDA C++ Programming Guide, compute
+# capability 9.0); a TMA box is at most 256 elements a side (CUDA Driver API,
+# `cuTensorMapEncodeTiled`; `gemm.TMA_MAX_BOX`). Breaking either fails only at compile or launch.
+#
 # ### Exercise 2 · descriptor blocks and shared memory (3 points)
 #
 # 1. `tma_smem_bytes(block_m, block_n, block_k, num_stages, in_bytes, out_bytes)`: the bytes of
@@ -408,15 +398,6 @@ print("version 2 agrees with the float64 reference" if gemm.tma_supported() else
 #    within the TMA's limit, and the buffers within `limit` bytes (exactly `limit` fits).
 #
 # Which of 128x256x64 with 3 stages and with 4 stages fits in float16? And with float32 output?
-
-# %%
-if DEVICE.is_gpu:
-    SMEM_LIMIT = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin",
-                         227 * 1024)
-else:
-    SMEM_LIMIT = 227 * 1024  # H100 (datasheet; CUDA C++ Programming Guide)
-print(f"shared memory per block: {SMEM_LIMIT / 1024:.0f} KB; TMA box: at most "
-      f"{gemm.TMA_MAX_BOX} elements a side")
 
 # %% nbgrader={"grade_id": "tma-smem", "solution": true}
 def tma_smem_bytes(block_m: int, block_n: int, block_k: int, num_stages: int, in_bytes: int,
@@ -440,6 +421,15 @@ def tma_fits(config: triton.Config, in_bytes: int, out_bytes: int, limit: int) -
 
 
 # %%
+if DEVICE.is_gpu:
+    SMEM_LIMIT = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin",
+                         227 * 1024)
+else:
+    SMEM_LIMIT = 227 * 1024  # H100 (datasheet; CUDA C++ Programming Guide)
+print(f"shared memory per block: {SMEM_LIMIT / 1024:.0f} KB; TMA box: at most "
+      f"{gemm.TMA_MAX_BOX} elements a side")
+
+
 def tile_config(bm, bn, bk, stages, warps=8):
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
                          num_warps=warps, num_stages=stages)
@@ -486,12 +476,10 @@ for bm, bn, bk in [(256, 256, 16), (16, 256, 256), (256, 16, 256)]:  # boxes at 
 print("hidden tests passed: 300 random configs, limits and boxes at the boundary")
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# How good is the model? On an sm_90 GPU the cell compiles version 2 at a few configs that your
-# `tma_fits` passes (without running them) and sets the shared memory the compiler allocated
-# (`metadata.shared`) beside your model; configs your function refuses are listed, not compiled.
-
 # %%
+# How good is the model? On an sm_90 GPU this cell compiles version 2 (without running it) at
+# the configs your tma_fits passes and sets the shared memory the compiler allocated
+# (metadata.shared) beside your model; configs your function refuses are listed, not compiled.
 SMEM_CONFIGS = [tile_config(128, 256, 64, s) for s in (2, 3, 4)] + [tile_config(128, 128, 128, 3)]
 rows = []
 n = 4096 if HOPPER else 64
@@ -519,18 +507,20 @@ if not HOPPER:
 # ## Version 3 · warp specialization
 #
 # In version 2 the same warps issue the TMA copies for later K steps and the tensor-core work for
-# this one; the compiler's software pipeline interleaves them. **Warp specialization** splits
-# the roles: a producer warp group only issues copies, consumer warp groups only multiply, and
-# they hand buffers over through barriers in shared memory, so neither waits on the other's
-# instruction stream (FlashAttention-3 builds on this, Shah et al. 2024). In Triton it is one
-# keyword, `tl.range(..., warp_specialize=True)`, on the loop whose body should be split:
-# `matmul_tma_kernel` above already passes `WARP_SPECIALIZE` to its K loop.
+# this one, interleaved by the compiler's software pipeline. **Warp specialization** splits the
+# roles: a producer warp group only issues copies, consumer warp groups only multiply, and they
+# hand buffers over through barriers (FlashAttention-3 builds on it, Shah et al. 2024). In Triton
+# it is one keyword on the loop to split, `tl.range(..., warp_specialize=True)`: version 2's
+# kernel passes `WARP_SPECIALIZE` to its K loop. The keyword is a request; where the compiler
+# cannot honour it, it compiles the ordinary loop without a word. The compiled kernel tells: a
+# specialized program runs more warps than `num_warps`. `compiled_warps` reads that number for
+# sm_90 (in interpreter mode from Triton's compiler on the CPU, on a GPU from the device's).
 #
-# The keyword is a request. Where the compiler cannot honour it, it compiles the ordinary
-# pipelined loop and says nothing. The compiled kernel tells: a specialized program runs more
-# warps than `num_warps` asked for, the added partitions. `compiled_warps` reads that number for
-# sm_90, on this machine: from Triton's compiler run on the CPU in interpreter mode (no GPU
-# needed), from the kernel compiled for the device on a GPU.
+# ### Exercise 3 · make it specialize (2 points)
+#
+# `ws_options()` returns version 3's `{"num_warps": ..., "FLATTEN": ...}`. Try `compiled_warps`
+# with 4 and 8 warps, the tile loop flattened or not, and return options under which the
+# program runs more warps than it asked for. Why might flattening stop the split?
 
 # %%
 def compiled_warps(num_warps: int, flatten: bool) -> int | None:
@@ -550,25 +540,6 @@ def compiled_warps(num_warps: int, flatten: bool) -> int | None:
     return matmul_tma_kernel.warmup(*args, grid=(1,), **kwargs).metadata.num_warps
 
 
-# %% [markdown]
-# ### Exercise 3 · make it specialize (2 points)
-#
-# `ws_options()` returns the launch options of version 3 that decide whether the K loop is
-# specialized: `{"num_warps": ..., "FLATTEN": ...}`. Try `compiled_warps` with 4 and 8 warps,
-# the tile loop flattened or not, and return options under which the compiled program runs more
-# warps than it asked for. Why might flattening the two loops into one stop the split?
-
-# %% nbgrader={"grade_id": "ws-options", "solution": true}
-def ws_options() -> dict:
-    """num_warps and FLATTEN for version 3, such that sm_90 compiles its K loop specialized."""
-    ### BEGIN SOLUTION
-    # Triton 3.6 and 3.9 specialize for sm_90 only with 4 warps (they add two consumer warp
-    # groups: 12 in all) and a loop nest that is not flattened
-    return {"num_warps": 4, "FLATTEN": False}
-    ### END SOLUTION
-
-
-# %%
 def check_ws(options):
     assert isinstance(options, dict) and set(options) == {"num_warps", "FLATTEN"}, (
         f"ws_options() returns {options!r}: a dict with the keys num_warps and FLATTEN")
@@ -580,6 +551,16 @@ def check_ws(options):
         f"with {options}, the compiled program runs {warps} warps, as many as asked for: the "
         "K loop was not specialized (the compiler dropped the keyword without a word)")
     return warps
+
+
+# %% nbgrader={"grade_id": "ws-options", "solution": true}
+def ws_options() -> dict:
+    """num_warps and FLATTEN for version 3, such that sm_90 compiles its K loop specialized."""
+    ### BEGIN SOLUTION
+    # Triton 3.6 and 3.9 specialize for sm_90 only with 4 warps (they add two consumer warp
+    # groups: 12 in all) and a loop nest that is not flattened
+    return {"num_warps": 4, "FLATTEN": False}
+    ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-ws-visible", "points": 1}
@@ -601,13 +582,10 @@ check_matmul(lambda a, b, out: matmul_tma(a, b, out, version="v3", num_programs=
 print("hidden tests passed")
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# The table below compiles the four combinations on this machine. On the GPU the ladder further
-# down times version 3 (your options) against version 2, which keeps the flattened, ordinary
-# pipeline: specialization is not free (barriers, fewer registers per warp), and whether it pays
-# depends on the problem.
-
 # %%
+# The four combinations, compiled for sm_90. The ladder below times version 3 (your options)
+# against version 2, which keeps the flattened, ordinary pipeline: specialization is not free
+# (barriers, fewer registers per warp), and whether it pays depends on the problem.
 for w in (4, 8):
     for flatten in (False, True):
         got = compiled_warps(w, flatten)
@@ -822,6 +800,13 @@ print("hidden tests passed")
 # against a float32 product of the unquantized inputs: the kernel against the same product of
 # the dequantized inputs (the kernel's own error), and against the unquantized one (what the
 # format costs). Where `torch._scaled_mm` runs on this device, it is set beside yours.
+#
+# ### Speed (graded on an sm_90 GPU)
+#
+# Your float8 kernel against `torch._scaled_mm` (cuBLAS) on a square problem, bfloat16 out, timed
+# alternately in the same run with fresh inputs: at least 0.85x. On an H200 the course's probe
+# measured a kernel of this shape at 0.97x to 1.03x `_scaled_mm` at 4096 and 8192 (November
+# 2026). On sm_80 this cell says so and scores 0.
 
 # %%
 def relative(x, ref):
@@ -848,15 +833,7 @@ if FP8_HERE:
 else:
     print(DEVICE.explain("sm_90"))
 
-# %% [markdown]
-# ### Speed (graded on an sm_90 GPU)
-#
-# Your float8 kernel against `torch._scaled_mm` (cuBLAS) on a square problem, bfloat16 out, timed
-# alternately in the same run with fresh inputs: at least 0.85x. On an H200 the course's probe
-# measured a kernel of this shape at 0.97x to 1.03x `_scaled_mm` at 4096 and 8192 (November
-# 2026). On sm_80 this cell says so and scores 0.
 
-# %%
 def grade_fp8(points=1):
     if not HOPPER:
         return perf.grade(points=points, needs="sm_90")
@@ -885,14 +862,19 @@ def grade_fp8(points=1):
 grade_fp8()
 
 # %% [markdown]
-# ## The ladder, measured
+# ## The ladder, and what pays for attention
 #
-# On a GPU the cell times every version at each size of `SIZES`, in float16 and (on a GPU only)
-# bfloat16, beside cuBLAS timed in the same run, and beside 05's tuned persistent kernel with
-# host-made descriptors at its best config from the probe (`gemm.launch_config`). Versions 2 and 3
-# need sm_90 for their copies to be TMA copies: on an older GPU they run Triton's fallback loads,
-# and the table says which ran. Which step pays at which size? 2048² in 128x256 tiles has 128
-# tiles, fewer than an H100's 132 SMs: what can persistence change there?
+# On a GPU the cell times every version at each size of `SIZES`, in float16 and bfloat16, beside
+# cuBLAS and 05's persistent kernel (host-made descriptors, `gemm.launch_config`), all in the
+# same run; before sm_90, versions 2 and 3 run Triton's fallback loads. Which step pays at which
+# size? 2048² in 128x256 tiles is 128 tiles, fewer than an H100's 132 SMs.
+#
+# 07's kernel is FlashAttention-2's loop, and the same tools apply to it. With them and float8,
+# FlashAttention-3 reached about 740 TFLOP/s in fp16 on an H100, about 75% of peak, against about
+# 35% for FlashAttention-2 (Shah et al. 2024). The cell also times SDPA's FlashAttention-2 and
+# cuDNN backends on 07's shape. In Triton 3.6 and 3.9, warp-specializing 07's two loops fails in
+# the compiler, and one fully masked loop gave NaN on small shapes on an H200, not yet explained
+# (Further exercise 3).
 
 # %%
 GEMM_CONFIG = tile_config(128, 256, 64, 3)  # 05's kernel at its best config in the probe
@@ -931,22 +913,7 @@ else:
           "interpreter cannot time anything.")
     recorded.show("09_hopper/ladder")
 
-# %% [markdown]
-# ## What pays for attention
-#
-# 07's kernel is the FlashAttention-2 loop. The same three tools apply to it: Q, K and V tiles
-# through descriptors, a warp-specialized loop over the key blocks, and persistent scheduling.
-# FlashAttention-3 combined them, with float8, to reach about 740 TFLOP/s in fp16 on an H100,
-# about 75% of its peak, against about 35% for FlashAttention-2 (Shah et al. 2024). The cell
-# measures the gap on your GPU: PyTorch's SDPA with its FlashAttention-2 backend against its
-# cuDNN backend, which uses Hopper's features, on 07's shape at both head sizes.
-#
-# Two limits met in Triton 3.6 and 3.9 while preparing this notebook: warp specialization of 07's
-# two-loop structure (unmasked blocks, then the diagonal) fails inside the compiler, so a
-# specialized attention loop must mask every block in one loop; and that loop gave NaN on some
-# small shapes on an H200, a result not yet explained. Further exercise 3 takes it up.
 
-# %%
 def sdpa_tflops(backend, d, causal, b=4, h=32, n=4096):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
