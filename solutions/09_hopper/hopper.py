@@ -359,10 +359,17 @@ def matmul_tma_kernel(
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
 
 
+def descriptor_layout(*tensors) -> bool:
+    """Whether every matrix suits a tensor descriptor: contiguous rows, rows and base 16-byte
+    aligned (05's `gemm.tma_ok` asks the same, and also whether this GPU has a TMA)."""
+    return all(t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0
+               and t.data_ptr() % 16 == 0 for t in tensors)
+
+
 def matmul_tma(a, b, out, version="v2", num_programs=None, **tiles):
     """out = a @ b with matmul_tma_kernel, tiles of TILES[version] (overridden by `tiles`);
     version "v3" warp-specializes the K loop (its options from Exercise 3)."""
-    assert gemm.tma_ok(a, b, out), "descriptors need contiguous rows, 16-byte aligned"
+    assert descriptor_layout(a, b, out), "descriptors need contiguous rows, 16-byte aligned"
     M, K = a.shape
     N = b.shape[1]
     meta = {"WARP_SPECIALIZE": False, "FLATTEN": True, **TILES[version], **tiles}
@@ -376,8 +383,9 @@ def matmul_tma(a, b, out, version="v2", num_programs=None, **tiles):
 
 
 check_matmul(matmul_tma, 64, 48, 80, kernels=["matmul_tma_kernel"])  # edges fall inside tiles
-print("version 2 agrees with the float64 reference" if gemm.tma_supported() else
-      "version 2 needs descriptors, which this device lacks: 05's pointer path is the fallback")
+print("version 2 agrees with the float64 reference, its blocks moved "
+      + ("by Triton's fallback loads (no TMA before sm_90)" if DEVICE.is_gpu and not HOPPER
+         else "through descriptors"))
 
 # %% [markdown]
 # ## Sizing descriptor blocks against shared memory
@@ -700,7 +708,7 @@ def matmul_fp8_kernel(
 # %%
 def matmul_fp8(a8, bt8, a_scale, b_scale, out, num_programs=None, **tiles):
     """out = (a_scale * a8) @ (b_scale * bt8).T with matmul_fp8_kernel."""
-    assert gemm.tma_ok(a8, bt8, out), "descriptors need contiguous rows, 16-byte aligned"
+    assert descriptor_layout(a8, bt8, out), "descriptors need contiguous rows, 16-byte aligned"
     M, K = a8.shape
     N = bt8.shape[0]
     meta = {**TILES["v4"], **tiles}
@@ -869,8 +877,8 @@ grade_fp8()
 #
 # On a GPU the cell times every version at each size of `SIZES`, in float16 and bfloat16, beside
 # cuBLAS and 05's persistent kernel (host-made descriptors, `gemm.launch_config`), all in the
-# same run; before sm_90, versions 2 and 3 run Triton's fallback loads. Which step pays at which
-# size? 2048² in 128x256 tiles is 128 tiles, fewer than an H100's 132 SMs.
+# same run (versions 2 and 3 on sm_90 only). Which step pays at which size? 2048² in 128x256
+# tiles is 128 tiles, fewer than an H100's 132 SMs.
 #
 # 07's kernel is FlashAttention-2's loop, and the same tools apply to it. With them and float8,
 # FlashAttention-3 reached about 740 TFLOP/s in fp16 on an H100, about 75% of peak, against about
@@ -890,9 +898,10 @@ def time_ladder(n, dtype):
     c = torch.empty(n, n, device="cuda", dtype=dtype)
     runs = {"cuBLAS": lambda: torch.matmul(a, b, out=c),
             "v1 persistent": lambda: matmul_persistent(a, b, c),
-            "v2 descriptors": lambda: matmul_tma(a, b, c),
-            "v3 specialized": lambda: matmul_tma(a, b, c, version="v3"),
             "05's gemm": lambda: gemm.launch_config(GEMM_CONFIG, a, b, c)}
+    if HOPPER:  # descriptors are TMA copies from sm_90 on
+        runs["v2 descriptors"] = lambda: matmul_tma(a, b, c)
+        runs["v3 specialized"] = lambda: matmul_tma(a, b, c, version="v3")
     return {name: timing.bench(run) for name, run in runs.items()}
 
 
@@ -910,7 +919,8 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         for row in LADDER:
             print(f"{row['dtype']:9s} {row['n']:5d}  {row['version']:15s} "
                   f"{row['tflops']:6.0f} TFLOP/s  {row['vs cuBLAS']:.2f}x cuBLAS")
-        print("versions 2 and 3 ran through " + ("TMA" if HOPPER else "Triton's fallback loads"))
+        if not HOPPER:
+            print(f"versions 2 and 3 are timed on sm_90 only: {DEVICE.explain('sm_90')}")
 else:
     print("On a GPU this cell times versions 1 to 3 and 05's kernel against cuBLAS; the "
           "interpreter cannot time anything.")
