@@ -168,6 +168,10 @@ def matmul_persistent_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     offs_k = tl.arange(0, BLOCK_K)  # (BLOCK_K,)
+    # the store keeps a tile counter of its own, as Triton's persistent-matmul tutorial does:
+    # with the loops flattened, the pipeliner then shares no value between a tile's first loads
+    # and its store
+    tile_c = start - NUM_SMS
     for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True):
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
@@ -184,8 +188,12 @@ def matmul_persistent_kernel(
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
         # -- epilogue: the tile, in the output's dtype
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tile_c += NUM_SMS
+        pid_m_c, pid_n_c = tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        offs_cm = pid_m_c * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+        offs_cn = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+        c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
+        c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
     ### END SOLUTION
 
@@ -347,6 +355,7 @@ def matmul_tma_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
+    tile_c = start - NUM_SMS  # the store's own tile counter, as in version 1
     for tile in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         # -- the K loop: no pointers, no masks
@@ -356,7 +365,9 @@ def matmul_tma_kernel(
             b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])  # (BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc)  # (BLOCK_M, BLOCK_N) float32
         # -- epilogue: one descriptor store, clipped at the edges
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+        tile_c += NUM_SMS
+        pid_m_c, pid_n_c = tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
 
 
 def descriptor_layout(*tensors) -> bool:
@@ -693,6 +704,7 @@ def matmul_fp8_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
+    tile_c = start - NUM_SMS  # the store's own tile counter, as in version 1
     for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True):
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
@@ -701,7 +713,9 @@ def matmul_fp8_kernel(
             bt = bt_desc.load([pid_n * BLOCK_N, k * BLOCK_K])  # (BLOCK_N, BLOCK_K) e4m3
             acc = tl.dot(a, bt.T, acc)  # (BLOCK_M, BLOCK_N) float32
         c = (acc * scale).to(c_ptr.dtype.element_ty)  # (BLOCK_M, BLOCK_N)
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c)
+        tile_c += NUM_SMS
+        pid_m_c, pid_n_c = tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], c)
     ### END SOLUTION
 
 

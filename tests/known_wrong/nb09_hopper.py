@@ -203,6 +203,8 @@ SLOW = {
         # does every tile, and the others repeat most of its work
         "a step of one tile": persistent(
             (LOOP, "for tile in tl.range(start, num_tiles, 1, flatten=True):"),
+            ("tile_c = start - NUM_SMS", "tile_c = start - 1"),
+            ("tile_c += NUM_SMS", "tile_c += 1"),
         ),
     },
     "fp8-kernel": {
