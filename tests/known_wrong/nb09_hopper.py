@@ -6,7 +6,7 @@ import functools
 import json
 
 from grader.authoring import build
-from tests.known_wrong import swapped
+from tests.known_wrong import Partial, swapped
 
 NOTEBOOK = "09_hopper"
 
@@ -214,4 +214,16 @@ SLOW = {
             (DOT8, "acc = tl.dot(a, bt.T, acc, max_num_imprecise_acc=BLOCK_K)"),
         ),
     },
+}
+
+# Exercise 1 left blank, the others right: versions 2 and 3 take their tiles from tl.swizzle2d,
+# so Exercises 2 and 3 keep their points; the float8 kernel, which calls tile_coords as the
+# reference does, fails with a message that names the stub.
+PARTIAL = {
+    "Exercise 1 left blank, the rest right": Partial(
+        {"persistent-kernel": stub("persistent-kernel")},
+        earns=("tma-smem", "ws-options"),
+        fails=("persistent-kernel", "fp8-kernel"),
+        says={"fp8-kernel": "`tile_coords` still holds the exercise stub"},
+    ),
 }
