@@ -772,15 +772,24 @@ def fp8_atol(a8, bt8, sa, sb):
     return 2.0**-12 * math.sqrt(K) * bound
 
 
-def check_fp8(M, N, K, **kw):
+# tiles for the tests: small enough that a program walks several of them on a GPU too
+FP8_TEST_TILES = DEVICE.pick(
+    gpu=dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=2, num_warps=4, num_stages=2),
+    interpreter=SMALL_TILES["v4"])
+
+
+def check_fp8(M, N, K, num_programs=3, **kw):
     """The kernel against float64 on exact e4m3 inputs: bfloat16 output rounding, and the
     K-term sum's (fp8_atol)."""
     require_fp8()
     seed = checks.new_seed()
     make = fp8_inputs(M, N, K, **kw)
     atol = fp8_atol(*make(checks.generator(seed)))
-    checks.check(lambda a8, bt8, sa, sb, out: matmul_fp8(a8, bt8, sa, sb, out),
-                 fp8_reference, make, trials=1, seed=seed, out_dtype=torch.bfloat16,
+
+    def run(a8, bt8, sa, sb, out):
+        return matmul_fp8(a8, bt8, sa, sb, out, num_programs=num_programs, **FP8_TEST_TILES)
+
+    checks.check(run, fp8_reference, make, trials=1, seed=seed, out_dtype=torch.bfloat16,
                  atol=atol, kernels=["matmul_fp8_kernel"])
 
 
@@ -811,11 +820,12 @@ def check_quantize(x):
 x = checks.randn((64, 96), gen=checks.generator(checks.new_seed())) * 3
 x[5, 7] = -40.0  # the largest magnitude, negative
 check_quantize(x)
-check_fp8(64, 64, 96)
-print("visible tests passed: quantize_e4m3, and the kernel on 64x64x96 with scales far apart")
+check_fp8(128, 96, 96)
+print("visible tests passed: quantize_e4m3, and the kernel on 128x96x96 with scales far apart")
 
 # %% nbgrader={"grade": true, "grade_id": "test-fp8-hidden", "points": 2}
-check_fp8(40, 72, 64, a_range=(1.0, 1.0), b_range=(0.25, 0.25))  # the hidden tests follow
+# A's scale 1, B's a quarter; the hidden tests follow
+check_fp8(40, 136, 64, num_programs=2, a_range=(1.0, 1.0), b_range=(0.25, 0.25))
 ### BEGIN HIDDEN TESTS
 gen = checks.generator(checks.new_seed())
 for x in [checks.randn((33, 17), gen=gen) * 1e-3, -checks.randn((8, 200), gen=gen).abs() * 1e4,
