@@ -367,10 +367,11 @@ def targets(kernel_name: str) -> list[int]:
     return list(NEEDS.get(kernel_name, [c for _, c in TARGETS]))
 
 
-def verdicts(kernel, args, kwargs) -> list[dict] | None:
-    """Per target, {"target", "error"} for a launch of interpreted `kernel` (error None where it
-    compiles); None where the launch cannot be checked. A verdict is kept per program and launch,
-    in this process and on disk for later ones."""
+def verdicts(kernel, args, kwargs, only: list[int] | None = None) -> list[dict] | None:
+    """Per target, {"target", "error", "warps"} for a launch of interpreted `kernel` (error None
+    where it compiles); None where the launch cannot be checked. `only` narrows the targets to
+    those capabilities. A verdict is kept per program and launch, in this process and on disk
+    for later ones."""
     spec = specialization(kernel, args, kwargs)
     if spec is None:
         return None
@@ -381,7 +382,7 @@ def verdicts(kernel, args, kwargs) -> list[dict] | None:
         "constexprs": constexprs,
         "attrs": attrs,
         "options": options,
-        "targets": targets(kernel.fn.__name__),
+        "targets": [t for t in targets(kernel.fn.__name__) if only is None or t in only],
     }
     text = json.dumps(request, sort_keys=True) + _version()
     digest = hashlib.sha256(text.encode()).hexdigest()
@@ -408,7 +409,7 @@ def compiled_warps(kernel, args, kwargs, capability: int = 90) -> int | None:
     the launch `kernel[grid](*args, **kwargs)` (compiled to TTGIR, not run): `num_warps`, plus
     the warps that warp specialization added where the compiler applied it. None where the
     launch cannot be checked or does not compile for that target."""
-    results = verdicts(kernel, args, kwargs)
+    results = verdicts(kernel, args, kwargs, only=[capability])
     found = [r for r in results or () if r["target"] == capability and r["error"] is None]
     return found[0].get("warps") if found else None
 
