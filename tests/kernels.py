@@ -31,6 +31,19 @@ def relu_stub(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def stub_helper(x):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+@triton.jit
+def relu_calls_a_stub(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+    tl.store(out_ptr + offsets, stub_helper(x), mask=offsets < n)
+
+
+@triton.jit
 def relu_no_mask(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)

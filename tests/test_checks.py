@@ -179,3 +179,25 @@ def test_unravel_is_torchs_unravel_index(shape):
             tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if shape else ()
         )
         assert checks.unravel(flat, shape) == tuple(int(i) for i in want)
+
+
+def test_a_float8_input_is_compared_bit_for_bit():
+    """Float8 inputs (09's e4m3 matmul) are checked unchanged like any other input, though torch
+    has no nan_to_num for them."""
+
+    def make(gen):
+        return (checks.randn((4, 8), gen=gen).to(torch.float8_e4m3fn),)
+
+    def reference(x):
+        return x.sum(dim=1)
+
+    checks.check(lambda x: x.float().sum(dim=1), reference, make, writes_out=False,
+                 out_dtype=torch.float32)  # fmt: skip
+
+    def mutates(x):
+        total = x.float().sum(dim=1)
+        x.copy_(-x.float())
+        return total
+
+    with pytest.raises(checks.KernelCheckError, match="input 0 was modified"):
+        checks.check(mutates, reference, make, writes_out=False, out_dtype=torch.float32)

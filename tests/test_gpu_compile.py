@@ -175,3 +175,27 @@ def test_a_helper_that_ends_without_an_answer_is_reported(monkeypatch, tmp_path)
     with pytest.raises(gpu_compile.CheckUnavailable, match=r"ended \(exit status 1\)") as caught:
         check(ck.launcher(ck.row_sum_kernel))
     assert "python -m grader doctor" in str(caught.value)
+
+
+def test_a_kernel_declared_to_need_sm_90_is_compiled_for_sm_90_alone(monkeypatch):
+    """gpu_compile.needs: 09's float8 kernel, which Triton refuses for sm_80, is checked for the
+    targets that can run it; other kernels still go to every target."""
+    monkeypatch.setattr(gpu_compile, "NEEDS", {})
+    gpu_compile.needs("row_sum_kernel", "sm_90")
+    assert gpu_compile.targets("row_sum_kernel") == [90]
+    assert gpu_compile.targets("chunked_sum_kernel") == [80, 90]
+    before = len(gpu_compile.COMPILED)
+    check(ck.launcher(ck.row_sum_kernel), cols=33)
+    assert [(c["kernel"], c["target"]) for c in gpu_compile.COMPILED[before:]] == [
+        ("row_sum_kernel", 90)
+    ]
+
+
+def test_the_compiled_warp_count_is_read_from_the_compile():
+    """gpu_compile.compiled_warps: a kernel without warp specialization runs the warps asked
+    for (09's notebook checks that a specialized loop runs more, 12 for 4)."""
+    x, out = torch.randn(3, 40), torch.empty(3)
+    kernel = gpu_compile.interpreted(ck.row_sum_kernel)
+    for warps in (2, 4):
+        kwargs = {"BLOCK": ck.BLOCK, "num_warps": warps}
+        assert gpu_compile.compiled_warps(kernel, (x, out, 40), kwargs, capability=90) == warps

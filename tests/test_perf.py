@@ -35,6 +35,23 @@ def test_speed_cells_score_zero_off_gpu_and_say_why(capsys):
     assert "scores 0 of 3" in out.out and "Your instructor grades speed on a GPU" in out.out
 
 
+def test_a_speed_cell_that_needs_sm_90_scores_zero_on_an_older_gpu_and_says_why(
+    capsys, monkeypatch
+):
+    """perf.grade(..., needs="sm_90"): on an A100 the cell names what it needs, scores 0, and
+    measures nothing; off the GPU it says what any speed cell says."""
+    x = torch.zeros(8)
+    case = perf.Case(never, ["k"], (x,), x, never, [perf.Baseline("eager", never, at_least=2)])
+    monkeypatch.setattr(device, "_current", device.Device("gpu", "NVIDIA A100", (8, 0)))
+    assert perf.grade(case, points=2, needs="sm_90") == 0.0
+    out = capsys.readouterr()
+    assert out.err == "" and "a Hopper-class GPU (sm_90)" in out.out and "NVIDIA A100" in out.out
+    assert "scores 0 of 2" in out.out
+    monkeypatch.setattr(device, "_current", device.Device("interpreter", "CPU"))
+    assert perf.grade(points=1, needs="sm_90") == 0.0  # no case needed where none is measured
+    assert "Speed is graded on an NVIDIA GPU, sm_80 or newer" in capsys.readouterr().out
+
+
 def test_a_case_names_its_kernels_inputs_and_baselines():
     x = torch.zeros(8)
     eager = [perf.Baseline("eager", never, at_least=2)]
@@ -184,6 +201,15 @@ def test_inputs_are_drawn_afresh_like_the_given_ones_and_integers_are_left_alone
     assert len(seen) == 20
     with pytest.raises(ValueError, match="no floating-point input"):
         perf.Redraw([n])
+
+
+def test_float8_inputs_are_drawn_afresh_within_their_range():
+    x = (100 * torch.randn(1 << 12)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    redraw = perf.Redraw([x])
+    before = x.view(torch.uint8).clone()
+    redraw()
+    assert not torch.equal(x.view(torch.uint8), before)
+    assert x.float().abs().max() <= 448 and abs(float(x.float().std()) - 100) < 10
 
 
 def test_a_timer_replaced_while_timing_is_flagged():

@@ -28,6 +28,17 @@ def test_launching_a_stub_kernel_becomes_one_sentence(dev):
     assert sentence is not None and sentence.startswith("`relu_stub` still holds the exercise stub")
 
 
+def test_a_stub_in_a_helper_the_kernel_calls_is_named_in_the_interpreter(dev):
+    """09's kernels call Exercise 1's `tile_coords`: left as the stub, it is the one named."""
+    if dev.is_gpu:
+        pytest.skip("the compiler's error names the kernel it compiles")
+    x = checks.randn(8, gen=checks.generator(0))
+    with pytest.raises(Exception) as info:
+        kernels.launch(kernels.relu_calls_a_stub)(x, x.clone())
+    sentence = stubs.explain(info.value)
+    assert sentence is not None and sentence.startswith("`stub_helper` still holds the exercise")
+
+
 def test_compiler_error_for_stub_kernel_becomes_one_sentence():
     """On a GPU the kernel is compiled; compile it for sm_90 here to get the compiler's error."""
     # In interpreter mode @triton.jit returns an interpreted function; compile the same code.

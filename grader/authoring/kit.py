@@ -63,7 +63,7 @@ DOWNLOAD_ALL = (111, 580)
 # Side files under solutions/ that hold the reference answer of an earlier notebook's exercise,
 # by path under solutions/ and the notebook they answer. They may be released only with a later
 # notebook (the rule of `leaks()`), in a kit without the notebook they answer (`answers_held()`).
-REFERENCE_KERNELS = {"05_autotuning/gemm.py": "04_matmul"}
+REFERENCE_KERNELS = {"05_autotuning/gemm.py": "04_matmul", "09_hopper/gemm.py": "04_matmul"}
 MARKERS = {
     "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
     "hidden test": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
@@ -85,6 +85,8 @@ EMPTY_RETURNS = frozenset(
 COINCIDENCES = {
     ("course/05_autotuning/gemm.py", "kw=config.kwargs"): "describe() reads a config's "
     "parameters, as 05's pruning answer does; the pruning rule is not in gemm.py",
+    ("course/09_hopper/gemm.py", "kw=config.kwargs"): "09 releases 05's gemm.py as it is, for "
+    "its helpers and its tuned kernel; as the line before",
     ("grader/runtime/attention.py", "b,h,n,d=shape"): "unpacks an attention shape, as 01's "
     "hidden test does; the checks around it are not there",
     ("grader/runtime/widgets/online_softmax.py", "m=m_new"): "the step-through explorer "

@@ -21,6 +21,7 @@ import importlib.metadata
 import json
 import linecache
 import os
+import re
 import sys
 import traceback
 import types
@@ -30,6 +31,20 @@ WARP_SIZE = 32
 
 class _Done(Exception):
     """Raised by the stage after TTGIR: the front end is through."""
+
+
+_TTGIR: list[str] = []  # the TTGIR of the latest compile that got through
+_NUM_WARPS = re.compile(r'"ttg.num-warps" = (\d+)')
+_PARTITION_WARPS = re.compile(r"\bnum_warps\((\d+)\)")
+
+
+def _warps(ttgir: str) -> int | None:
+    """The warps a program of the compiled kernel runs: the module's, plus those of each
+    partition that warp specialization added (`ttg.warp_specialize ... num_warps(n)`)."""
+    found = _NUM_WARPS.search(ttgir)
+    if found is None:
+        return None
+    return int(found.group(1)) + sum(int(n) for n in _PARTITION_WARPS.findall(ttgir))
 
 
 def _stop_after_ttgir(*args):
@@ -43,6 +58,7 @@ def _stop_after_ttgir(*args):
         del stages[name]
 
     def done(module, metadata):
+        _TTGIR[:] = [str(module)]
         raise _Done
 
     stages["llir"] = done
@@ -149,7 +165,8 @@ def _said(error: BaseException) -> str:
 
 
 def compile_request(request: dict) -> list[dict]:
-    """Per target, {"target": capability, "error": None or {"type", "message"}}."""
+    """Per target, {"target": capability, "error": None or {"type", "message"}, "warps": the
+    warps of a program, warp-specialized partitions included, where it compiled}."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -165,14 +182,15 @@ def compile_request(request: dict) -> list[dict]:
     for capability in request["targets"]:
         source = ASTSource(kernel, request["signature"], constexprs, attrs)
         target = GPUTarget("cuda", capability, WARP_SIZE)
-        error = None
+        error, warps = None, None
+        _TTGIR.clear()
         try:
             triton.compile(source, target=target, options=dict(request["options"]))
         except _Done:
-            pass
+            warps = _warps(_TTGIR[0]) if _TTGIR else None
         except Exception as refused:
             error = {"type": type(refused).__name__, "message": _said(refused)}
-        results.append({"target": capability, "error": error})
+        results.append({"target": capability, "error": error, "warps": warps})
     return results
 
 

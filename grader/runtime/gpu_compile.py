@@ -29,6 +29,12 @@ a cubin, on one CPU core), and gives Triton a stand-in for ptxas's version strin
 reads only for a hash, so no NVIDIA tool runs. Not seen: what only a launch finds (too much
 shared memory for the device, addresses out of bounds) and errors of the later stages.
 
+A kernel that only some GPUs can run (09's float8 e4m3 matmul: sm_80 has no e4m3 tensor-core
+instruction, and Triton refuses the type for it) is declared with `needs(name, "sm_90")` and
+compiled for those targets alone; the notebook gates its tests on the device the same way.
+`compiled_warps` reads, from the same compile, how many warps a program runs, so that a notebook
+in interpreter mode can tell whether warp specialization took effect for sm_90.
+
 Not checked: a launch whose constexpr arguments are not numbers, strings, booleans, None or
 dtypes (a function passed as a constant), or that takes tuples; launches outside graded calls.
 
@@ -61,6 +67,9 @@ from grader.runtime import device, hints, stubs
 
 # The GPUs the course supports: (name, compute capability) for triton's GPUTarget.
 TARGETS = (("sm_80", 80), ("sm_90", 90))
+# Kernels that only some targets can run, by kernel name: the capabilities they are compiled for
+# (`needs`). Every other kernel is compiled for every target.
+NEEDS: dict[str, tuple[int, ...]] = {}
 # Modules a kernel may name that the helper imports by name; any other module a kernel reaches
 # into is sent as the attributes the kernel names.
 IMPORTABLE = frozenset({"triton", "math", "torch", "numpy"})
@@ -344,10 +353,25 @@ def _recall(digest: str) -> list | None:
         return None
 
 
-def verdicts(kernel, args, kwargs) -> list[dict] | None:
-    """Per target, {"target", "error"} for a launch of interpreted `kernel` (error None where it
-    compiles); None where the launch cannot be checked. A verdict is kept per program and launch,
-    in this process and on disk for later ones."""
+def needs(kernel_name: str, feature: str) -> None:
+    """Declare that the kernel called `kernel_name` needs `feature` (a name of
+    grader.runtime.device.FEATURE_CAPABILITY, such as "sm_90": float8 e4m3 tensor-core dots),
+    so that the check compiles it only for the targets that have it; a notebook says so in a
+    given cell beside the kernel, and gates its tests on the device the same way."""
+    least = device.FEATURE_CAPABILITY[feature]
+    NEEDS[kernel_name] = tuple(c for _, c in TARGETS if (c // 10, c % 10) >= least)
+
+
+def targets(kernel_name: str) -> list[int]:
+    """The capabilities a launch of `kernel_name` is compiled for."""
+    return list(NEEDS.get(kernel_name, [c for _, c in TARGETS]))
+
+
+def verdicts(kernel, args, kwargs, only: list[int] | None = None) -> list[dict] | None:
+    """Per target, {"target", "error", "warps"} for a launch of interpreted `kernel` (error None
+    where it compiles); None where the launch cannot be checked. `only` narrows the targets to
+    those capabilities. A verdict is kept per program and launch, in this process and on disk
+    for later ones."""
     spec = specialization(kernel, args, kwargs)
     if spec is None:
         return None
@@ -358,7 +382,7 @@ def verdicts(kernel, args, kwargs) -> list[dict] | None:
         "constexprs": constexprs,
         "attrs": attrs,
         "options": options,
-        "targets": [capability for _, capability in TARGETS],
+        "targets": [t for t in targets(kernel.fn.__name__) if only is None or t in only],
     }
     text = json.dumps(request, sort_keys=True) + _version()
     digest = hashlib.sha256(text.encode()).hexdigest()
@@ -378,6 +402,16 @@ def verdicts(kernel, args, kwargs) -> list[dict] | None:
         for result in results:
             COMPILED.append({"kernel": names[0], "functions": names, **result})
     return _VERDICTS[digest]
+
+
+def compiled_warps(kernel, args, kwargs, capability: int = 90) -> int | None:
+    """The warps one program of interpreted `kernel` runs with on a GPU of `capability`, for
+    the launch `kernel[grid](*args, **kwargs)` (compiled to TTGIR, not run): `num_warps`, plus
+    the warps that warp specialization added where the compiler applied it. None where the
+    launch cannot be checked or does not compile for that target."""
+    results = verdicts(kernel, args, kwargs, only=[capability])
+    found = [r for r in results or () if r["target"] == capability and r["error"] is None]
+    return found[0].get("warps") if found else None
 
 
 def _target_name(capability: int) -> str:

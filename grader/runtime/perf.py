@@ -255,7 +255,13 @@ class Redraw:
 
     def __call__(self) -> None:
         for t, (mean, std) in zip(self.inputs, self.moments, strict=True):
-            t.normal_(mean, std, generator=self.generator)
+            if t.element_size() == 1:  # float8: torch draws no normal numbers in it
+                drawn = torch.empty(t.shape, device=t.device)
+                drawn.normal_(mean, std, generator=self.generator)
+                limit = torch.finfo(t.dtype).max
+                t.copy_(drawn.clamp_(-limit, limit))
+            else:
+                t.normal_(mean, std, generator=self.generator)
 
 
 def compare_all(
@@ -666,12 +672,14 @@ def score(verdicts: Sequence[Verdict], points: float) -> float:
     return float(points)
 
 
-def grade(*cases: Case, points: float) -> float:
+def grade(*cases: Case, points: float, needs: str | None = None) -> float:
     """The score of a speed cell: `points` when every graded comparison of every case passes
-    untouched by any flag (see the module's docstring), else 0; off the supported GPU class,
-    0 with a message that says why."""
-    if not device.current().grades_speed:
-        return not_graded_here(points)
+    untouched by any flag (see the module's docstring), else 0; off the supported GPU class, or
+    on a GPU without `needs` (a feature of grader.runtime.device, such as "sm_90"), 0 with a
+    message that says why."""
+    dev = device.current()
+    if not dev.grades_speed or (needs is not None and not dev.supports(needs)):
+        return not_graded_here(points, needs)
     with recorded.speed_cell():
         verdicts = []
         for case in cases:
@@ -683,14 +691,22 @@ def grade(*cases: Case, points: float) -> float:
         return score(verdicts, points)
 
 
-def not_graded_here(points: float) -> float:
-    """The score of a speed cell off the supported GPU class, said out loud."""
+def not_graded_here(points: float, needs: str | None = None) -> float:
+    """The score of a speed cell off the supported GPU class (or, with `needs`, on a GPU that
+    lacks the feature the cell measures), said out loud."""
     dev = device.current()
-    print(
-        f"{NOT_GRADED_HERE}, sm_80 or newer; this notebook runs on "
-        f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
-        "not affected. Your instructor grades speed on a GPU."
-    )
+    if needs is not None and dev.grades_speed:
+        print(
+            f"{NOT_GRADED_HERE} with {device.FEATURE_NAMES[needs]}; this notebook runs on "
+            f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
+            "not affected. Your instructor grades this cell's speed on such a GPU."
+        )
+    else:
+        print(
+            f"{NOT_GRADED_HERE}, sm_80 or newer; this notebook runs on "
+            f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
+            "not affected. Your instructor grades speed on a GPU."
+        )
     recorded.show_speed()
     return 0.0
 

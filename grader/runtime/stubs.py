@@ -4,7 +4,8 @@ nbgrader replaces each solution region with `raise NotImplementedError()`. What 
 sees depends on where the region was:
 - plain Python: `NotImplementedError`;
 - inside `@triton.jit`, interpreter mode: `triton.runtime.errors.InterpreterError:
-  NotImplementedError()`, raised from the kernel's own line;
+  NotImplementedError()`, raised from the kernel's own line (wrapped once more for each
+  `@triton.jit` function between the launch and the stub);
 - inside `@triton.jit`, on a GPU: the compiler refuses the `raise` statement with
   `CompilationError ... unsupported AST node type: Raise`, pointing at the stub's line.
 """
@@ -44,8 +45,11 @@ def explain(exc: BaseException, what: str = "your code") -> str | None:
                 "then re-run its cell."
             )
         return None
-    # Interpreter path: Triton wraps the Python exception raised inside the kernel.
-    cause = exc.__cause__ if type(exc).__name__ == "InterpreterError" else exc
+    # Interpreter path: Triton wraps the Python exception raised inside the kernel, once more
+    # for each @triton.jit function it went through (a stub in a helper the kernel calls).
+    cause = exc
+    while type(cause).__name__ == "InterpreterError" and cause.__cause__ is not None:
+        cause = cause.__cause__
     if isinstance(cause, NotImplementedError):
         frame = _innermost_frame(cause)
         name = frame.name if frame is not None and frame.name != "<module>" else None

@@ -39,7 +39,7 @@ class Partial:
 
 @functools.cache
 def _reference_cells(notebook: str) -> dict[str, str]:
-    (path,) = (build.SOLUTIONS / notebook).glob("*.py")
+    (path,) = [a.source for a in build.assignments() if a.name == notebook]  # side files too
     return {c.id: c.source for c in build.to_notebook(path).cells}
 
 

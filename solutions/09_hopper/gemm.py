@@ -1,0 +1,1 @@
+../05_autotuning/gemm.py
