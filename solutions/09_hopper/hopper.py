@@ -751,7 +751,7 @@ def fp8_inputs(M, N, K, a_range=(0.01, 0.1), b_range=(2.0, 5.0)):
         bt8 = (checks.randn((N, K), gen=gen) * 100).clamp(-E4M3_MAX, E4M3_MAX)
         lo_a, hi_a = a_range
         lo_b, hi_b = b_range
-        u = torch.rand(2, generator=gen, dtype=torch.float64)
+        u = torch.rand(2, generator=gen, device=gen.device, dtype=torch.float64)
         a_scale = torch.tensor(lo_a + (hi_a - lo_a) * float(u[0]), dtype=torch.float32)
         b_scale = torch.tensor(lo_b + (hi_b - lo_b) * float(u[1]), dtype=torch.float32)
         dev = DEVICE.torch_device
