@@ -192,8 +192,27 @@ WRONG = {
 # The hint each failure's message must carry (grader.runtime.hints), where it is one: none for
 # the Python functions and options, whose checks say what is wrong in their own words.
 HINTS = {
+    # a read past K: the interpreter's bounds check names the mask; on a GPU the failure depends
+    # on what memory the read finds, as 04's
+    "persistent-kernel": {
+        **dict.fromkeys(WRONG["persistent-kernel"]),
+        "no mask along K": ("missing-mask", None),
+    },
     "tma-smem": dict.fromkeys(WRONG["tma-smem"]),
     "ws-options": dict.fromkeys(WRONG["ws-options"]),
+    "fp8-kernel": {
+        **dict.fromkeys(WRONG["fp8-kernel"]),
+        **dict.fromkeys(
+            [
+                "B's scale only",
+                "A's scale twice",
+                "scales applied twice",
+                "divides by the scales",
+                "no scales in the kernel",
+            ],
+            "wrong-scale",
+        ),
+    },
 }
 
 # Correct but slow.
