@@ -9,13 +9,13 @@ against sequence length).
 In order: the roofline's ceilings (grader.runtime.roofline.measure_ceilings), the same kernels timed
 twice (bench/trust.py, part 1), 02's kernels (bench/elementwise.py), 03's softmax
 (bench/softmax.py), 04's ladder (bench/ladder.py), 05's autotuned matmul (bench/matmul.py), 07's
-FlashAttention (bench/attention.py), the host time per call of 05's, 03's and 07's launchers
-against torch's (bench/host.py). A failure in one is recorded in the report and the others
-still run; the report is rewritten after each. By default per-config sweeps are skipped, to keep
-the run to a few minutes of GPU time (aimed at 3-4 on an H100); --full keeps them. --trust runs
-bench/trust.py's notebook part for the named notebooks (minutes each; `python bench/trust.py
---estimate` says how many); the report includes whatever build/report/trust.json holds, from
-this run or earlier ones.
+FlashAttention (bench/attention.py), 09's Hopper matmuls (bench/hopper_gemm.py, sm_90), the host
+time per call of 05's, 03's and 07's launchers against torch's (bench/host.py). A failure in one is
+recorded in the report and the others still run; the report is rewritten after each. By default
+per-config sweeps are skipped, to keep the run to a few minutes of GPU time (aimed at 3-4 on an
+H100); --full keeps them. --trust runs bench/trust.py's notebook part for the named notebooks
+(minutes each; `python bench/trust.py --estimate` says how many); the report includes whatever
+build/report/trust.json holds, from this run or earlier ones.
 
 `make bench` runs this. Off a GPU it says why it cannot measure and exits with status 2;
 otherwise 1 if any benchmark failed, else 0 (missed goals are reported, not failures).
@@ -34,7 +34,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout without an installed `grader`
     sys.path.insert(0, str(ROOT))
 
-from bench import _report, attention, elementwise, host, ladder, matmul, softmax, trust  # noqa: E402
+from bench import (  # noqa: E402
+    _report,
+    attention,
+    elementwise,
+    hopper_gemm,
+    host,
+    ladder,
+    matmul,
+    softmax,
+    trust,
+)
 
 DEFAULT_OUT = ROOT / "build" / "report"
 
@@ -76,6 +86,7 @@ SECTIONS = {
     "ladder": lambda args: ladder.measure(args.full),
     "matmul": matmul_section,
     "attention": lambda args: attention.measure(args.full),
+    "hopper": lambda args: hopper_gemm.measure(),
     "host": lambda args: host.measure(),
 }
 

@@ -38,7 +38,9 @@ def off_gpu():
         pytest.skip("this machine can measure")
 
 
-@pytest.mark.parametrize("name", ["report", "trust", "elementwise", "softmax", "ladder", "host"])
+@pytest.mark.parametrize(
+    "name", ["report", "trust", "elementwise", "softmax", "ladder", "host", "hopper_gemm"]
+)
 def test_scripts_refuse_to_measure_off_a_gpu(off_gpu, tmp_path, capsys, name):
     module = importlib.import_module(f"bench.{name}")
     argv = ["--out", str(tmp_path / "out")]
