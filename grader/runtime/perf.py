@@ -695,18 +695,14 @@ def not_graded_here(points: float, needs: str | None = None) -> float:
     """The score of a speed cell off the supported GPU class (or, with `needs`, on a GPU that
     lacks the feature the cell measures), said out loud."""
     dev = device.current()
-    if needs is not None and dev.grades_speed:
-        print(
-            f"{NOT_GRADED_HERE} with {device.FEATURE_NAMES[needs]}; this notebook runs on "
-            f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
-            "not affected. Your instructor grades this cell's speed on such a GPU."
-        )
-    else:
-        print(
-            f"{NOT_GRADED_HERE}, sm_80 or newer; this notebook runs on "
-            f"{dev.describe()}. This cell scores 0 of {points:g} here; correctness points are "
-            "not affected. Your instructor grades speed on a GPU."
-        )
+    lacks = needs is not None and dev.grades_speed  # a GPU of the class, without `needs`
+    where = f" with {device.FEATURE_NAMES[needs]}" if lacks else ", sm_80 or newer"
+    later = "this cell's speed on such a GPU" if lacks else "speed on a GPU"
+    print(
+        f"{NOT_GRADED_HERE}{where}; this notebook runs on {dev.describe()}. This cell scores 0 "
+        f"of {points:g} here; correctness points are not affected. Your instructor grades "
+        f"{later}."
+    )
     recorded.show_speed()
     return 0.0
 
