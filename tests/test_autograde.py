@@ -20,7 +20,7 @@ import pytest
 from grader import cli
 from grader.grading import autograde, findings, gradebook
 from tests import hostile, shared
-from tests.test_feedback import page_keeps_hidden_tests_hidden
+from tests.hostile.hidden_tests import page_keeps_hidden_tests_hidden
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 

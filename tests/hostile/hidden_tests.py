@@ -203,6 +203,70 @@ def leaked(graded: Graded, student: str) -> list[str]:
     return [line for line in hidden_lines(m) if line in text]
 
 
+def errors(cell) -> list:
+    return [o for o in cell.get("outputs", []) if o.output_type == "error"]
+
+
+def said(cell) -> str:
+    """What a cell's outputs say, as the page shows it: its stream text, or its first error."""
+    if errors(cell):
+        error = errors(cell)[0]
+        return " ".join(f"{error.ename}: {error.evalue}".split())
+    return " ".join("".join(o.get("text", "") for o in cell.get("outputs", [])).split())
+
+
+def page_keeps_hidden_tests_hidden(result: Graded, student: str) -> None:
+    """`student` ("blank" or "partial") of a graded class: the instructor's copy shows a hidden
+    test failing (inside the hidden region, for "partial"); the feedback page holds no hidden
+    line, shows the visible tests' own messages, then only each graded cell's score and status.
+    (tests/test_feedback.py and, for 00's, tests/test_autograde.py check their classes with it.)"""
+    from grader.grading import feedback, findings, gradebook, hidden_tests
+
+    m, assignment = result.materials, result.materials.assignment
+    autograded = nbformat.read(
+        result.root / "autograded" / student / assignment / f"{m.notebook}.ipynb", as_version=4
+    )
+    first = next(i for i, c in enumerate(autograded.cells) if hidden_tests.BEGIN in c.source)
+    copied = autograded.metadata[feedback.SNAPSHOT]["outputs"]
+    assert len(copied) == first, "the copy was not taken as the first hidden-test cell started"
+    hidden = [c for c in autograded.cells if hidden_tests.BEGIN in c.source]
+    failed = [c for c in hidden if errors(c)]
+    assert failed, f"{student}: no hidden-test cell failed; the class no longer tests anything"
+    shown = " ".join(  # the instructor's copy: the leak this test guards against
+        re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(errors(c)[0].traceback)) for c in failed
+    )
+    quoted = [line for line in hidden_lines(m) if line in " ".join(shown.split())]
+    if student == "partial":
+        assert quoted, "the failure is no longer inside the hidden region; update the class"
+    assert not leaked(result, student), (student, leaked(result, student))
+    assert findings.KINDS["hidden-tests"] not in result.review[student], "IPython's own quote"
+
+    page = page_text((result.out / "feedback" / student / f"{m.notebook}.html").read_text())
+    graded_before = [
+        c for c in autograded.cells[:first] if c.metadata.get("nbgrader", {}).get("grade")
+    ]
+    assert graded_before, "no visible test before the first hidden one"
+    for cell in graded_before:  # the visible tests' own messages, as outputs
+        shown = page.count(said(cell)) - " ".join(cell.source.split()).count(said(cell))
+        assert said(cell) and shown > 0, (student, said(cell))
+    if student == "blank":
+        assert "Traceback (most recent call last)" in page, "visible tests lost their tracebacks"
+    points = gradebook.max_scores(gradebook.sqlite_url(result.root / "gradebook.db"), assignment)
+    for cell in autograded.cells[first:]:  # from the first hidden test on: scores, no outputs
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in points:
+            score = result.scores[student][grade_id]
+            assert f"{grade_id}: {score:g} of {points[grade_id]:g} points;" in page, grade_id
+        elif said(cell) and said(cell) not in " ".join(cell.source.split()):
+            assert said(cell) not in page, (student, said(cell))
+    for cell in failed:  # which exercise failed, and where to look
+        grade_id = cell.metadata.nbgrader.grade_id
+        ename = errors(cell)[0].ename
+        assert f"{grade_id}: 0 of" in page and f"failed: raised {ename}." in page, grade_id
+        visible = grade_id.removesuffix("-hidden") + "-visible"
+        assert feedback.VISIBLE.format(test=visible) in page, grade_id
+
+
 _BASE64 = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
 
 
@@ -312,12 +376,9 @@ def _only_pages(student: str):
 LIGHT_HIDDEN = f"test-{light.ANSWER}-hidden"
 
 
-def _light_answered_with(code: str):
-    return lambda m: m.files(m.appended(m.answered(), light.ANSWER, code))
-
-
-def _answered_with(code: str):
-    return lambda m: m.files(m.appended(m.answered(), "relu-kernel", code))
+def _answered_with(code: str, cell: str = "relu-kernel"):
+    """The answered notebook with `code` run at the end of its answer cell `cell` (00's)."""
+    return lambda m: m.files(m.appended(m.answered(), cell, code))
 
 
 def _passed(hidden: str, points: float) -> str:
@@ -332,7 +393,7 @@ ATTACKERS = [
     Attacker(
         "print-hidden-tests",
         light.ASSIGNMENT,
-        _light_answered_with(PRINTS),
+        _answered_with(PRINTS, light.ANSWER),
         flags=frozenset({"hidden-tests"}),
         detail=LIGHT_HIDDEN,
         base=Materials.answered,
@@ -364,21 +425,21 @@ ATTACKERS = [
     Attacker(
         "encoded-later-cell",
         light.ASSIGNMENT,
-        _light_answered_with(LATER_CELL),
+        _answered_with(LATER_CELL, light.ANSWER),
         base=Materials.answered,
         check=_sealed("encoded-later-cell", LIGHT_PASSED),
     ),
     Attacker(
         "encoded-display-update",
         light.ASSIGNMENT,
-        _light_answered_with(DISPLAY),
+        _answered_with(DISPLAY, light.ANSWER),
         base=Materials.answered,
         check=_sealed("encoded-display-update", LIGHT_PASSED, "a display made early"),
     ),
     Attacker(
         "encoded-widget",
         light.ASSIGNMENT,
-        _light_answered_with(WIDGET),
+        _answered_with(WIDGET, light.ANSWER),
         base=Materials.answered,
         check=_sealed("encoded-widget", LIGHT_PASSED, "Textarea(value='a widget made early')"),
     ),
@@ -399,7 +460,7 @@ ATTACKERS = [
     Attacker(
         "encoded-prompt-number",
         light.ASSIGNMENT,
-        _light_answered_with(PROMPT_NUMBER),
+        _answered_with(PROMPT_NUMBER, light.ANSWER),
         base=Materials.answered,
         check=_prompts_sealed("encoded-prompt-number"),
     ),
