@@ -21,7 +21,6 @@ On a GPU, each source and the reference also run in a second kernel in interpret
 correctness test cell must give the same verdict there as on the GPU.
 """
 
-import ast
 import importlib
 import json
 import os
@@ -34,7 +33,7 @@ import pytest
 
 import tests.known_wrong
 from grader.authoring import build
-from grader.runtime import device, doctor, recorded
+from grader.runtime import device, doctor, handin, recorded
 from tests.known_wrong import WithGiven
 from tests.notebook_session import Session, segments
 
@@ -267,20 +266,6 @@ def _released() -> dict[tuple[str, str], str]:
 RELEASED = _released()
 
 
-def defined_names(source: str) -> list[str]:
-    """The names a cell binds at its top level (functions, classes, assignments, imports)."""
-    names = []
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.append(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names += [(a.asname or a.name).split(".")[0] for a in node.names]
-    return names
-
-
 def test_every_graded_cell_belongs_to_an_exercise():
     """A test cell above the first answer cell would be one no stub can fail: the release would
     earn its points."""
@@ -302,7 +287,7 @@ def test_an_exercise_as_released_passes_none_of_its_tests(sessions, notebook, gr
     cell: every correctness test cell fails, its hidden lines included."""
     session = sessions(notebook)
     reference = session.cells[session.span(grade_id)[0]].source
-    forget = "".join(f"globals().pop({n!r}, None)\n" for n in defined_names(reference))
+    forget = "".join(f"globals().pop({n!r}, None)\n" for n in sorted(handin.defined(reference)))
     with swapped_in(session, grade_id, RELEASED[notebook, grade_id]) as (exercise, cells):
         assert session.run(forget)[0] == "ok"
         session.run(exercise)  # a stub may raise here already; its tests must fail all the same
