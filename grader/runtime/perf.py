@@ -15,9 +15,10 @@ absolute time. `measure` then, for each case, on a GPU:
    calls drawn at random, the host clock beside the CUDA events, each timed call of the
    candidate inside the census;
 3. checks the call's own work again after timing, as in 1;
-4. reads the census: a kernel, copy or fill in a checked or timed call that is neither the
-   exercise's kernels nor another Triton kernel the first call launched is named, and so is a
-   timed call that launched none of the exercise's kernels (`census_flags`);
+4. reads the census: a kernel, copy or fill in a checked or timed call that is not one of the
+   exercise's kernels is named, another Triton kernel included (a released side module's, say:
+   the launchers are the release's, and launch the exercise's kernels alone), and so is a timed
+   call that launched none of the exercise's kernels (`census_flags`);
 5. compares the output, bit for bit, with each baseline marked `distinct` (a library whose result
    no Triton kernel reproduces exactly on these shapes: cuDNN's and SDPA's attention);
 6. flags a bandwidth above a copy of the same bytes timed now, and a FLOP rate above cuBLAS's.
@@ -420,12 +421,12 @@ def checked_flags(seen: census.Census, case: Case) -> list[str]:
     return []
 
 
-def census_flags(seen: census.Census, case: Case, launched: set[str]) -> list[str]:
+def census_flags(seen: census.Census, case: Case) -> list[str]:
     """What the census of the timed and checked calls says against the case: GPU work other than
-    the exercise's kernels and the call's own Triton launches, or calls that ran none of the
-    exercise's kernels (a census that saw none vouches for nothing)."""
+    the exercise's kernels, or calls that ran none of them (a census that saw none vouches for
+    nothing)."""
     ran = seen.names(TIMED) + seen.names(CHECKED)
-    allowed = set(case.kernels) | launched
+    allowed = set(case.kernels)
     kernels = " or ".join(case.kernels)
     found = [
         f"`{name}` ran inside the timed calls: only the exercise's Triton kernels may run "
@@ -543,10 +544,7 @@ def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
     and the call's own work is checked by recording its Triton launches (`own_work_flags`)."""
     if sampler is not None:
         return _measured(case, *_timed_on_the_cpu(case, sampler))
-    launched: set[str] = set()
-    with launches.recording() as first:  # the first call, which may tune: its Triton kernels
-        checks.call_graded(case.candidate, what="the timed code")
-    launched.update(launch.kernel for launch in first.launches)
+    checks.call_graded(case.candidate, what="the timed code")  # the first call, which may tune
     seen = census.Census()
     try:
         flags = checked_flags(seen, case)
@@ -566,7 +564,7 @@ def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
         return Measured(case.name or "this problem", flags=(str(unavailable),))
     if _stopped(results):
         return Measured(case.name or "this problem", flags=tuple(flags))
-    flags += census_flags(seen, case, launched)
+    flags += census_flags(seen, case)
     if not flags:
         flags += identity_flags(case)
     if not flags:
