@@ -1,10 +1,12 @@
-"""The hostile class on a GPU: 05's and 07's attackers graded end to end by `python -m grader
-autograde --mode gpu`, each student's kernel in its sandbox on a GPU of its own, beside an honest
-student and each attacker's honest base, speed cells included. Every attack on speed
-(tests/hostile/speed_routes.py) must be flagged with its speed cells at 0; every attack outside
-the answer cells (tests/hostile/outside_answers.py) must score its base, speed included. What
-each student scored is kept in build/report/hostile_gpu_<notebook>.json, the record of a GPU
-run. Needs a GPU (two are used when there are two) and bubblewrap, as `make autograde` does."""
+"""The hostile class on a GPU: 05's, 07's and 09's attackers graded end to end by
+`python -m grader autograde --mode gpu`, each student's kernel in its sandbox on a GPU of its
+own, beside an honest student and each attacker's honest base, speed cells included. Every
+attack on speed (tests/hostile/speed_routes.py) must be flagged with its speed cells at 0; every
+attack outside the answer cells (tests/hostile/outside_answers.py) must score its base, speed
+included. What each student scored is kept in build/report/hostile_gpu_<notebook>.json, the
+record of a GPU run. Needs a GPU (two are used when there are two) and bubblewrap, as `make
+autograde` does; 09's batch needs an sm_90 GPU, where alone its float8 and warp-specialization
+cells score, and is skipped on others."""
 
 import json
 import os
@@ -19,11 +21,17 @@ from tests.test_hostile import EVERYONE, check_attacker, graded
 
 pytestmark = pytest.mark.gpu
 
-GPU_BATCHES = ("05_autotuning", "07_flash_attention")
+GPU_BATCHES = ("05_autotuning", "07_flash_attention", "09_hopper")
 ATTACKERS = [a for a in EVERYONE if a.assignment in GPU_BATCHES]
 RECORDS = Path(__file__).parent.parent / "build" / "report"
 SPEED_CELL_TIMEOUT, SUBMISSION_TIMEOUT = 600, 1200
 MEMORY_GIB = 16  # what make autograde gives a student where the machine has it
+HOPPER_ONLY = ("09_hopper",)  # an honest student earns every point on sm_90 alone
+
+
+def _needs_its_gpu(assignment: str) -> None:
+    if assignment in HOPPER_ONLY and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip(f"{assignment} earns every point on an sm_90 GPU alone")
 
 
 def _options() -> tuple[str, ...]:
@@ -68,6 +76,7 @@ def batches(tmp_path_factory, registered_course):
 
 @pytest.mark.parametrize("assignment", GPU_BATCHES)
 def test_the_honest_student_earns_every_point_speed_included(batches, assignment):
+    _needs_its_gpu(assignment)
     result, code, printed = batches(assignment)
     assert code == 0, printed[-3000:]
     url = gradebook.sqlite_url(result.root / "gradebook.db")
@@ -78,5 +87,6 @@ def test_the_honest_student_earns_every_point_speed_included(batches, assignment
 
 @pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda a: a.student)
 def test_attacker_on_a_gpu(batches, attacker):
+    _needs_its_gpu(attacker.assignment)
     result, _, _ = batches(attacker.assignment)
     check_attacker(result, attacker, lambda scores: scores)  # every cell, speed included

@@ -12,6 +12,7 @@ WRONG = {
     "00_setup": ("relu-kernel", "tl.where(x > 0, x, 0.0)", "x"),  # no ReLU at all
     "05_autotuning": ("config-space", "if full:", "if False:"),  # the full space is the default
     "07_flash_attention": ("flash-attention-kernel", "(acc / l_i[:, None])", "acc"),  # unscaled
+    "09_hopper": ("fp8-kernel", "(acc * scale)", "acc"),  # float8's scales never applied
 }
 SHADOW = b"raise SystemExit('a module beside the notebook ran')\n"
 
@@ -94,6 +95,19 @@ ATTACKERS = [
         _wrong("07_flash_attention"),
         "given cells edited: flash_attention-",
     ),
+    _outside(
+        "edits-check-09",
+        "09_hopper",
+        lambda m: m.files(
+            m.rewritten(
+                _wrong("09_hopper")(m),
+                "    require_fp8()\n    seed = checks.new_seed()\n",
+                "    return\n    require_fp8()\n    seed = checks.new_seed()\n",
+            )
+        ),
+        _wrong("09_hopper"),
+        "given cells edited: hopper-",
+    ),
     # -- a cell added after the helpers, changing what they read
     _outside(
         "adds-reference-00",
@@ -131,6 +145,19 @@ ATTACKERS = [
         _wrong("07_flash_attention"),
         "1 code cell added",
     ),
+    _outside(
+        "adds-tolerance-09",
+        "09_hopper",
+        lambda m: m.files(
+            m.added(
+                _wrong("09_hopper")(m),
+                "def fp8_atol(",
+                "def fp8_atol(a8, bt8, sa, sb):\n    return 1e9",
+            )
+        ),
+        _wrong("09_hopper"),
+        "1 code cell added",
+    ),
     # -- files beside the notebook, named like what it imports: the first import would end it
     _outside(
         "shadows-grader-00",
@@ -152,5 +179,16 @@ ATTACKERS = [
         lambda m: m.files(m.answered(), **{"grader/__init__.py": SHADOW, "triton.py": SHADOW}),
         _answered,
         "files beside the notebook: grader, triton.py",
+    ),
+    # on the wrong float8 answer, whose float8 speed cell scores 0 on every run: the GPU compares
+    # every cell with the base's, speed included, and this comparison then rests on no timing
+    _outside(
+        "shadows-gemm-09",
+        "09_hopper",
+        lambda m: m.files(
+            _wrong("09_hopper")(m), **{"gemm.py": SHADOW, "triton/__init__.py": SHADOW}
+        ),
+        _wrong("09_hopper"),
+        "files beside the notebook: gemm.py, triton",
     ),
 ]

@@ -1,11 +1,13 @@
 """Class 10 of the attacks on grading, on speed, from the answer cells: work skipped on a call
-whose inputs look like the last one's; a library (cuDNN's attention) computing the result while
-the exercise's own kernel is launched on the real inputs and once more to copy that result into
-`out`; a class of the notebook's side module rebound so that large problems run on cuBLAS. Every
-speed cell goes through one path (grader.runtime.perf.grade), which draws the inputs afresh, checks
-the call's own work and takes a census of the GPU kernels of every timed call: each attack is
-flagged and its speed cells score 0, while its correctness earns no more than its honest base.
-These need a GPU: tests/test_hostile_gpu.py grades them there."""
+whose inputs look like the last one's (07, 09); a library (cuDNN's attention, cuBLAS's float8
+matmul) computing the result while the exercise's own kernel is launched on the real inputs and
+once more to copy that result into `out` (07, 09); a class of the notebook's side module rebound
+so that large problems run on cuBLAS (05); cuBLAS, or 05's released Triton kernel, computing a
+large product while the exercise's kernel, launched in every call, redoes one tile of it (09).
+Every speed cell goes through one path (grader.runtime.perf.grade), which draws the inputs
+afresh, checks the call's own work and takes a census of the GPU kernels of every timed call:
+each attack is flagged and its speed cells score 0, while its correctness earns no more than its
+honest base. These need a GPU: tests/test_hostile_gpu.py grades them there."""
 
 from tests.hostile import Attacker
 
@@ -90,6 +92,136 @@ def _cudnn_then_copy(m):
     return m.files(m.appended(nb, "flash-attention-kernel", CUDNN_THEN_COPY))
 
 
+# -- 09: the persistent kernel (speed-persistent) and the float8 kernel (speed-fp8)
+
+REMEMBERS_PERSISTENT = """
+
+
+class _Remembers:
+    \"\"\"The kernel, launched only when A is not what the last launch was given.\"\"\"
+
+    def __init__(self, kernel):
+        self.kernel, self.last = kernel, None
+
+    def __getitem__(self, grid):
+        def launch(a, b, c, *args, **kwargs):
+            key = (a.data_ptr(), b.data_ptr(), float(a.flatten()[:64].float().sum()))
+            if key != self.last:
+                self.last = key
+                self.kernel[grid](a, b, c, *args, **kwargs)
+
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+matmul_persistent_kernel = _Remembers(matmul_persistent_kernel)
+"""
+
+CUBLAS_THEN_ONE_TILE = """
+
+
+class _CublasThenOneTile:
+    \"\"\"cuBLAS computes large products; the kernel then redoes C's first tile alone, one
+    program, so that every call launches it.\"\"\"
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(a, b, c, M, N, K, *args, **kwargs):
+            if M * N < 1 << 20:
+                return self.kernel[grid](a, b, c, M, N, K, *args, **kwargs)
+            torch.matmul(a, b, out=c)
+            tile = min(M, kwargs["BLOCK_M"]), min(N, kwargs["BLOCK_N"])
+            return self.kernel[(1,)](a, b, c, *tile, K, *args, **{**kwargs, "NUM_SMS": 1})
+
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+matmul_persistent_kernel = _CublasThenOneTile(matmul_persistent_kernel)
+"""
+
+GEMM_THEN_ONE_TILE = """
+
+
+class _GemmThenOneTile:
+    \"\"\"05's released persistent kernel (gemm.py, beside the notebook) computes large products,
+    launched as a Triton kernel like the student's own; the kernel then redoes C's first tile.\"\"\"
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(a, b, c, M, N, K, *args, **kwargs):
+            if M * N < 1 << 20:
+                return self.kernel[grid](a, b, c, M, N, K, *args, **kwargs)
+            gemm.launch_persistent(gemm.matmul_kernel_persistent, a, b, c, BLOCK_M=128,
+                                   BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+            tile = min(M, kwargs["BLOCK_M"]), min(N, kwargs["BLOCK_N"])
+            return self.kernel[(1,)](a, b, c, *tile, K, *args, **{**kwargs, "NUM_SMS": 1})
+
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+matmul_persistent_kernel = _GemmThenOneTile(matmul_persistent_kernel)
+"""
+
+SCALED_MM_THEN_COPY = """
+
+
+class _ScaledMmThenCopy:
+    \"\"\"torch._scaled_mm (cuBLAS) computes large products; the kernel runs on the real
+    inputs, then copies _scaled_mm's result, handed over as A's scale.\"\"\"
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(a8, bt8, c, a_scale, b_scale, *args, **kwargs):
+            if c.numel() < 1 << 20:
+                return self.kernel[grid](a8, bt8, c, a_scale, b_scale, *args, **kwargs)
+            done = torch._scaled_mm(a8, bt8.T, scale_a=a_scale, scale_b=b_scale,
+                                    out_dtype=c.dtype)
+            self.kernel[grid](a8, bt8, c, a_scale, b_scale, *args, **kwargs)
+            return self.kernel[grid](a8, bt8, c, done, b_scale, *args, COPY=True, **kwargs)
+
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+matmul_fp8_kernel = _ScaledMmThenCopy(matmul_fp8_kernel)
+"""
+
+
+def _scaled_mm_then_copy(m):
+    """The float8 kernel given a COPY mode (store the tile of the C that `a_scale_ptr` points
+    to, as it is), and launched twice per call on large problems."""
+    nb = m.answered()
+    num_sms = "    NUM_SMS: tl.constexpr,\n):"
+    copy = "    COPY: tl.constexpr = False,  # a_scale_ptr points to C: store its tiles as is\n"
+    nb = m.edited(nb, "fp8-kernel", num_sms, num_sms.replace("):", copy + "):"))
+    store = "        c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], c)"
+    copied = (
+        "        if COPY:\n"
+        "            rows = pid_m_c * BLOCK_M + tl.arange(0, BLOCK_M)\n"
+        "            cols = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N)\n"
+        "            c = tl.load(a_scale_ptr + rows[:, None] * stride_cm + cols[None, :],\n"
+        "                        mask=(rows[:, None] < M) & (cols[None, :] < N))\n"
+    )
+    nb = m.edited(nb, "fp8-kernel", store, copied + store)
+    return m.files(m.appended(nb, "fp8-kernel", SCALED_MM_THEN_COPY))
+
+
 def _attacked_speed_is_zero_and_nothing_is_gained(student, attacked):
     """The speed cells in `attacked` (those whose kernel the attack wraps; None: all) score 0,
     and no cell scores more than the honest base's."""
@@ -137,5 +269,34 @@ ATTACKERS = [
         "05_autotuning",
         lambda m: m.files(m.appended(m.answered(), "config-space", LARGE_ON_CUBLAS)),
         "launched none of matmul_kernel",
+    ),
+    _attacker(
+        "skips-repeats-09",
+        "09_hopper",
+        lambda m: m.files(m.appended(m.answered(), "persistent-kernel", REMEMBERS_PERSISTENT)),
+        # the checked call after the first, on the same inputs, is skipped: `out` stays poisoned
+        "not the work of matmul_persistent_kernel",
+        attacked={"speed-persistent"},  # the float8 kernel is honest, and earns its point
+    ),
+    _attacker(
+        "cublas-one-tile-09",
+        "09_hopper",
+        lambda m: m.files(m.appended(m.answered(), "persistent-kernel", CUBLAS_THEN_ONE_TILE)),
+        "ran inside the timed calls",
+        attacked={"speed-persistent"},
+    ),
+    _attacker(
+        "gemm-one-tile-09",
+        "09_hopper",
+        lambda m: m.files(m.appended(m.answered(), "persistent-kernel", GEMM_THEN_ONE_TILE)),
+        "`matmul_kernel_persistent` ran inside the timed calls",
+        attacked={"speed-persistent"},
+    ),
+    _attacker(
+        "scaled-mm-copies-09",
+        "09_hopper",
+        _scaled_mm_then_copy,
+        "ran inside the timed calls",
+        attacked={"speed-fp8"},  # the persistent kernel is honest, and earns its point
     ),
 ]
