@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 09 · Hopper
 #
-# *Reading time: about 10 minutes.*
+# *Reading time: about 12 minutes.*
 #
 # 05's tuned matmul reaches cuBLAS on large problems, and 07's attention kernel stops at
 # FlashAttention-2's loop. What took attention from about 35% to about 75% of an H100's fp16 peak
@@ -9,12 +9,14 @@
 # adds a Tensor Memory Accelerator that copies whole tiles while the tensor cores work, lets warps
 # take separate roles (some copy, some multiply), and multiplies float8 at twice the float16 rate
 # (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022). Triton reaches all three. This
-# notebook continues 05's matmul one version at a time, each checked, then timed on your GPU.
+# notebook continues 05's matmul one version at a time, each checked, then timed on your GPU, and
+# ends by carrying what pays to 07's attention kernel.
 #
 # **You will learn:** to write a persistent kernel that walks the output tiles in grouped order;
 # to size tensor-descriptor blocks against shared memory; when Triton actually warp-specializes a
 # loop, read from the compiled kernel; where the scales of a float8 matmul go and what float8
-# costs in accuracy; and which of these steps pays on which problem.
+# costs in accuracy; which of these steps pays on which problem; and how each step shows in the
+# GPU's counters.
 
 # %%
 from grader.runtime import device
@@ -29,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader.runtime import checks, gpu_compile, perf, recorded, timing
+from grader.runtime import checks, gpu_compile, perf, profile, recorded, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 HOPPER = DEVICE.supports("sm_90")
@@ -40,7 +42,7 @@ if DEVICE.is_gpu and not HOPPER:
 # %% tags=["parameters"]
 # You may change these while you work; grading restores this cell as released.
 SIZES = DEVICE.pick(gpu=[2048, 4096, 8192], interpreter=[64])  # square problems of the ladder
-SPEED_N = DEVICE.pick(gpu=4096, interpreter=64)  # the graded square float16 and float8 problems
+SPEED_N = DEVICE.pick(gpu=4096, interpreter=64)  # the graded float16 problem (float8: twice)
 RUN_BENCHMARKS = True
 
 # %% [markdown]
@@ -109,19 +111,20 @@ print(f"{gemm.num_sms()} programs in a persistent grid here")
 # its datasheet), and each loops over tiles `pid`, `pid + NUM_SMS`, ... until they run out: no
 # program waits to be scheduled, setup is paid once, and one tile's store may overlap the next
 # tile's loads. The tiles keep 04's grouped order (bands of `GROUP_M` tile rows, numbered down
-# each column of the band; the last band may be shorter), now a function of the tile index.
+# each column of the band; the last band may be shorter).
 #
 # ### Exercise 1 · the persistent tile loop (4 points)
 #
 # 1. `tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)`, a `@triton.jit` function: `(pid_m,
 #    pid_n)` of tile number `tile` in grouped order.
-# 2. `matmul_persistent_kernel`: 04's blocked matmul (pointers, masks, strides, float32
-#    accumulator) as a loop over the program's tiles. `NUM_SMS` is the grid's size: where does
-#    program `pid` start, what is its step, where does it stop? `tl.range(start, end, step,
-#    flatten=True)` lets the compiler pipeline both loops as one.
+# 2. `matmul_persistent_kernel`: 04's blocked matmul as a loop over the program's tiles.
+#    `NUM_SMS` is the grid's size: where does program `pid` start, what is its step, where does
+#    it stop? `tl.range(start, end, step, flatten=True)` lets the compiler pipeline both loops
+#    as one.
 #
-# The tests run the given launcher, `matmul_persistent`, with one program, a few, and more
-# programs than tiles.
+# The tests run one program, a few, and more programs than tiles. The speed point asks for
+# 0.30x cuBLAS: version 1 keeps 04's pointer loads, and an H200 ran it at 0.44x to 0.52x (the
+# course's probe, November 2026): persistence alone is not speed.
 
 # %% nbgrader={"grade_id": "persistent-kernel", "solution": true}
 @triton.jit
@@ -292,15 +295,6 @@ check_matmul(persistent_with(2, GROUP_M=3), 70, 30, 24, kernels=["matmul_persist
 print("hidden tests passed: orders, programs from 2 to more than the tiles, bands of 3")
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# ### Speed (graded on a GPU)
-#
-# Version 1 keeps 04's pointer loads. On an H200 it ran at 0.44x to 0.52x cuBLAS from 2048 to
-# 8192 (the course's probe of 27 November 2026, Triton 3.6): persistence
-# alone does not make a fast kernel, and the next version shows what was missing. The cell asks
-# for at least 0.30x cuBLAS on a float16 square problem, timed in the same run: a kernel that
-# does each tile more than once, or not in parallel, stays far below.
-
 # %% nbgrader={"grade": true, "grade_id": "speed-persistent", "points": 1}
 grade_v1()
 
@@ -405,6 +399,27 @@ print("version 2 agrees with the float64 reference, its blocks moved "
       + ("by Triton's fallback loads (no TMA before sm_90)" if DEVICE.is_gpu and not HOPPER
          else "through descriptors"))
 
+
+# for Exercise 2 below: the limit it sizes against, and its tests
+if DEVICE.is_gpu:
+    SMEM_LIMIT = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin",
+                         227 * 1024)
+else:
+    SMEM_LIMIT = 227 * 1024  # H100 (datasheet; CUDA C++ Programming Guide)
+print(f"shared memory per block: {SMEM_LIMIT / 1024:.0f} KB; TMA box: at most "
+      f"{gemm.TMA_MAX_BOX} elements a side")
+
+
+def tile_config(bm, bn, bk, stages, warps=8):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                         num_warps=warps, num_stages=stages)
+
+
+def check_fits(config, in_bytes, out_bytes, limit, want):
+    got = checks.call_graded(tma_fits, config, in_bytes, out_bytes, limit)
+    assert got == want, (f"{gemm.describe(config)}, {in_bytes}-byte inputs, {out_bytes}-byte "
+                         f"output, limit {limit / 1024:g} KiB: tma_fits says {got}, expected {want}")
+
 # %% [markdown]
 # ## Sizing descriptor blocks against shared memory
 #
@@ -444,27 +459,6 @@ def tma_fits(config: triton.Config, in_bytes: int, out_bytes: int, limit: int) -
         return False
     return tma_smem_bytes(bm, bn, bk, config.num_stages, in_bytes, out_bytes) <= limit
     ### END SOLUTION
-
-
-# %%
-if DEVICE.is_gpu:
-    SMEM_LIMIT = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin",
-                         227 * 1024)
-else:
-    SMEM_LIMIT = 227 * 1024  # H100 (datasheet; CUDA C++ Programming Guide)
-print(f"shared memory per block: {SMEM_LIMIT / 1024:.0f} KB; TMA box: at most "
-      f"{gemm.TMA_MAX_BOX} elements a side")
-
-
-def tile_config(bm, bn, bk, stages, warps=8):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
-                         num_warps=warps, num_stages=stages)
-
-
-def check_fits(config, in_bytes, out_bytes, limit, want):
-    got = checks.call_graded(tma_fits, config, in_bytes, out_bytes, limit)
-    assert got == want, (f"{gemm.describe(config)}, {in_bytes}-byte inputs, {out_bytes}-byte "
-                         f"output, limit {limit / 1024:g} KiB: tma_fits says {got}, expected {want}")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-tma-smem-visible", "points": 1}
@@ -651,82 +645,7 @@ def require_fp8():
                       "scores 0 here; your instructor grades it on an sm_90 GPU or a laptop")
 
 
-print(f"e4m3: largest {E4M3_MAX:g}, float8 runs here: {FP8_HERE}")
-
-# %% [markdown]
-# ### Exercise 4 · float8 scales (4 points)
-#
-# 1. `quantize_e4m3(x)`: `(x8, scale)` with one float32 scale for the whole tensor, a 0-d tensor
-#    on `x`'s device (what `torch._scaled_mm` takes), chosen so that the largest `|x|` lands on
-#    e4m3's largest value and nothing overflows; `x8 = (x / scale)` in `torch.float8_e4m3fn`.
-# 2. `matmul_fp8_kernel`: version 2's persistent descriptor loop on e4m3 inputs, A `(M, K)` and
-#    Bᵀ `(N, K)`, both row-major, with a float32 accumulator, writing `C = (a_scale * A8) @
-#    (b_scale * B8)` in C's dtype. Where do the two scales go, so that they cost one
-#    multiplication per output element and no accuracy? The launcher `matmul_fp8` is given.
-
-# %% nbgrader={"grade_id": "fp8-kernel", "solution": true}
-def quantize_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x8, scale): x ~= scale * x8, x8 in float8 e4m3, scale a 0-d float32 tensor."""
-    ### BEGIN SOLUTION
-    amax = x.abs().max().float().clamp(min=1e-12)  # an all-zero tensor keeps a finite scale
-    scale = amax / E4M3_MAX
-    x8 = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return x8, scale
-    ### END SOLUTION
-
-
-@triton.jit
-def matmul_fp8_kernel(
-    # pointers
-    a_ptr,  # A8, (M, K) float8 e4m3, rows contiguous
-    bt_ptr,  # B8 transposed, (N, K) float8 e4m3, rows contiguous (B column-major)
-    c_ptr,  # C, (M, N) bfloat16 or float16, written
-    a_scale_ptr,  # A's scale: one float32, A = a_scale * A8
-    b_scale_ptr,  # B's scale: one float32
-    # sizes
-    M,
-    N,
-    K,
-    # row strides (elements) of A8, B8ᵀ and C; the last stride is 1
-    stride_am,
-    stride_btn,
-    stride_cm,
-    # compile-time constants
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    NUM_SMS: tl.constexpr,
-):
-    ### BEGIN SOLUTION
-    a_desc = tl.make_tensor_descriptor(
-        a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
-    bt_desc = tl.make_tensor_descriptor(
-        bt_ptr, shape=[N, K], strides=[stride_btn, 1], block_shape=[BLOCK_N, BLOCK_K])
-    c_desc = tl.make_tensor_descriptor(
-        c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
-    # -- the scales multiply every product of a tile alike: once, on the finished sum
-    scale = tl.load(a_scale_ptr) * tl.load(b_scale_ptr)
-    start = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    tile_c = start - NUM_SMS  # the store's own tile counter, as in version 1
-    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
-            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K) e4m3
-            bt = bt_desc.load([pid_n * BLOCK_N, k * BLOCK_K])  # (BLOCK_N, BLOCK_K) e4m3
-            acc = tl.dot(a, bt.T, acc)  # (BLOCK_M, BLOCK_N) float32
-        c = (acc * scale).to(c_ptr.dtype.element_ty)  # (BLOCK_M, BLOCK_N)
-        tile_c += NUM_SMS
-        pid_m_c, pid_n_c = tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
-        c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], c)
-    ### END SOLUTION
-
-
-# %%
+# the launcher, the tests' inputs and checks of Exercise 4 (the kernel is yours, below)
 def matmul_fp8(a8, bt8, a_scale, b_scale, out, num_programs=None, **tiles):
     """out = (a_scale * a8) @ (b_scale * bt8).T with matmul_fp8_kernel."""
     assert descriptor_layout(a8, bt8, out), "descriptors need contiguous rows, 16-byte aligned"
@@ -816,6 +735,81 @@ def check_quantize(x):
         f"{float(x.flatten()[worst]):.4g}, scale * x8 = {float(back.flatten()[worst]):.4g}")
 
 
+print(f"e4m3: largest {E4M3_MAX:g}, float8 runs here: {FP8_HERE}")
+
+# %% [markdown]
+# ### Exercise 4 · float8 scales (4 points)
+#
+# 1. `quantize_e4m3(x)`: `(x8, scale)` with one float32 scale for the whole tensor, a 0-d tensor
+#    on `x`'s device (what `torch._scaled_mm` takes), chosen so that the largest `|x|` lands on
+#    e4m3's largest value and nothing overflows; `x8 = (x / scale)` in `torch.float8_e4m3fn`.
+# 2. `matmul_fp8_kernel`: version 2's persistent descriptor loop on e4m3 inputs, A `(M, K)` and
+#    Bᵀ `(N, K)`, both row-major, with a float32 accumulator, writing `C = (a_scale * A8) @
+#    (b_scale * B8)` in C's dtype. Where do the two scales go, so that they cost one
+#    multiplication per output element and no accuracy? The launcher `matmul_fp8` is given.
+
+# %% nbgrader={"grade_id": "fp8-kernel", "solution": true}
+def quantize_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x8, scale): x ~= scale * x8, x8 in float8 e4m3, scale a 0-d float32 tensor."""
+    ### BEGIN SOLUTION
+    amax = x.abs().max().float().clamp(min=1e-12)  # an all-zero tensor keeps a finite scale
+    scale = amax / E4M3_MAX
+    x8 = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return x8, scale
+    ### END SOLUTION
+
+
+@triton.jit
+def matmul_fp8_kernel(
+    # pointers
+    a_ptr,  # A8, (M, K) float8 e4m3, rows contiguous
+    bt_ptr,  # B8 transposed, (N, K) float8 e4m3, rows contiguous (B column-major)
+    c_ptr,  # C, (M, N) bfloat16 or float16, written
+    a_scale_ptr,  # A's scale: one float32, A = a_scale * A8
+    b_scale_ptr,  # B's scale: one float32
+    # sizes
+    M,
+    N,
+    K,
+    # row strides (elements) of A8, B8ᵀ and C; the last stride is 1
+    stride_am,
+    stride_btn,
+    stride_cm,
+    # compile-time constants
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+):
+    ### BEGIN SOLUTION
+    a_desc = tl.make_tensor_descriptor(
+        a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    bt_desc = tl.make_tensor_descriptor(
+        bt_ptr, shape=[N, K], strides=[stride_btn, 1], block_shape=[BLOCK_N, BLOCK_K])
+    c_desc = tl.make_tensor_descriptor(
+        c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    # -- the scales multiply every product of a tile alike: once, on the finished sum
+    scale = tl.load(a_scale_ptr) * tl.load(b_scale_ptr)
+    start = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    tile_c = start - NUM_SMS  # the store's own tile counter, as in version 1
+    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (BLOCK_M, BLOCK_N)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K) e4m3
+            bt = bt_desc.load([pid_n * BLOCK_N, k * BLOCK_K])  # (BLOCK_N, BLOCK_K) e4m3
+            acc = tl.dot(a, bt.T, acc)  # (BLOCK_M, BLOCK_N) float32
+        c = (acc * scale).to(c_ptr.dtype.element_ty)  # (BLOCK_M, BLOCK_N)
+        tile_c += NUM_SMS
+        pid_m_c, pid_n_c = tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], c)
+    ### END SOLUTION
+
+
 # %% nbgrader={"grade": true, "grade_id": "test-fp8-visible", "points": 1}
 x = checks.randn((64, 96), gen=checks.generator(checks.new_seed())) * 3
 x[5, 7] = -40.0  # the largest magnitude, negative
@@ -851,7 +845,7 @@ print("hidden tests passed")
 #
 # ### Speed (graded on an sm_90 GPU)
 #
-# Your float8 kernel against `torch._scaled_mm` (cuBLAS) on a square problem, bfloat16 out, timed
+# Your float8 kernel against `torch._scaled_mm` (cuBLAS) at `2 * SPEED_N`, bfloat16 out, timed
 # alternately in the same run with fresh inputs: at least 0.85x. On an H200 the course's probe
 # measured a kernel of this shape at 0.97x to 1.03x `_scaled_mm` at 4096 and 8192 (November
 # 2026). On sm_80 this cell says so and scores 0.
@@ -885,7 +879,7 @@ else:
 def grade_fp8(points=1):
     if not HOPPER:
         return perf.grade(points=points, needs="sm_90")
-    n = SPEED_N
+    n = 2 * SPEED_N  # at 4096³ a float8 call takes about 0.1 ms, and its timings scattered
     a8, bt8, sa, sb = fp8_inputs(n, n, n)(checks.generator(checks.new_seed()))
     c, theirs = (torch.empty(n, n, dtype=torch.bfloat16, device=a8.device) for _ in "ct")
 
@@ -910,19 +904,192 @@ def grade_fp8(points=1):
 grade_fp8()
 
 # %% [markdown]
-# ## The ladder, and what pays for attention
-#
-# On a GPU the cell times every version at each size of `SIZES`, in float16 and bfloat16, beside
-# cuBLAS and 05's persistent kernel (host-made descriptors, `gemm.launch_config`), all in the
-# same run (versions 2 and 3 on sm_90 only). Which step pays at which size? 2048² in 128x256
-# tiles is 128 tiles, fewer than an H100's 132 SMs.
+# ## Version 5 · attention on descriptors
 #
 # 07's kernel is FlashAttention-2's loop, and the same tools apply to it. With them and float8,
 # FlashAttention-3 reached about 740 TFLOP/s in fp16 on an H100, about 75% of peak, against about
-# 35% for FlashAttention-2 (Shah et al. 2024). The cell also times SDPA's FlashAttention-2 and
-# cuDNN backends on 07's shape. In Triton 3.6 and 3.9, warp-specializing 07's two loops fails in
-# the compiler, and one fully masked loop gave NaN on small shapes on an H200, not yet explained
-# (Further exercise 3).
+# 35% for FlashAttention-2 (Shah et al. 2024). Version 5 is 07's kernel with its Q, K, V and
+# output tiles moved by descriptors. One flat descriptor per tensor sees `(B, H, N, D)` as
+# `B·H·N` rows of `D`: head `bh`'s rows start at row `bh·N`. A block of rows stays inside its
+# head when `N` is a multiple of `BLOCK_M` (and `BLOCK_N` divides `BLOCK_M`); then a non-causal
+# loop needs no mask at all, and a causal one masks only its diagonal blocks, as in 07.
+#
+# On sm_90 the D = 128 tiles also warp-specialize the key loop. Triton 3.6 and 3.9 specialize one
+# loop only, so the causal kernel then walks every key block in one loop, each masked. And check
+# before you time: the cell after the checks runs the specialized loop with 3 stages, which the
+# course found wrong on an H100 and an H200 under Triton 3.6, though 2 stages were right.
+
+# %%
+@triton.jit
+def _attn_blocks(
+    acc, m_i, l_i,  # the state: (BLOCK_M, HEAD_DIM) float32, (BLOCK_M,) float32 twice
+    q,  # the resident query tile, (BLOCK_M, HEAD_DIM)
+    k_desc, v_desc,  # descriptors of K and V as (B * H * N, HEAD_DIM) rows
+    head_row,  # the row of this head's position 0
+    lo, hi,  # the key positions this loop covers: [lo, hi), lo a multiple of BLOCK_N
+    offs_m,  # (BLOCK_M,) the query positions of the tile
+    qk_scale,  # (1 / sqrt(HEAD_DIM)) * log2(e)
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,  # causal: query i sees the keys j <= i
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        # -- scores: one descriptor copy of BLOCK_N key rows, no addresses, no masks
+        k = k_desc.load([head_row + start_n, 0])  # (BLOCK_N, HEAD_DIM)
+        qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) float32
+        if MASKED:
+            qk = tl.where(start_n + offs_n[None, :] <= offs_m[:, None], qk, float("-inf"))
+        # -- 07's online softmax, base 2
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)  # (BLOCK_M,)
+        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.math.exp2(m_i - m_ij)  # (BLOCK_M,), 0 on the first block
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- values, and the accumulator brought to the new max
+        v = v_desc.load([head_row + start_n, 0])  # (BLOCK_N, HEAD_DIM)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])  # (BLOCK_M, HEAD_DIM) float32
+        m_i = m_ij
+    return acc, m_i, l_i
+
+
+@triton.jit
+def attention_tma_kernel(
+    # pointers: (B, H, N, HEAD_DIM), contiguous (the launcher checks)
+    Q, K, V, Out,
+    # sizes
+    rows,  # B * H * N
+    N,  # a multiple of BLOCK_M
+    qk_scale,  # (1 / sqrt(HEAD_DIM)) * log2(e)
+    # compile-time constants
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # query rows per program
+    BLOCK_N: tl.constexpr,  # key rows per loop step; divides BLOCK_M
+    CAUSAL: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,  # one specialized loop over the key blocks (sm_90)
+):
+    # -- which query tile (causal: the longest rows first), batch and head
+    start_m = tl.num_programs(0) - 1 - tl.program_id(0) if CAUSAL else tl.program_id(0)
+    head_row = tl.program_id(1) * N  # int32, as descriptor coordinates are
+    first = start_m * BLOCK_M
+    offs_m = first + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    # -- descriptors: every tensor as (B * H * N, HEAD_DIM) rows
+    q_desc = tl.make_tensor_descriptor(Q, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    k_desc = tl.make_tensor_descriptor(K, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    v_desc = tl.make_tensor_descriptor(V, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    o_desc = tl.make_tensor_descriptor(Out, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    # -- the resident query tile and the state
+    q = q_desc.load([head_row + first, 0])  # (BLOCK_M, HEAD_DIM)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max, base-2 units
+    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)  # running output, unnormalised
+    if WARP_SPECIALIZE or not CAUSAL:
+        # -- one loop: every key the tile sees (causal: each block masked)
+        hi = first + BLOCK_M if CAUSAL else N
+        acc, m_i, l_i = _attn_blocks(acc, m_i, l_i, q, k_desc, v_desc, head_row, 0, hi, offs_m,
+                                     qk_scale, BLOCK_N, CAUSAL, WARP_SPECIALIZE)
+    else:
+        # -- 07's split: the blocks before the tile without a mask, the diagonal ones with it
+        acc, m_i, l_i = _attn_blocks(acc, m_i, l_i, q, k_desc, v_desc, head_row, 0, first,
+                                     offs_m, qk_scale, BLOCK_N, False, False)
+        acc, m_i, l_i = _attn_blocks(acc, m_i, l_i, q, k_desc, v_desc, head_row, first,
+                                     first + BLOCK_M, offs_m, qk_scale, BLOCK_N, True, False)
+    # -- normalise and store: writes BLOCK_M * HEAD_DIM of Out
+    o_desc.store([head_row + first, 0], (acc / l_i[:, None]).to(Out.dtype.element_ty))
+
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+GPU_ATTENTION_TILES = {  # per head dim, the best of a search on an H100 (the course's probe)
+    64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, WARP_SPECIALIZE=False),
+    128: dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WARP_SPECIALIZE=True),
+}
+SMALL_ATTENTION_TILES = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1,
+                             WARP_SPECIALIZE=False)
+
+
+def attention_tiles(d):
+    """Version 5's tiles for head dim d here; warp specialization on sm_90 only."""
+    if not DEVICE.is_gpu:
+        return dict(SMALL_ATTENTION_TILES)
+    tiles = dict(GPU_ATTENTION_TILES.get(d, GPU_ATTENTION_TILES[64]))
+    tiles["WARP_SPECIALIZE"] &= HOPPER
+    return tiles
+
+
+def attention_tma(q, k, v, out, causal=False, **tiles):
+    """out = softmax(q kᵀ / sqrt(D)) v for contiguous (B, H, N, D) float16 tensors, N a multiple
+    of BLOCK_M; `tiles` override attention_tiles(D)."""
+    b, h, n, d = q.shape
+    assert k.shape == v.shape == out.shape == q.shape, "q, k, v and out must have one shape"
+    meta = {**attention_tiles(d), **tiles}
+    if not all(t.is_contiguous() for t in (q, k, v, out)) or n % meta["BLOCK_M"]:
+        raise ValueError(f"version 5 reads (B*H*N, D) rows: it needs contiguous tensors and N "
+                         f"a multiple of BLOCK_M = {meta['BLOCK_M']} (N = {n}); pad N or use "
+                         "07's kernel")
+    if DEVICE.is_gpu:
+        triton.set_allocator(gemm._allocate)
+    attention_tma_kernel[(n // meta["BLOCK_M"], b * h)](
+        q, k, v, out, b * h * n, n, LOG2E / math.sqrt(d), HEAD_DIM=d, CAUSAL=causal, **meta)
+    return out
+
+
+def attention_reference(q, k, v, causal=False):  # 07's, in float64 here
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def check_attention(b, h, n, d, causal, **tiles):
+    def make(gen):
+        return tuple(checks.randn((b, h, n, d), gen=gen, dtype=torch.float16) for _ in "qkv")
+    checks.check(lambda q, k, v, out: attention_tma(q, k, v, out, causal=causal, **tiles),
+                 lambda q, k, v: attention_reference(q, k, v, causal), make,
+                 kernels=["attention_tma_kernel"], rtol=1e-3, atol=1e-3)
+
+
+ATTENTION_CHECKS = DEVICE.pick(gpu=[(2, 3, 1024, 64), (2, 3, 1024, 128), (1, 2, 256, 128)],
+                               interpreter=[(2, 3, 64, 32)])
+for shape in ATTENTION_CHECKS:
+    for causal in (False, True):
+        check_attention(*shape, causal)
+print(f"version 5 agrees with float64 attention on {len(ATTENTION_CHECKS)} shapes, causal and not; "
+      + ("tiles " + ", ".join(f"D {d}: {attention_tiles(d)}" for d in (64, 128))
+         if DEVICE.is_gpu else f"tiles {attention_tiles(32)}"))
+
+
+def nan_rows(**tiles):
+    """How many output rows of version 5 hold a NaN, at B 2, H 3, N 1024, D 128."""
+    q, k, v = (torch.randn(2, 3, 1024, 128, device="cuda", dtype=torch.float16) for _ in "qkv")
+    out = attention_tma(q, k, v, torch.empty_like(q), **tiles)
+    return int(out.isnan().any(-1).sum()), out.shape[0] * out.shape[1] * out.shape[2]
+
+
+if HOPPER:
+    with recorded.cell("09_hopper/ws-stages"):
+        for stages in (2, 3):
+            bad, rows = nan_rows(BLOCK_N=64, num_warps=4, num_stages=stages,
+                                 WARP_SPECIALIZE=True)
+            print(f"warp-specialized, 128x64 tiles, {stages} stages: {bad} of {rows} rows NaN")
+else:
+    print("On an sm_90 GPU this cell runs the specialized loop with 2 and 3 stages; here it "
+          "shows the recording.")
+    recorded.show("09_hopper/ws-stages")
+
+# %% [markdown]
+# ## Every version against the libraries, and in the counters
+#
+# On a GPU the next cell times, all in one run, every matmul version at each size of `SIZES` in
+# float16 and bfloat16 beside cuBLAS and 05's persistent kernel (versions 2 and 3 on sm_90
+# only), then version 5 beside SDPA's FlashAttention-2 and cuDNN backends (FlashAttention-3's
+# ideas, NVIDIA's code) on 07's shape, `B 4, H 32, N 4096`, for D = 64 and 128, causal and not.
+# On an sm_90 GPU it then profiles one launch of each version with Nsight Compute: the matmuls
+# at 4096³ (float8 for version 4), version 5 at D = 128 without and with specialization, all in
+# one profiled process, clocks locked, caches flushed before each pass.
+#
+# Which step pays at which size? 2048² in 128x256 tiles is 128 tiles, fewer than an H100's 132
+# SMs. Where does the gap to cuDNN stay, and which of Hopper's tools could not be used?
 
 # %%
 GEMM_CONFIG = tile_config(128, 256, 64, 3)  # 05's kernel at its best config in the probe
@@ -964,33 +1131,114 @@ else:
     recorded.show("09_hopper/ladder")
 
 
-def sdpa_tflops(backend, d, causal, b=4, h=32, n=4096):
+def sdpa(backend, causal):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    def run(q, k, v, out):
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            out.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                      is_causal=causal))
+    return run
+
+
+def time_attention(d, causal, b=4, h=32, n=4096):
+    """{name: TFLOP/s} of version 5 and SDPA's backends on one problem."""
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in "qkv")
-    with sdpa_kernel(getattr(SDPBackend, backend)):
-        t = timing.bench(lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=causal))
+    out = torch.empty_like(q)
+    runs = {"v5": lambda: attention_tma(q, k, v, out, causal=causal)}
+    for name, backend in (("SDPA flash", "FLASH_ATTENTION"), ("SDPA cuDNN", "CUDNN_ATTENTION")):
+        try:
+            sdpa(backend, causal)(q, k, v, out)
+            runs[name] = (lambda f: lambda: f(q, k, v, out))(sdpa(backend, causal))
+        except RuntimeError:  # this backend does not run on this GPU or build
+            pass
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
-    return t.per_second(flops) / 1e12
+    return {name: timing.bench(run).per_second(flops) / 1e12 for name, run in runs.items()}
 
 
 if DEVICE.supports("timing") and RUN_BENCHMARKS:
     with recorded.cell("09_hopper/attention"):
         for d in (64, 128):
             for causal in (False, True):
-                row = []
-                for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
-                    try:
-                        row.append(f"{backend.split('_')[0].lower()} {sdpa_tflops(backend, d, causal):5.0f}")
-                    except RuntimeError:  # this backend does not run on this GPU or build
-                        row.append(f"{backend.split('_')[0].lower()}   n/a")
-                print(f"B 4, H 32, N 4096, D {d:3d}, causal {causal!s:5s}: "
-                      f"{', '.join(row)} TFLOP/s")
+                got = time_attention(d, causal)
+                vs = (f", v5 {got['v5'] / got['SDPA cuDNN']:.2f}x cuDNN"
+                      if "SDPA cuDNN" in got else "")
+                print(f"D {d:3d}, {'causal    ' if causal else 'non-causal'}: "
+                      + ", ".join(f"{name} {t:4.0f}" for name, t in got.items())
+                      + f" TFLOP/s{vs}")
 else:
-    print("On a GPU this cell times SDPA's FlashAttention-2 and cuDNN backends on 07's shape; "
-          "the interpreter cannot time anything.")
+    print("On a GPU this cell times version 5 against SDPA's FlashAttention-2 and cuDNN "
+          "backends; the interpreter cannot time anything.")
     recorded.show("09_hopper/attention")
+
+
+def hopper_problem(version, tiles, n):
+    """What profile.each calls in the profiled process: one n^3 product by `version` (1 to 4)
+    with `tiles`, one program per SM; float8 inputs for version 4, float16 otherwise."""
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    triton.set_allocator(gemm._allocate)
+    c = torch.empty(n, n, device="cuda", dtype=torch.float16)
+    if version == "v4":
+        a8, bt8 = (torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn) for _ in "ab")
+        one = torch.ones((), device="cuda")
+        return lambda: matmul_fp8_kernel[(programs,)](a8, bt8, c, one, one, n, n, n, n, n, n,
+                                                      NUM_SMS=programs, **tiles)
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in "ab")
+    if version == "v1":
+        return lambda: matmul_persistent_kernel[(programs,)](a, b, c, n, n, n, n, 1, n, 1, n, 1,
+                                                             NUM_SMS=programs, **tiles)
+    return lambda: matmul_tma_kernel[(programs,)](a, b, c, n, n, n, n, n, n, NUM_SMS=programs,
+                                                  **tiles)
+
+
+def attention_problem(tiles, d, b=4, h=32, n=4096):
+    """What profile.each calls: version 5, non-causal, on 07's shape."""
+    triton.set_allocator(gemm._allocate)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in "qkv")
+    out = torch.empty_like(q)
+    return lambda: attention_tma_kernel[(n // tiles["BLOCK_M"], b * h)](
+        q, k, v, out, b * h * n, n, LOG2E / math.sqrt(d), HEAD_DIM=d, CAUSAL=False, **tiles)
+
+
+NOT_PROFILED = (profile.unavailable() or (None if HOPPER else DEVICE.explain("sm_90"))
+                or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off"))
+if NOT_PROFILED is None:
+    with recorded.cell("09_hopper/profiles"):
+        kernel_of = {"v1 persistent": "matmul_persistent_kernel", "v2 descriptors":
+                     "matmul_tma_kernel", "v3 specialized": "matmul_tma_kernel",
+                     "v4 float8": "matmul_fp8_kernel"}
+        calls = {}
+        for label, kernel in kernel_of.items():
+            v = label[:2]
+            tiles = {"WARP_SPECIALIZE": False, "FLATTEN": True, **TILES[v]} if v in ("v2", "v3") \
+                else TILES[v]
+            calls[label] = profile.Call(hopper_problem, [kernel],
+                                        {"version": v, "tiles": tiles, "n": 4096})
+        calls["v5 attention D 128"] = profile.Call(  # 07's tiles, not specialized
+            attention_problem, ["attention_tma_kernel"], {"tiles": GPU_ATTENTION_TILES[64],
+                                                          "d": 128})
+        calls["v5 specialized D 128"] = profile.Call(
+            attention_problem, ["attention_tma_kernel"],
+            {"tiles": attention_tiles(128), "d": 128})
+        profile.compare(profile.each(calls), columns=("duration", "l1_read", "dram_read",
+                                                      "tensor", "occupancy", "stall"))
+else:
+    print(f"Not profiled here: {NOT_PROFILED}.")
+    recorded.show("09_hopper/profiles")
+
+# %% [markdown]
+# ### Reading the counters
+#
+# What to look for. **v1 → v2**: "L1 load MB" falls to about nothing. It counts the load/store
+# unit's global loads, and the TMA copies tiles into shared memory without it. The tensor pipe,
+# no longer waiting on address arithmetic, gets busy, and the top stall moves from waiting on
+# global loads (`long_scoreboard`) to the barrier where warps wait for a copy. **v2 → v3**:
+# occupancy rises by half, 12 warps in place of 8 (the two consumer groups and the producer);
+# where the tensor pipe was busy already, little else moves. **v4**: one byte per element, so
+# fewer DRAM bytes and a shorter time at a similar tensor-pipe share. **v5**: at D = 128 the
+# specialized loop keeps the tensor pipe busier than 07's tiles do. FlashAttention-3 goes further
+# by overlapping one warp group's softmax with another's matrix products (Shah et al. 2024), a
+# schedule that Triton's specialized loop does not let you write.
 
 # %% [markdown]
 # ## Summary
@@ -998,13 +1246,16 @@ else:
 # - A **persistent** kernel launches one program per SM and walks the tiles `pid, pid +
 #   NUM_SMS, ...` in grouped order; alone, with pointer loads, it is far from cuBLAS.
 # - **Tensor descriptors** move whole blocks: on sm_90 the TMA copies them, fills zeros past the
-#   edges and clips stores. Their shared memory is the pipeline's A and B blocks plus the staged
-#   C tile, within 227 KB on an H100, each box at most 256 elements a side.
+#   edges and clips stores. Their shared memory is the pipeline's blocks plus the staged C tile,
+#   within 227 KB on an H100.
 # - **Warp specialization** is a request the compiler may drop silently; read the compiled
 #   kernel's warp count to know. Triton 3.6 and 3.9 honour it for sm_90 with 4 warps and an
 #   unflattened loop nest.
 # - **float8 e4m3** needs a scale per tensor (max|x| / 448); two scalar scales multiply the
 #   finished float32 sum once. The format's rounding, not the kernel, sets the error.
+# - **Attention on descriptors**: warp specialization pays at D = 128 on sm_90, but Triton
+#   specializes one loop only, and a compiler option can make a kernel wrong: check every
+#   variant before you time it.
 # - Which step pays depends on the shape: measure each against the library in the same run.
 
 # %% [markdown]
@@ -1015,8 +1266,9 @@ else:
 # 2. Time your float8 kernel with `max_num_imprecise_acc=BLOCK_K` in its `tl.dot`: a float32
 #    promotion of the tensor cores' sum every K step. What does it cost in speed, and what does it
 #    buy in accuracy against `torch._scaled_mm(..., use_fast_accum=False)`?
-# 3. Load 07's Q, K and V tiles through `tl.make_tensor_descriptor` and time against SDPA's
-#    backends. Then try `warp_specialize=True` on a single key loop with every block masked, and
-#    check small shapes (B 2, H 3, N 1024) for NaN before trusting any time.
+# 3. Make version 5 take any N: descriptors of shape `(B·H, N, D)` with blocks of
+#    `(1, BLOCK, D)`, reshaped to two dimensions after each load, fill zeros past each head's end
+#    and clip the stores. What does the reshape cost on the GPU, and does Triton still
+#    warp-specialize the loop?
 # 4. Replace the per-tensor scales with one scale per row of A and per column of B. Where do the
 #    scales go now, and what happens to the error on inputs with a few large rows?
