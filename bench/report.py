@@ -9,9 +9,10 @@ against sequence length).
 In order: the roofline's ceilings (grader.runtime.roofline.measure_ceilings), the same kernels timed
 twice (bench/trust.py, part 1), 02's kernels (bench/elementwise.py), 03's softmax
 (bench/softmax.py), 04's ladder (bench/ladder.py), 05's autotuned matmul (bench/matmul.py), 07's
-FlashAttention (bench/attention.py), 09's Hopper matmuls (bench/hopper_gemm.py, sm_90), the host
-time per call of 05's, 03's and 07's launchers against torch's (bench/host.py). A failure in one is
-recorded in the report and the others still run; the report is rewritten after each. By default
+FlashAttention (bench/attention.py), 09's Hopper matmuls and attention (bench/hopper_gemm.py,
+bench/hopper_attention.py, sm_90), the host time per call of 05's, 03's and 07's launchers
+against torch's (bench/host.py). A failure in one is recorded in the report and the others still
+run; the report is rewritten after each. By default
 per-config sweeps are skipped, to keep the run to a few minutes of GPU time (aimed at 3-4 on an
 H100); --full keeps them. --trust runs bench/trust.py's notebook part for the named notebooks
 (minutes each; `python bench/trust.py --estimate` says how many); the report includes whatever
@@ -38,6 +39,7 @@ from bench import (  # noqa: E402
     _report,
     attention,
     elementwise,
+    hopper_attention,
     hopper_gemm,
     host,
     ladder,
@@ -87,6 +89,7 @@ SECTIONS = {
     "matmul": matmul_section,
     "attention": lambda args: attention.measure(args.full),
     "hopper": lambda args: hopper_gemm.measure(),
+    "hopper_attention": lambda args: hopper_attention.measure(),
     "host": lambda args: host.measure(),
 }
 

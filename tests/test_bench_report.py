@@ -39,7 +39,17 @@ def off_gpu():
 
 
 @pytest.mark.parametrize(
-    "name", ["report", "trust", "elementwise", "softmax", "ladder", "host", "hopper_gemm"]
+    "name",
+    [
+        "report",
+        "trust",
+        "elementwise",
+        "softmax",
+        "ladder",
+        "host",
+        "hopper_gemm",
+        "hopper_attention",
+    ],
 )
 def test_scripts_refuse_to_measure_off_a_gpu(off_gpu, tmp_path, capsys, name):
     module = importlib.import_module(f"bench.{name}")
