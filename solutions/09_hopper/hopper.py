@@ -916,8 +916,8 @@ grade_fp8()
 #
 # On sm_90 the D = 128 tiles also warp-specialize the key loop. Triton 3.6 and 3.9 specialize one
 # loop only, so the causal kernel then walks every key block in one loop, each masked. And check
-# before you time: the cell after the checks runs the specialized loop with 3 stages, which the
-# course found wrong on an H100 and an H200 under Triton 3.6, though 2 stages were right.
+# before you time: after its checks, the next cell runs the specialized loop with 3 stages, which
+# the course found wrong on an H100 and an H200 under Triton 3.6, though 2 stages were right.
 
 # %%
 @triton.jit
