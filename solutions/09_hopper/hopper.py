@@ -1147,11 +1147,12 @@ def time_attention(d, causal, b=4, h=32, n=4096):
     out = torch.empty_like(q)
     runs = {"v5": lambda: attention_tma(q, k, v, out, causal=causal)}
     for name, backend in (("SDPA flash", "FLASH_ATTENTION"), ("SDPA cuDNN", "CUDNN_ATTENTION")):
+        run = sdpa(backend, causal)
         try:
-            sdpa(backend, causal)(q, k, v)
-            runs[name] = (lambda f: lambda: f(q, k, v))(sdpa(backend, causal))
+            run(q, k, v)
         except RuntimeError:  # this backend does not run on this GPU or build
-            pass
+            continue
+        runs[name] = lambda run=run: run(q, k, v)
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
     return {name: timing.bench(run).per_second(flops) / 1e12 for name, run in runs.items()}
 
