@@ -1025,6 +1025,7 @@ def attention_tma(q, k, v, out, causal=False, **tiles):
     of BLOCK_M; `tiles` override attention_tiles(D)."""
     b, h, n, d = q.shape
     assert k.shape == v.shape == out.shape == q.shape, "q, k, v and out must have one shape"
+    assert d in (16, 32, 64, 128), f"head dim {d}: version 5's tiles are for 16, 32, 64 or 128"
     meta = {**attention_tiles(d), **tiles}
     if not all(t.is_contiguous() for t in (q, k, v, out)) or n % meta["BLOCK_M"]:
         raise ValueError(f"version 5 reads (B*H*N, D) rows: it needs contiguous tensors and N "
