@@ -119,11 +119,11 @@ class _Remembers:
 matmul_persistent_kernel = _Remembers(matmul_persistent_kernel)
 """
 
-CUBLAS_THEN_ONE_TILE = """
+ONE_TILE = """
 
 
-class _CublasThenOneTile:
-    \"\"\"cuBLAS computes large products; the kernel then redoes C's first tile alone, one
+class _OtherThenOneTile:
+    \"\"\"{who} computes large products; the kernel then redoes C's first tile alone, one
     program, so that every call launches it.\"\"\"
 
     def __init__(self, kernel):
@@ -133,9 +133,9 @@ class _CublasThenOneTile:
         def launch(a, b, c, M, N, K, *args, **kwargs):
             if M * N < 1 << 20:
                 return self.kernel[grid](a, b, c, M, N, K, *args, **kwargs)
-            torch.matmul(a, b, out=c)
+            {compute}
             tile = min(M, kwargs["BLOCK_M"]), min(N, kwargs["BLOCK_N"])
-            return self.kernel[(1,)](a, b, c, *tile, K, *args, **{**kwargs, "NUM_SMS": 1})
+            return self.kernel[(1,)](a, b, c, *tile, K, *args, **{{**kwargs, "NUM_SMS": 1}})
 
         return launch
 
@@ -143,36 +143,16 @@ class _CublasThenOneTile:
         return getattr(self.kernel, name)
 
 
-matmul_persistent_kernel = _CublasThenOneTile(matmul_persistent_kernel)
+matmul_persistent_kernel = _OtherThenOneTile(matmul_persistent_kernel)
 """
-
-GEMM_THEN_ONE_TILE = """
-
-
-class _GemmThenOneTile:
-    \"\"\"05's released persistent kernel (gemm.py, beside the notebook) computes large products,
-    launched as a Triton kernel like the student's own; the kernel then redoes C's first tile.\"\"\"
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __getitem__(self, grid):
-        def launch(a, b, c, M, N, K, *args, **kwargs):
-            if M * N < 1 << 20:
-                return self.kernel[grid](a, b, c, M, N, K, *args, **kwargs)
-            gemm.launch_persistent(gemm.matmul_kernel_persistent, a, b, c, BLOCK_M=128,
-                                   BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
-            tile = min(M, kwargs["BLOCK_M"]), min(N, kwargs["BLOCK_N"])
-            return self.kernel[(1,)](a, b, c, *tile, K, *args, **{**kwargs, "NUM_SMS": 1})
-
-        return launch
-
-    def __getattr__(self, name):
-        return getattr(self.kernel, name)
-
-
-matmul_persistent_kernel = _GemmThenOneTile(matmul_persistent_kernel)
-"""
+CUBLAS_THEN_ONE_TILE = ONE_TILE.format(who="cuBLAS", compute="torch.matmul(a, b, out=c)")
+# 05's released persistent kernel (gemm.py, beside the notebook), launched as a Triton kernel
+# like the student's own
+GEMM_THEN_ONE_TILE = ONE_TILE.format(
+    who="05's released persistent kernel",
+    compute="gemm.launch_persistent(gemm.matmul_kernel_persistent, a, b, c, BLOCK_M=128, "
+    "BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)",
+)
 
 SCALED_MM_THEN_COPY = """
 
