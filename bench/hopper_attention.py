@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout without an installed `grader`
     sys.path.insert(0, str(ROOT))
 
-from bench import _notebook, _report  # noqa: E402
+from bench import _notebook, _report, attention  # noqa: E402
 
 NOTEBOOK = "09_hopper"
 SHAPE = (4, 32, 4096)  # B, H, N: 07's
@@ -36,11 +36,6 @@ TOLERANCE = 2e-3  # of float16 outputs against cuDNN's, as 07's speed cells allo
 def load():
     """The notebook's imports cell (with 05's gemm.py) and version 5's cells."""
     return _notebook.load(NOTEBOOK, names=["HOPPER", "attention_tma", "attention_tiles"])
-
-
-def flops(d: int, causal: bool) -> float:
-    b, h, n = SHAPE
-    return 4 * b * h * n * n * d / (2 if causal else 1)
 
 
 def measure() -> _report.Section:
@@ -69,16 +64,6 @@ def measure() -> _report.Section:
     return section
 
 
-def _sdpa(backend: str, q, k, v, causal: bool):
-    """SDPA with only `backend` allowed; its output is a new tensor, so that no copy of it is
-    timed with the library."""
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel(getattr(SDPBackend, backend)):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
 def _case(section, ref, d: int, causal: bool) -> float:
     import torch
 
@@ -88,7 +73,8 @@ def _case(section, ref, d: int, causal: bool) -> float:
     gen = checks.generator(checks.new_seed())
     q, k, v = (checks.randn((b, h, n, d), gen=gen, dtype=torch.float16) for _ in "qkv")
     mine = torch.empty_like(q)
-    want = _sdpa("CUDNN_ATTENTION", q, k, v, causal)  # the inputs stay as they are
+    cudnn_sdpa, flash_sdpa = attention.sdpa("CUDNN_ATTENTION"), attention.sdpa("FLASH_ATTENTION")
+    want = cudnn_sdpa(q, k, v, causal)  # the inputs stay as they are
     problem = f"B {b}, H {h}, N {n}, D {d}{', causal' if causal else ''}"
 
     def verify():
@@ -97,8 +83,8 @@ def _case(section, ref, d: int, causal: bool) -> float:
     cudnn, flash = perf.compare_all(
         lambda: ref.attention_tma(q, k, v, mine, causal=causal),
         {
-            "SDPA cuDNN": lambda: _sdpa("CUDNN_ATTENTION", q, k, v, causal),
-            "SDPA flash": lambda: _sdpa("FLASH_ATTENTION", q, k, v, causal),
+            "SDPA cuDNN": lambda: cudnn_sdpa(q, k, v, causal),
+            "SDPA flash": lambda: flash_sdpa(q, k, v, causal),
         },
         name="09 v5",
         verify=verify,
@@ -107,7 +93,9 @@ def _case(section, ref, d: int, causal: bool) -> float:
         raise RuntimeError(f"{problem}: these times cannot be trusted: {'; '.join(cudnn.flags)}")
     for c in (cudnn, flash):
         section.rows.append(
-            _report.row_from(c, "09 v5 descriptors", problem, flops(d, causal), "TFLOP/s")
+            _report.row_from(
+                c, "09 v5 descriptors", problem, attention.flops(b, h, n, d, causal), "TFLOP/s"
+            )
         )
     return cudnn.speedup
 
