@@ -151,6 +151,18 @@ def test_inspect_submitted_folder(tmp_path, release):
     assert seen.unreadable == {"setup": "a symbolic link, not read"}
 
 
+def test_an_answer_nested_too_deeply_to_parse_costs_only_its_cell(tmp_path, release):
+    """Python refuses to compile it as the scan refuses to read it: its cell fails when it
+    runs, and the submission is inspected as any other."""
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    nbformat.write(answered(release, "y = " + "-" * 20_000 + "1"), folder / "setup.ipynb")
+    with pytest.raises((RecursionError, MemoryError)):
+        compile("y = " + "-" * 20_000 + "1", "<cell>", "exec")
+    seen = findings.inspect_submitted(folder, {"setup": release})
+    assert not seen.unreadable and not seen.missing and seen.patches == []
+
+
 # -- the autograded notebook -------------------------------------------------------------------
 
 

@@ -159,9 +159,14 @@ _PARSING = threading.Lock()
 
 
 def parse(source: str) -> ast.Module:
-    """ast.parse, one thread at a time (SyntaxError as it raises it)."""
+    """ast.parse, one thread at a time (SyntaxError as it raises it). Source nested too deeply
+    to parse raises SyntaxError too: Python cannot compile it either, so, as any cell that is
+    not Python, it fails when it runs and costs only its own cell."""
     with _PARSING:
-        return ast.parse(source)
+        try:
+            return ast.parse(source)
+        except (RecursionError, MemoryError) as exc:
+            raise SyntaxError(f"nested too deeply to parse ({type(exc).__name__})") from None
 
 
 def _parse(source: str) -> ast.Module | None:
