@@ -69,35 +69,18 @@ def load_reference(directory: Path = _notebook.MODULE_DIR):
     return _notebook.load(NOTEBOOK, CELL_IDS, directory=directory)
 
 
-def flops(b: int, h: int, n: int, d: int, causal: bool) -> float:
-    """4 B H N^2 D for the two matmuls; half of it for causal attention."""
-    return 4.0 * b * h * n * n * d / (2 if causal else 1)
-
-
-def sdpa(backend_name: str):
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = getattr(SDPBackend, backend_name)
-
-    def run(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    return run
-
-
 def bench_shape(ref, b, h, n, d, causal, configs):
     """TFLOP/s of the baselines and of each configuration (None with a reason when it failed)."""
     import torch
 
+    from grader.runtime import attention as attn
     from grader.runtime import checks, timing
 
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
-    work = flops(b, h, n, d, causal)
+    work = attn.flops(b, h, n, d, causal)
     rows, expected = {}, None
     for name, backend in (("SDPA flash", "FLASH_ATTENTION"), ("SDPA cuDNN", "CUDNN_ATTENTION")):
-        fn = sdpa(backend)
+        fn = attn.sdpa(backend)
         try:
             got = fn(q, k, v, causal)
         except Exception as exc:  # noqa: BLE001 - a backend missing here is reported, not fatal
@@ -203,6 +186,8 @@ def measure(full: bool = False) -> _report.Section:
     SWEEP_LENGTHS for the plot. Needs a GPU."""
     from tqdm.auto import tqdm
 
+    from grader.runtime import attention as attn
+
     section = _report.Section("attention", "07 · FlashAttention forward against SDPA (float16)")
     ref = load_reference()
     vs_flash = section.goal(
@@ -241,7 +226,7 @@ def measure(full: bool = False) -> _report.Section:
         if (c["b"], c["h"], c["n"], c["d"], c["causal"]) == (4, 16, 4096, 128, False) and c[
             "yours"
         ]:
-            work = flops(4, 16, 4096, 128, False)
+            work = attn.flops(4, 16, 4096, 128)
             moved = 8 * 4 * 16 * 4096 * 128  # q, k, v read and out written, 2 bytes each
             section.points.append(
                 _report.Point("07 attention", work, moved, work / (c["yours"] * 1e12))
@@ -305,13 +290,14 @@ def measure_vs_naive(ref, d: int):
     import torch
 
     from bench import _attention_bound
+    from grader.runtime import attention as attn
     from grader.runtime import checks, perf
 
     naive = _notebook.load(NOTEBOOK, names=["attention_reference"]).attention_reference
     b, h, n = _notebook.value(NOTEBOOK, "SPEED_BHN")
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
     out, scratch = torch.empty_like(q), torch.empty_like(q)
-    expected = sdpa("FLASH_ATTENTION")(q, k, v, False)
+    expected = attn.flash(q, k, v)
 
     def verify():
         checks.compare(out, expected, rtol=2e-3, atol=2e-3, name="out")
@@ -331,7 +317,7 @@ def measure_vs_naive(ref, d: int):
         eager,
         names=("matmuls only", "naive eager"),
     )
-    return kernel, bound, f"B, H, N, D = {b}, {h}, {n}, {d}", flops(b, h, n, d, False)
+    return kernel, bound, f"B, H, N, D = {b}, {h}, {n}, {d}", attn.flops(b, h, n, d)
 
 
 def _case_rows(case) -> list[_report.Row]:

@@ -30,9 +30,7 @@ def test_loaded_kernel_computes_attention(tmp_path):
         torch.testing.assert_close(out.double(), want, rtol=1e-3, atol=1e-3)
 
 
-def test_flops_and_no_gpu_exit(capsys):
-    assert attention.flops(1, 1, 2, 3, causal=False) == 4 * 2 * 2 * 3
-    assert attention.flops(4, 16, 4096, 64, causal=True) == 4 * 4 * 16 * 4096**2 * 64 / 2
+def test_no_gpu_exit(capsys):
     if not device.current().supports("timing"):  # on a GPU, main() measures: the GPU tests do
         assert attention.main([]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().out

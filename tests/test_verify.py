@@ -36,6 +36,20 @@ def test_taxonomy_ids_are_the_documented_eleven():
     assert all(kind in table for kind in verify.TAXONOMY)
 
 
+def test_flops_and_the_sdpa_baselines():
+    assert attn.flops(1, 1, 2, 3) == 4 * 2 * 2 * 3
+    assert attn.flops(4, 16, 4096, 64, causal=True) == 4 * 4 * 16 * 4096**2 * 64 / 2
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 33, 16, generator=gen) for _ in "qkv")
+    for causal in (False, True):  # the flash backend runs on CPUs and GPUs alike
+        want = attn.reference(q, k, v, causal).float()
+        torch.testing.assert_close(attn.sdpa("FLASH_ATTENTION")(q, k, v, causal), want)
+        torch.testing.assert_close(attn.flash(q, k, v, causal), want)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError):  # the backend cannot run here: the caller says so
+            attn.sdpa("CUDNN_ATTENTION")(q, k, v)
+
+
 def test_every_runnable_defect_has_a_case_built_to_catch_it():
     built = {kind for case in CASES for kind in case.catches}
     assert built == set(verify.TAXONOMY) - {"int32-offset"}

@@ -49,13 +49,26 @@ def naive(q, k, v, causal=False, sm_scale=None):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def flash(q, k, v, causal=False, sm_scale=None):
-    """PyTorch's scaled_dot_product_attention, restricted to its FlashAttention backend."""
+def sdpa(backend: str):
+    """PyTorch's scaled_dot_product_attention restricted to one backend, named as SDPBackend
+    names it ("FLASH_ATTENTION", "CUDNN_ATTENTION"): a function (q, k, v, causal=False,
+    sm_scale=None) returning a new output. Where the backend cannot run, calling it raises
+    RuntimeError."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+    chosen = getattr(SDPBackend, backend)
+
+    def run(q, k, v, causal=False, sm_scale=None):
+        with sdpa_kernel(chosen):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+    return run
+
+
+def flash(q, k, v, causal=False, sm_scale=None):
+    """PyTorch's scaled_dot_product_attention, restricted to its FlashAttention backend."""
+    return sdpa("FLASH_ATTENTION")(q, k, v, causal, sm_scale)
 
 
 def flops(batch: int, heads: int, n: int, d: int, causal: bool = False) -> float:

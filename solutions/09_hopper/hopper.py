@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader.runtime import checks, gpu_compile, perf, profile, recorded, timing
+from grader.runtime import attention, checks, gpu_compile, perf, profile, recorded, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 HOPPER = DEVICE.supports("sm_90")
@@ -1135,29 +1135,19 @@ else:
     recorded.show("09_hopper/ladder")
 
 
-def sdpa(backend, causal):
-    """SDPA with only `backend` allowed, returning a new tensor (no copy timed with it)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    def run(q, k, v):
-        with sdpa_kernel(getattr(SDPBackend, backend)):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return run
-
-
 def time_attention(d, causal, b=4, h=32, n=4096):
     """{name: TFLOP/s} of version 5 and SDPA's backends on one problem."""
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in "qkv")
     out = torch.empty_like(q)
     runs = {"v5": lambda: attention_tma(q, k, v, out, causal=causal)}
     for name, backend in (("SDPA flash", "FLASH_ATTENTION"), ("SDPA cuDNN", "CUDNN_ATTENTION")):
-        run = sdpa(backend, causal)
+        run = attention.sdpa(backend)  # it returns a new tensor: no copy is timed with it
         try:
-            run(q, k, v)
+            run(q, k, v, causal)
         except RuntimeError:  # this backend does not run on this GPU or build
             continue
-        runs[name] = lambda run=run: run(q, k, v)
-    flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        runs[name] = lambda run=run: run(q, k, v, causal)
+    flops = attention.flops(b, h, n, d, causal)
     return {name: timing.bench(run).per_second(flops) / 1e12 for name, run in runs.items()}
 
 
