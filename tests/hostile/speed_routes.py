@@ -15,17 +15,17 @@ REMEMBERS = """
 
 
 class _Remembers:
-    \"\"\"The kernel, launched only when q is not what the last launch was given.\"\"\"
+    \"\"\"The kernel, launched only when {first} is not what the last launch was given.\"\"\"
 
     def __init__(self, kernel):
         self.kernel, self.last = kernel, None
 
     def __getitem__(self, grid):
-        def launch(q, k, v, out, *args, **kwargs):
-            key = (q.data_ptr(), float(q.flatten()[:64].float().sum()))
+        def launch({args}, *args, **kwargs):
+            key = ({key}, float({first}.flatten()[:64].float().sum()))
             if key != self.last:
                 self.last = key
-                self.kernel[grid](q, k, v, out, *args, **kwargs)
+                self.kernel[grid]({args}, *args, **kwargs)
 
         return launch
 
@@ -33,7 +33,7 @@ class _Remembers:
         return getattr(self.kernel, name)
 
 
-attn_fwd_kernel = _Remembers(attn_fwd_kernel)
+{kernel} = _Remembers({kernel})
 """
 
 CUDNN_THEN_COPY = """
@@ -78,7 +78,10 @@ gemm.Tuned.__call__ = _large_on_cublas
 
 
 def _remembers(m):
-    return m.files(m.appended(m.answered(), "flash-attention-kernel", REMEMBERS))
+    skips = REMEMBERS.format(
+        first="q", args="q, k, v, out", key="q.data_ptr()", kernel="attn_fwd_kernel"
+    )
+    return m.files(m.appended(m.answered(), "flash-attention-kernel", skips))
 
 
 def _cudnn_then_copy(m):
@@ -94,30 +97,9 @@ def _cudnn_then_copy(m):
 
 # -- 09: the persistent kernel (speed-persistent) and the float8 kernel (speed-fp8)
 
-REMEMBERS_PERSISTENT = """
-
-
-class _Remembers:
-    \"\"\"The kernel, launched only when A is not what the last launch was given.\"\"\"
-
-    def __init__(self, kernel):
-        self.kernel, self.last = kernel, None
-
-    def __getitem__(self, grid):
-        def launch(a, b, c, *args, **kwargs):
-            key = (a.data_ptr(), b.data_ptr(), float(a.flatten()[:64].float().sum()))
-            if key != self.last:
-                self.last = key
-                self.kernel[grid](a, b, c, *args, **kwargs)
-
-        return launch
-
-    def __getattr__(self, name):
-        return getattr(self.kernel, name)
-
-
-matmul_persistent_kernel = _Remembers(matmul_persistent_kernel)
-"""
+REMEMBERS_PERSISTENT = REMEMBERS.format(
+    first="a", args="a, b, c", key="a.data_ptr(), b.data_ptr()", kernel="matmul_persistent_kernel"
+)
 
 ONE_TILE = """
 
