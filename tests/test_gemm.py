@@ -89,9 +89,14 @@ def test_the_layout_decides_the_path():
     a = torch.empty(64, 32, dtype=torch.float16, device=dev)
     b = torch.empty(32, 48, dtype=torch.float16, device=dev)
     c = torch.empty(64, 48, dtype=torch.float16, device=dev)
+    assert gemm.descriptor_layout(a, b, c)
     assert gemm.tma_ok(a, b, c) == gemm.tma_supported()
     assert not gemm.tma_ok(a, b.t().contiguous().t(), c)  # column-major B: no unit row stride
-    assert not gemm.tma_ok(torch.empty(64, 33, dtype=torch.float16, device=dev)[:, :32], b, c)
+    assert not gemm.descriptor_layout(a, b.t().contiguous().t(), c)
+    unaligned = torch.empty(64, 33, dtype=torch.float16, device=dev)[:, :32]  # 66-byte rows
+    assert not gemm.tma_ok(unaligned, b, c) and not gemm.descriptor_layout(unaligned, b, c)
+    offset = torch.empty(64 * 32 + 1, dtype=torch.float16, device=dev)[1:].view(64, 32)
+    assert not gemm.descriptor_layout(offset, b, c)  # its base 2 bytes past an aligned one
 
 
 def test_config_lists_are_well_formed():

@@ -185,16 +185,19 @@ def tma_supported() -> bool:
     return DEVICE.supports("sm_90") or not DEVICE.is_gpu
 
 
-def tma_ok(*tensors) -> bool:
+def descriptor_layout(*tensors) -> bool:
     """True when every matrix suits a tensor descriptor: unit stride along rows, rows and base
-    address 16-byte aligned."""
-    if not tma_supported():
-        return False
-    for t in tensors:
-        size = t.element_size()
-        if t.stride(1) != 1 or (t.stride(0) * size) % 16 or t.data_ptr() % 16:
-            return False
-    return True
+    address 16-byte aligned. (Triton also builds descriptors without a TMA, from loads.)"""
+    return all(
+        t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+        for t in tensors
+    )
+
+
+def tma_ok(*tensors) -> bool:
+    """True when tensor descriptors copy through a TMA here (`tma_supported`) and every matrix
+    suits one (`descriptor_layout`)."""
+    return tma_supported() and descriptor_layout(*tensors)
 
 
 _scratch: dict = {}  # stream -> the scratch buffer of the latest launch on it

@@ -374,17 +374,10 @@ def matmul_tma_kernel(
         c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
 
 
-def descriptor_layout(*tensors) -> bool:
-    """Whether every matrix suits a tensor descriptor: contiguous rows, rows and base 16-byte
-    aligned (05's `gemm.tma_ok` asks the same, and also whether this GPU has a TMA)."""
-    return all(t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0
-               and t.data_ptr() % 16 == 0 for t in tensors)
-
-
 def matmul_tma(a, b, out, version="v2", num_programs=None, **tiles):
     """out = a @ b with matmul_tma_kernel, tiles of TILES[version] (overridden by `tiles`);
     version "v3" warp-specializes the K loop (its options from Exercise 3)."""
-    assert descriptor_layout(a, b, out), "descriptors need contiguous rows, 16-byte aligned"
+    assert gemm.descriptor_layout(a, b, out), "descriptors need contiguous rows, 16-byte aligned"
     M, K = a.shape
     N = b.shape[1]
     meta = {**TILES[version], **tiles}
@@ -651,7 +644,7 @@ def require_fp8():
 # the launcher, the tests' inputs and checks of Exercise 4 (the kernel is yours, below)
 def matmul_fp8(a8, bt8, a_scale, b_scale, out, num_programs=None, **tiles):
     """out = (a_scale * a8) @ (b_scale * bt8).T with matmul_fp8_kernel."""
-    assert descriptor_layout(a8, bt8, out), "descriptors need contiguous rows, 16-byte aligned"
+    assert gemm.descriptor_layout(a8, bt8, out), "descriptors need contiguous rows, 16-byte aligned"
     M, K = a8.shape
     N = bt8.shape[0]
     meta = {**TILES["v4"], **tiles}
