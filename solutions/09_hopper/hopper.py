@@ -1034,15 +1034,11 @@ def attention_tma(q, k, v, out, causal=False, **tiles):
     return out
 
 
-def attention_reference(q, k, v, causal=False):  # 07's, in float64 here
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
 def check_attention(b, h, n, d, causal, **tiles):
     def make(gen):
         return tuple(checks.randn((b, h, n, d), gen=gen, dtype=torch.float16) for _ in "qkv")
     checks.check(lambda q, k, v, out: attention_tma(q, k, v, out, causal=causal, **tiles),
-                 lambda q, k, v: attention_reference(q, k, v, causal), make,
+                 lambda q, k, v: attention.reference(q, k, v, causal), make,  # float64
                  kernels=["attention_tma_kernel"], rtol=1e-3, atol=1e-3)
 
 
