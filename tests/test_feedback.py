@@ -28,9 +28,7 @@ from grader.authoring import build
 from grader.grading import feedback, gradebook, hidden_tests
 from grader.runtime.published import SPEED_MIMETYPE
 from tests import hostile, shared
-from tests.hostile.hidden_tests import (
-    page_keeps_hidden_tests_hidden,
-)
+from tests.hostile.hidden_tests import page_keeps_hidden_tests_hidden
 
 pytestmark = pytest.mark.tooling  # nbgrader grades; the unit tests below need nbgrader
 
