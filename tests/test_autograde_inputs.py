@@ -1,9 +1,10 @@
 """What comes into a grading batch before any notebook runs, and what stops it: LMS downloads
 (zips within zips, entries that climb out of the folder, a zip bomb, two files for one notebook,
 names that match no pattern), folders whose names are not student ids (not UTF-8, or a pattern
-that `nbgrader autograde --student` would match to others), symbolic links, and an interrupted
-batch (Ctrl-C). Each is recorded with its reason and nothing else is lost: the honest students
-are imported and graded as ever; the interrupted students are graded by the next run."""
+that `nbgrader autograde --student` would match to others), symbolic links, floods of empty or
+sparse files past one submission's limits, and an interrupted batch (Ctrl-C). Each is recorded
+with its reason and nothing else is lost: the honest students are imported and graded as ever;
+the interrupted students are graded by the next run."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import pytest
 
 from grader import cli
 from grader.authoring import build
-from grader.grading import autograde, classreport, findings, gradebook
+from grader.grading import autograde, classreport, findings, gradebook, intake
 from tests import hostile, light, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.tooling]
@@ -130,7 +131,7 @@ def _lms_cases(notebook: bytes, tmp_path):
         "zip-bomb": (
             download("bomb", {f"frank_1006_82_{NOTEBOOK}.ipynb": bytes(80 << 20)}),
             ["adams"],
-            {f"frank_1006_82_{NOTEBOOK}.ipynb": "over the 64 MiB limit"},
+            {"frank": f"frank_1006_82_{NOTEBOOK}.ipynb: over the 64 MiB limit"},
         ),
         "glob-ids": (
             download(
@@ -174,6 +175,109 @@ def test_lms_download_keeps_the_class_and_says_what_it_left_out(course, tmp_path
     for path in tmp_path.rglob("*"):  # nothing was written outside, nor left half-written
         if path.is_file() and not path.is_symlink() and path.suffix != ".db":
             assert any(folder in path.parents for folder in allowed), path
+
+
+# A student's files past one submission's limits (intake.Budget): {flood: ({file: size}, the
+# words of the reason)}. Sparse files and empty ones take next to nothing of the student's disk.
+FLOODS = {
+    "empty-files": (
+        {f"empty{i:04}.txt": 0 for i in range(intake.MAX_SUBMISSION_FILES + 1)},
+        f"more than {intake.MAX_SUBMISSION_FILES} files and folders",
+    ),
+    "sparse-files": (
+        {
+            f"sparse{i}.ipynb": intake.MAX_FILE_BYTES
+            for i in range(intake.MAX_SUBMISSION_BYTES // intake.MAX_FILE_BYTES + 1)
+        },
+        f"over {intake.MAX_SUBMISSION_BYTES >> 20} MiB in all",
+    ),
+}
+
+
+def flood(folder, files: dict[str, int]) -> None:
+    """`files` in `folder`, each of its size and sparse: nothing written but their lengths."""
+    folder.mkdir(parents=True)
+    for name, size in files.items():
+        with open(folder / name, "wb") as f:
+            f.truncate(size)
+
+
+def allocated(folder) -> int:
+    """The bytes of disk that the files under `folder` take."""
+    return sum(p.lstat().st_blocks * 512 for p in folder.rglob("*"))
+
+
+@pytest.fixture
+def copies(monkeypatch) -> list:
+    """Every file that intake.copy_capped copies, by target, as it is copied."""
+    targets = []
+    original = intake.copy_capped
+
+    def copy(read, target, limit):
+        targets.append(target)
+        return original(read, target, limit)
+
+    monkeypatch.setattr(intake, "copy_capped", copy)
+    return targets
+
+
+@pytest.mark.parametrize("kind", FLOODS)
+def test_a_flood_in_a_submissions_folder_is_refused_before_it_is_copied(
+    course, tmp_path, copies, kind
+):
+    files, words = FLOODS[kind]
+    batch = fresh(course, tmp_path)
+    inbox = tmp_path / "inbox"
+    _write(inbox / "adams" / ASSIGNMENT, {f"{NOTEBOOK}.ipynb": answered(course)})
+    flood(inbox / "flooder" / ASSIGNMENT, files)
+    assert autograde.import_submissions(batch, inbox) == ["adams"]
+    assert reasons(batch)["flooder"].startswith(f"flooder/{ASSIGNMENT}/: {words}")
+    assert not batch.folder("submitted", "flooder").exists()
+    assert not [t for t in copies if "flooder" in t.parts]  # refused before any copy
+    assert allocated(batch.folder("submitted")) < 1 << 20
+    assert autograde.students(batch) == ["adams"]
+
+
+@pytest.mark.parametrize("kind", FLOODS)
+def test_a_flood_in_an_lms_download_is_refused_before_it_is_extracted(
+    course, tmp_path, copies, kind
+):
+    """The LMS's zip holds each file whole (a sparse file's zeros deflate to next to nothing):
+    a student's files past the limits are refused before any is extracted."""
+    files, words = FLOODS[kind]
+    download = tmp_path / "download.zip"
+    entries = {HONEST: answered(course)}
+    entries |= {f"frank_1006_82_{name}": bytes(size) for name, size in files.items()}
+    download.write_bytes(zipped(entries))
+    batch = fresh(course, tmp_path)
+    assert autograde.import_submissions(batch, download) == ["adams"]
+    assert reasons(batch)["frank"].startswith(f"its {len(files)} files in the download: {words}")
+    assert [t.name for t in copies] == [HONEST]  # nothing of frank's was extracted
+    downloaded = batch.root / "downloaded" / ASSIGNMENT
+    assert allocated(downloaded) + allocated(batch.folder("submitted")) < 1 << 20
+    assert autograde.students(batch) == ["adams"]
+
+
+def test_a_file_that_grew_since_it_was_counted_is_not_copied(course, tmp_path, monkeypatch):
+    """Each file is copied up to the size it was counted with: one written to between the count
+    and the copy (here a sparse file that grows as the copy opens it) is left out, saying so,
+    and what was counted stays within the limits."""
+    batch = fresh(course, tmp_path)
+    inbox = tmp_path / "inbox"
+    _write(inbox / "adams" / ASSIGNMENT, {f"{NOTEBOOK}.ipynb": answered(course), "data": b"1"})
+    copy = intake.copy_capped
+
+    def growing(read, target, limit):
+        if target.name == "data":
+            with open(inbox / "adams" / ASSIGNMENT / "data", "ab") as f:
+                f.truncate(intake.MAX_SUBMISSION_BYTES)
+        return copy(read, target, limit)
+
+    monkeypatch.setattr(intake, "copy_capped", growing)
+    assert autograde.import_submissions(batch, inbox) == ["adams"]
+    assert reasons(batch)["adams"] == f"adams/{ASSIGNMENT}/data: {intake.CHANGED}"
+    folder = batch.folder("submitted", "adams")
+    assert sorted(p.name for p in folder.iterdir()) == [f"{NOTEBOOK}.ipynb"]
 
 
 def test_a_file_past_the_size_limit_is_not_read(tmp_path):
@@ -246,8 +350,9 @@ def test_folders_that_are_not_student_ids_or_are_links_are_listed_not_graded(cou
 
 def test_a_submitted_folder_with_a_link_or_a_large_file_is_not_read(course, tmp_path):
     """What already sits in submitted/ (an `nbgrader collect` run anyway, a copy by hand) is not
-    believed: a folder whose notebook is a link to the instructor's source, or that holds a file
-    past the size limit, is listed with the reason and not graded; the others are graded."""
+    believed: a folder whose notebook is a link to the instructor's source, that holds a file
+    past the size limit, or more files than one submission may, is listed with the reason and
+    not graded; the others are graded."""
     batch = fresh(course, tmp_path)
     notebook = answered(course)
     _write(batch.folder("submitted", "honest"), {f"{NOTEBOOK}.ipynb": notebook})
@@ -259,16 +364,19 @@ def test_a_submitted_folder_with_a_link_or_a_large_file_is_not_read(course, tmp_
     large = batch.folder("submitted", "large")
     _write(large, {f"{NOTEBOOK}.ipynb": notebook})
     with open(large / "data.bin", "wb") as f:
-        f.truncate(autograde.MAX_FILE_BYTES + 1)
+        f.truncate(intake.MAX_FILE_BYTES + 1)
+    flood(batch.folder("submitted", "flooded"), FLOODS["empty-files"][0])
 
     code, printed = _autograde(batch)
     assert code == 0, printed[-3000:]
     rows = _csv(batch)
-    assert set(rows) == {"honest", "linked", "large"}
+    assert set(rows) == {"honest", "linked", "large", "flooded"}
     where = f"submitted/linked/{ASSIGNMENT}/{NOTEBOOK}.ipynb: a symbolic link, not followed"
     assert rows["linked"]["needs_review"].startswith(f"not imported: {where}")
-    where = f"submitted/large/{ASSIGNMENT}/data.bin: {autograde.TOO_LARGE}"
+    where = f"submitted/large/{ASSIGNMENT}/data.bin: {intake.TOO_LARGE}"
     assert rows["large"]["needs_review"].startswith(f"not imported: {where}")
+    where = f"submitted/flooded/{ASSIGNMENT}: {FLOODS['empty-files'][1]}"
+    assert rows["flooded"]["needs_review"].startswith(f"not imported: {where}")
     assert set(gradebook.grades(batch.url, ASSIGNMENT)) == {"honest"}
     assert rows["honest"]["needs_review"] == ""
     assert sorted(p.name for p in (batch.out / "logs").iterdir()) == ["honest.log"]

@@ -16,6 +16,10 @@ honest student, and one who writes into the exchange's inbound/ by hand, as any 
 links into the instructor's course folder and to /etc/shadow, an entry that is itself a link, an
 entry in the honest student's name, and a late entry whose name and timestamp.txt say it was on
 time. Each is refused or corrected, with a row in the class report.
+
+And, as the grader's own user writing entries in its own name, the entries a hostile student may
+write that no collect should copy: one rewritten while it is copied (a placeholder written in
+time, the answer written during the import), and floods of empty or sparse files.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ import nbformat
 import pytest
 
 from grader.authoring import build
-from grader.grading import classreport, exchange, gradebook
+from grader.grading import autograde, classreport, exchange, gradebook, intake
 from tests import lab_server, light, shared
 from tests.test_autograde import answered, solution_cells
+from tests.test_autograde_inputs import FLOODS, allocated, copies, flood  # noqa: F401 (a fixture)
 
 # importing the browser tests' helpers skips this module wherever they are skipped
 from tests.test_browser import (  # noqa: F401 (chromium, console and page are fixtures)
@@ -464,3 +469,81 @@ def test_entries_written_into_inbound_by_hand_are_refused_or_corrected(
                 data = path.read_bytes()
                 assert shadow not in data, path
                 assert b"### BEGIN SOLUTION" not in data, path  # the source notebook's
+
+
+# -- as the grader's own user: what an entry does while it is imported --------------------------
+
+
+def own_exchange(tmp_path) -> tuple[exchange.Inbound, Path, str]:
+    """An exchange with the course's inbound/ and an empty course directory, and the name of
+    the user running the tests, who writes the entries as a student writes hers."""
+    inbound = exchange.Inbound(tmp_path / "exchange", COURSE_ID)
+    inbound.folder.mkdir(parents=True)
+    (tmp_path / "course").mkdir()
+    return inbound, tmp_path / "course", pwd.getpwuid(os.geteuid()).pw_name
+
+
+def imported(inbound, course) -> tuple[list[str], dict[str, dict], list[intake.Refused]]:
+    """Import from `inbound` into `course`: the students imported, exchange.json by entry, and
+    the rows the class report lists as not imported."""
+    out = course / "grading" / ASSIGNMENT
+    found = exchange.import_exchange(inbound, ASSIGNMENT, course, out)
+    listed = {e["entry"]: e for e in json.loads((out / exchange.LISTING).read_text())}
+    batch = autograde.Batch(ASSIGNMENT, "interpreter", root=course)
+    return found, listed, autograde.refused(batch)
+
+
+@pytest.mark.parametrize("rewritten", ["first.txt", "later/answer.ipynb"])
+def test_an_entry_rewritten_while_it_is_copied_is_not_taken_as_on_time(
+    tmp_path, monkeypatch, rewritten
+):
+    """A placeholder handed in before the due date, rewritten while the import copies the entry
+    (between the copy of first.txt and that of later/answer.ipynb): a file already copied is
+    refused, with a row saying why, since the copy is older than the entry; one not yet copied
+    is taken as rewritten, at the time of the rewrite."""
+    inbound, course, me = own_exchange(tmp_path)
+    entry = inbound.folder / f"{me}+{ASSIGNMENT}+2020-01-01 00:00:00.000000 UTC"
+    (entry / "later").mkdir(parents=True)
+    (entry / "first.txt").write_text("placeholder")
+    (entry / "later" / "answer.ipynb").write_text("placeholder")
+    copy = intake.copy_capped
+
+    def rewriting(read, target, limit):
+        copied = copy(read, target, limit)
+        if target.name == "first.txt":
+            (entry / rewritten).write_text("the answer, written after the due date")
+        return copied
+
+    monkeypatch.setattr(intake, "copy_capped", rewriting)
+    found, listed, rows = imported(inbound, course)
+    submitted = course / "submitted" / me / ASSIGNMENT
+    if rewritten == "first.txt":
+        assert found == [] and not submitted.exists()
+        assert listed[entry.name]["outcome"] == "refused"
+        assert rows == [intake.Refused(me, f"inbound/{entry.name}: {intake.CHANGED}")]
+    else:
+        assert found == [me] and rows == []
+        assert (submitted / rewritten).read_text() == (entry / rewritten).read_text()
+        late = exchange.handed_in((entry / rewritten).stat().st_ctime_ns)
+        assert (submitted / "timestamp.txt").read_text() == late == listed[entry.name]["handed_in"]
+
+
+@pytest.mark.parametrize("kind", FLOODS)
+def test_a_flood_in_an_entry_is_refused_before_it_is_copied(tmp_path, copies, kind):  # noqa: F811
+    """An entry of more files, or more bytes in sparse files, than one submission may hold (a
+    few KiB of the student's disk) is refused with the limit it passed, before anything of it is
+    copied; the student's earlier entry within the limits is imported."""
+    files, words = FLOODS[kind]
+    inbound, course, me = own_exchange(tmp_path)
+    earlier = inbound.folder / f"{me}+{ASSIGNMENT}+1"
+    flood(earlier, {f"{NOTEBOOK}.ipynb": 100})
+    later = inbound.folder / f"{me}+{ASSIGNMENT}+2"
+    flood(later, files)
+    found, listed, rows = imported(inbound, course)
+    assert found == [me]
+    assert listed[earlier.name]["outcome"] == "imported"
+    assert listed[later.name]["outcome"] == "refused"
+    (row,) = rows
+    assert row.student == me and row.reason.startswith(f"inbound/{later.name}: {words}")
+    assert [t.name for t in copies] == [f"{NOTEBOOK}.ipynb"]  # the earlier entry's alone
+    assert allocated(course) < 1 << 20

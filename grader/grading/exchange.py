@@ -4,32 +4,18 @@
 `nbgrader submit` hands an assignment in as a folder of `<root>/<course_id>/inbound/` named
 `<student>+<assignment>+<timestamp>[+<random>]`, holding the student's files, `timestamp.txt` and
 `submission_secret.txt` (which `nbgrader release_feedback` reads). Every student may write into
-inbound/ (mode 2733), so an entry is whatever its writer made it, and `nbgrader collect` believes
-it: the name says whose it is (a different owner only earns a console warning) and when it was
-handed in (the newest name replaces an earlier collected one), and its copy follows symbolic
-links, into the instructor's course folder or anywhere the instructor may read.
+inbound/ (mode 2733), so an entry is whatever its writer made it; `nbgrader collect` believes its
+name for whose it is and when it was handed in, and follows symbolic links as it copies.
 
-Here an entry is data, checked before anything of it is used (`import_exchange`):
+Here an entry is data, under the rules docs/instructors.md lists ("The exchange, on a
+JupyterHub"). No link is followed: every folder and file is opened relative to its parent's
+descriptor (os.fwalk, O_NOFOLLOW), so nothing can be swapped for a link between the check and the
+copy. The time handed in is the latest st_ctime of the entry and everything in it, which no owner
+can set back (utime sets only the access and modification times); the import writes
+timestamp.txt from it, and refuses an entry that changed while it was copied.
 
-- No link is followed. An entry that is a link, or holds one, is refused. Every folder and file
-  is opened relative to its parent's descriptor without following links (os.fwalk, O_NOFOLLOW),
-  so nothing can be swapped for a link between the check and the copy.
-- The entry and everything in it must belong to the account of the student it names (`pwd`), or
-  it is refused, naming the owner: no student can hand in for another.
-- Only plain files and folders; a file over autograde.MAX_FILE_BYTES is left out, as on the other
-  routes.
-- The time it was handed in is the latest status change (st_ctime) of the entry and of everything
-  in it. The kernel sets it on every write, rename or change of mode, and no owner can set it
-  back (utime sets the access and modification times only): a student can make an entry look
-  later, never earlier. Neither the name nor the student's timestamp.txt is read; the import
-  writes timestamp.txt from that time, in nbgrader's format, so late penalties follow the file
-  system.
-- Of a student's entries that pass, the newest by that time is imported into
-  submitted/<student>/<assignment>/, replacing what was there.
-
-Every refusal is an autograde.Refused row (refused.json), which the class report lists as "not
-imported"; every entry looked at, with its time and what became of it, is listed in
-exchange.json beside the report.
+Each refusal is an intake.Refused row (refused.json, "not imported" in the class report); every
+entry, with its time and what became of it, is listed in exchange.json beside the report.
 """
 
 from __future__ import annotations
@@ -47,17 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from grader.authoring import build
-from grader.grading import autograde
-from grader.grading.autograde import (
-    MAX_FILE_BYTES,
-    TOO_LARGE,
-    AutogradeError,
-    Batch,
-    Refused,
-    _copy_capped,
-    printable,
-    student_id_problem,
-)
+from grader.grading import intake
+from grader.grading.assemble import printable
+from grader.grading.intake import AutogradeError, Refused, student_id_problem
 
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's Exchange.timestamp_format, in UTC
 WRITTEN_BY_SUBMIT = "timestamp.txt"  # the student's own is ignored; the import writes this one
@@ -91,9 +69,8 @@ class Inbound:
 
 
 def configured(course_dir: Path, root: Path | None = None) -> Inbound:
-    """The course's inbound folder as nbgrader finds it from `course_dir`: CourseDirectory.course_id
-    and Exchange.root of nbgrader's config (its default root where none is set); `root` given
-    replaces the config's."""
+    """The course's inbound folder from nbgrader's config as read in `course_dir` (its default
+    Exchange.root where none is set); `root` given replaces the config's."""
     done = subprocess.run(
         [sys.executable, "-c", READ_CONFIG],
         cwd=course_dir,
@@ -143,17 +120,13 @@ class _Refusal(Exception):
         self.owner = owner
 
 
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
 def _check(shown: str, mode: os.stat_result, uid: int, student: str) -> None:
     """Refuse what is not a plain file or folder of `student` (uid `uid`)."""
     if mode.st_uid != uid:
-        owner = _owner(mode.st_uid)
+        try:
+            owner = pwd.getpwuid(mode.st_uid).pw_name
+        except KeyError:
+            owner = f"uid {mode.st_uid}"
         raise _Refusal(f"{shown} belongs to {printable(owner)}, not to {student}", owner)
     if not stat.S_ISDIR(mode.st_mode) and not stat.S_ISREG(mode.st_mode):
         raise _Refusal(f"{shown} is not a plain file or folder")
@@ -168,11 +141,17 @@ def _lstat(name: str, dir_fd: int, shown: str, uid: int, student: str) -> None:
     _check(shown, mode, uid, student)
 
 
-def _read_entry(inbound_fd: int, name: str, student: str, into: Path | None) -> tuple[int, list]:
-    """Check the entry `name` of inbound/ (the folder `inbound_fd`) as the module's docstring
-    says, and with `into`, copy its files there (all but its timestamp.txt). Returns the latest
-    st_ctime of the entry and its files, in nanoseconds, and the files left out (over the size
-    limit); raises _Refusal."""
+# Each folder and file of an entry (its path in the entry): inode, size, modification and status
+# change times (ns), which any write, rename or change of mode changes
+Status = dict[str, tuple[int, int, int, int]]
+
+
+def _read_entry(
+    inbound_fd: int, name: str, student: str, into: Path | None
+) -> tuple[Status, list[str]]:
+    """Check the entry `name` of inbound/ (the folder `inbound_fd`), and with `into`, copy its
+    files there (all but its timestamp.txt). Returns its Status, each file's as it was opened,
+    and the files left out (over the size limit); raises _Refusal."""
     try:
         uid = pwd.getpwnam(student).pw_uid
     except KeyError:
@@ -180,19 +159,18 @@ def _read_entry(inbound_fd: int, name: str, student: str, into: Path | None) -> 
             f"no account named {student} on this machine (the exchange names each submission "
             "by its student's login)"
         ) from None
-    latest, left_out = 0, []
+    seen: Status = {}
+    left_out: list[str] = []
+    budget = intake.Budget()
     try:
         _lstat(name, inbound_fd, "the entry", uid, student)
         for where, folders, files, fd in os.fwalk(name, dir_fd=inbound_fd, follow_symlinks=False):
             relative = Path(where).relative_to(name)
+            shown = f"{printable(str(relative))}/" if relative.parts else "the entry"
             mode = os.fstat(fd)  # the folder opened, which fwalk made sure is the one it listed
-            _check(
-                f"{printable(str(relative))}/" if relative.parts else "the entry",
-                mode,
-                uid,
-                student,
-            )
-            latest = max(latest, mode.st_ctime_ns)
+            _check(shown, mode, uid, student)
+            seen[str(relative)] = _status(mode)
+            budget.count()
             for folder in folders:
                 _lstat(folder, fd, printable(str(relative / folder)), uid, student)
             for file in files:
@@ -202,18 +180,30 @@ def _read_entry(inbound_fd: int, name: str, student: str, into: Path | None) -> 
                 with open(opened, "rb") as read:
                     mode = os.fstat(opened)  # what was opened, whatever the name is now
                     _check(shown, mode, uid, student)
-                    latest = max(latest, mode.st_ctime_ns)
-                    if mode.st_size > MAX_FILE_BYTES:
-                        left_out.append(f"{shown}: {TOO_LARGE}")
+                    seen[str(relative / file)] = _status(mode)
+                    budget.count(mode.st_size)
+                    if mode.st_size > intake.MAX_FILE_BYTES:
+                        left_out.append(f"{shown}: {intake.TOO_LARGE}")
                     elif into is not None and relative / file != Path(WRITTEN_BY_SUBMIT):
                         (into / relative).mkdir(parents=True, exist_ok=True)
-                        if _copy_capped(read, into / relative / file, MAX_FILE_BYTES) is None:
-                            left_out.append(f"{shown}: {TOO_LARGE}")
+                        if not intake.copy_capped(read, into / relative / file, mode.st_size):
+                            raise _Refusal(intake.CHANGED)
+    except intake.TooMuch as why:
+        raise _Refusal(str(why)) from None
     except OSError as exc:  # gone meanwhile, a link opened (ELOOP), unreadable, too deep
         raise _Refusal(f"could not be read ({exc.strerror or exc})") from None
     except RecursionError:
         raise _Refusal("its folders are nested too deep to be read") from None
-    return latest, left_out
+    return seen, left_out
+
+
+def _status(mode: os.stat_result) -> tuple[int, int, int, int]:
+    return mode.st_ino, mode.st_size, mode.st_mtime_ns, mode.st_ctime_ns
+
+
+def _handed_in_ns(seen: Status) -> int:
+    """The latest status change of an entry's folders and files."""
+    return max(ctime for *_, ctime in seen.values())
 
 
 def handed_in(ctime_ns: int) -> str:
@@ -227,29 +217,34 @@ def _claimed(name: str, assignment: str) -> str | None:
     return student if rest.startswith(f"{assignment}+") else None
 
 
-def import_exchange(batch: Batch, inbound: Inbound) -> list[str]:
-    """Import the newest acceptable entry of each student from the exchange into submitted/, as
-    the module's docstring says. Returns the students imported; what was refused goes to
-    refused.json, every entry to exchange.json."""
+def import_exchange(inbound: Inbound, assignment: str, root: Path, out: Path) -> list[str]:
+    """Import each student's newest acceptable entry of `assignment` into the course directory
+    `root`; the students imported. What was refused goes to refused.json in `out`, every entry
+    to exchange.json there."""
     inbound_fd = _open(inbound)
     notes: list[Refused] = []
     listed: list[Listed] = []
+
+    def refuse(name: str, student: str, refusal: _Refusal) -> None:
+        """Note a refused entry for the student it names and, where another student of the
+        exchange wrote it, for that student too."""
+        shown, who = printable(name), printable(student)
+        notes.append(Refused(who, f"inbound/{shown}: {refusal}"))
+        if refusal.owner and refusal.owner != student and refusal.owner in entries.values():
+            notes.append(Refused(refusal.owner, f"inbound/{shown}: {refusal}"))
+        listed.append(Listed(shown, who, None, "refused", str(refusal)))
+
     try:
-        entries = {
-            n: s for n in sorted(os.listdir(inbound_fd)) if (s := _claimed(n, batch.assignment))
-        }
+        entries = {n: s for n in sorted(os.listdir(inbound_fd)) if (s := _claimed(n, assignment))}
         times: dict[str, int] = {}
         for name, student in entries.items():
-            problem = student_id_problem(student)
             try:
-                if problem:
+                if problem := student_id_problem(student):
                     raise _Refusal(problem)
-                times[name] = _read_entry(inbound_fd, name, student, None)[0]
+                times[name] = _handed_in_ns(_read_entry(inbound_fd, name, student, None)[0])
             except _Refusal as refusal:
-                _refuse(notes, listed, name, student, refusal, set(entries.values()))
-        newest = {}
-        for name in sorted(times, key=times.get):
-            newest[entries[name]] = name
+                refuse(name, student, refusal)
+        newest = {entries[name]: name for name in sorted(times, key=times.get)}
         for name, ctime in sorted(times.items()):
             student = entries[name]
             if newest[student] != name:
@@ -257,16 +252,18 @@ def import_exchange(batch: Batch, inbound: Inbound) -> list[str]:
                 listed.append(Listed(printable(name), student, handed_in(ctime), "older", detail))
                 continue
             try:
-                ctime = _take(batch, inbound_fd, name, student, notes)
-                listed.append(Listed(printable(name), student, handed_in(ctime), "imported"))
+                target = root / "submitted" / student / assignment
+                ctime, left_out = _take(inbound_fd, name, student, target)
             except _Refusal as refusal:
-                _refuse(notes, listed, name, student, refusal, set(entries.values()))
+                refuse(name, student, refusal)
+                continue
+            listed.append(Listed(printable(name), student, handed_in(ctime), "imported"))
+            notes += [Refused(student, f"inbound/{printable(name)}/{f}") for f in left_out]
     finally:
         os.close(inbound_fd)
-    batch.out.mkdir(parents=True, exist_ok=True)
-    autograde._refused_path(batch).write_text(json.dumps([asdict(n) for n in notes], indent=1))
+    intake.write_refused(out, notes)
     listed.sort(key=lambda e: e.entry)
-    (batch.out / LISTING).write_text(json.dumps([asdict(e) for e in listed], indent=1))
+    (out / LISTING).write_text(json.dumps([asdict(e) for e in listed], indent=1))
     return sorted(e.student for e in listed if e.outcome == "imported")
 
 
@@ -289,30 +286,22 @@ def _open(inbound: Inbound) -> int:
     return fd
 
 
-def _refuse(notes, listed, name: str, student: str, refusal: _Refusal, claimants: set[str]):
-    """Note a refused entry for the student it names and, where another student of the exchange
-    wrote it, for that student too."""
-    shown, who = printable(name), printable(student)
-    reason = f"inbound/{shown}: {refusal}"
-    notes.append(Refused(who, reason))
-    if refusal.owner and refusal.owner != student and refusal.owner in claimants:
-        notes.append(Refused(refusal.owner, reason))
-    listed.append(Listed(shown, who, None, "refused", str(refusal)))
-
-
-def _take(batch: Batch, inbound_fd: int, name: str, student: str, notes: list[Refused]) -> int:
-    """Copy the entry into submitted/<student>/<assignment>/ (checked again as it is copied),
-    with timestamp.txt from the file system; its time."""
-    staging = Path(tempfile.mkdtemp(prefix=".exchange-", dir=batch.root))
+def _take(inbound_fd: int, name: str, student: str, target: Path) -> tuple[int, list[str]]:
+    """Copy the entry into `target`, checked again as it is copied, with timestamp.txt from the
+    file system; its time and the files left out. Refused when anything of it changed while it
+    was copied."""
+    course = target.parents[2]  # target is <course>/submitted/<student>/<assignment>
+    staging = Path(tempfile.mkdtemp(prefix=".exchange-", dir=course))
     try:
-        ctime, left_out = _read_entry(inbound_fd, name, student, staging)
+        copied, left_out = _read_entry(inbound_fd, name, student, staging)
+        if _read_entry(inbound_fd, name, student, None)[0] != copied:
+            raise _Refusal(intake.CHANGED)
+        ctime = _handed_in_ns(copied)
         (staging / WRITTEN_BY_SUBMIT).write_text(handed_in(ctime))
-        target = batch.folder("submitted", student)
         if target.exists():
             shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    notes += [Refused(student, f"inbound/{printable(name)}/{f}") for f in left_out]
-    return ctime
+    return ctime, left_out
