@@ -1,0 +1,216 @@
+"""The judge's calls into a student's notebook (grader.grading.judge over grader.runtime.serve,
+grader.runtime.wire): the student's side answers from a process forked from this one over a
+socket pair, as the kernel does at grading. What crosses is data: tensors come back with what
+the student's code wrote in them, values as plain data, failures as the course's own errors; and
+nothing the student's side sends is run or believed beyond its shape."""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+
+import pytest
+import torch
+
+from grader.grading import judge
+from grader.runtime import device, integrity, launches, serve, wire
+from grader.runtime.checks import KernelCheckError
+from grader.runtime.stubs import StubNotFilled
+
+DEVICE = device.setup()
+
+
+class Served:
+    """A session with a student's namespace served on a thread; `proxy(name)` is the judge's."""
+
+    def __init__(self, namespace: dict, settings=dict):
+        ours, theirs = socket.socketpair()
+        fork = multiprocessing.get_context("fork")
+        self.process = fork.Process(target=serve.Server(theirs, namespace).run, daemon=True)
+        self.process.start()
+        theirs.close()
+        self.session = judge.Session(ours, "cpu", settings)
+        self.judge = type("J", (), {"session": lambda _: self.session, "sources": {}})()
+        self.described = self.session.describe(list(namespace))
+
+    def proxy(self, name: str):
+        info, codec = self.described[name]
+        kind = info.get("kind")
+        if kind == "kernel":
+            return judge.RemoteKernel(self.judge, name)
+        if kind == "function":
+            return judge.Remote(self.judge, name)
+        return codec.decode(info["value"]) if kind == "value" else info
+
+    def close(self):
+        self.session.end()
+        self.process.join(timeout=10)
+        assert self.process.exitcode == 0
+
+
+@pytest.fixture
+def served():
+    made = []
+
+    def serve_namespace(namespace, **options):
+        made.append(Served(namespace, **options))
+        return made[-1]
+
+    yield serve_namespace
+    for s in made:
+        s.close()
+
+
+def test_a_call_writes_into_the_judges_tensor(served):
+    def relu(x, out):
+        out.copy_(x.clamp(min=0))
+
+    s = served({"relu": relu})
+    x = torch.randn(100)
+    out = torch.full((100,), float("nan"))
+    s.proxy("relu")(x, out)
+    assert torch.equal(out, x.clamp(min=0))
+
+
+def test_views_share_their_storage_on_both_sides(served):
+    def write_into(t):
+        t.fill_(7.0)
+
+    s = served({"write_into": write_into})
+    buffer = torch.zeros(10)
+    s.proxy("write_into")(buffer[2:5])
+    assert buffer.tolist() == [0, 0, 7, 7, 7, 0, 0, 0, 0, 0]
+    grid = torch.zeros(4, 6)
+    s.proxy("write_into")(grid.t()[1])  # a strided view: column 1
+    assert grid[:, 1].tolist() == [7, 7, 7, 7] and grid.sum() == 28
+
+
+def test_values_come_back_as_data(served):
+    s = served(
+        {
+            "answer": {"B", "C"},
+            "config": {"n": (1, 2.5, float("inf"), None), "dtype": torch.bfloat16},
+            "made": lambda: (torch.arange(6).reshape(2, 3), "text", [1, 2]),
+        }
+    )
+    assert s.proxy("answer") == {"B", "C"}
+    assert s.proxy("config") == {"n": (1, 2.5, float("inf"), None), "dtype": torch.bfloat16}
+    t, text, items = s.proxy("made")()
+    assert torch.equal(t, torch.arange(6).reshape(2, 3)) and text == "text" and items == [1, 2]
+
+
+def test_something_that_is_not_data_is_opaque(served):
+    class Mine:
+        pass
+
+    s = served({"mine": Mine(), "returns_one": lambda: Mine()})
+    assert s.proxy("mine")["kind"] == "opaque"
+    assert isinstance(s.proxy("returns_one")(), wire.Opaque)
+
+
+def test_failures_come_back_as_the_courses_errors(served):
+    def stub():
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def wrong():
+        raise KernelCheckError("`out` is wrong at 3 of 10 elements")
+
+    def plain():
+        raise ValueError("no such block size")
+
+    s = served({"stub": stub, "wrong": wrong, "plain": plain})
+    with pytest.raises(StubNotFilled, match="still holds the exercise stub"):
+        s.proxy("stub")()
+    with pytest.raises(KernelCheckError, match="wrong at 3 of 10"):
+        s.proxy("wrong")()
+    with pytest.raises(ValueError, match="no such block size"):
+        s.proxy("plain")()
+
+
+def test_the_judges_watches_see_what_happened_there(served):
+    def computes_with_torch(x, out):
+        out.copy_(torch.softmax(x, dim=-1))
+
+    s = served({"f": computes_with_torch})
+    x = torch.randn(4, 8)
+    with pytest.raises(launches.IntegrityError, match="softmax"):
+        with integrity.forbid(["softmax"], why="compute it with your kernel"):
+            s.proxy("f")(x, torch.empty_like(x))
+    with integrity.allocations() as made:
+        s.proxy("f")(x, torch.empty_like(x))
+    assert made.bytes >= x.nbytes
+
+
+def test_a_launch_recorded_there_names_the_judges_tensors(served):
+    from tests import kernels
+
+    s = served({"relu_kernel": kernels.relu_kernel, "relu_no_store": kernels.relu_no_store})
+    x = torch.randn(300)
+    out = torch.full((300,), float("nan"))
+    with launches.kernel_work(["relu_kernel"], (x,), out, "the launcher") as rec:
+        s.proxy("relu_kernel")[(3,)](x, out, 300, BLOCK=128)
+    assert torch.equal(out, x.clamp(min=0))
+    (launch,) = rec.launches
+    assert launch.kernel == "relu_kernel" and launches.Span.of(x) in launch.spans
+    with pytest.raises(launches.IntegrityError, match="returned without launching relu_kernel"):
+        with launches.kernel_work(["relu_kernel"], (x,), out, "the launcher"):
+            s.proxy("relu_no_store")[(3,)](x, out, 300, BLOCK=128)
+    with pytest.raises(launches.IntegrityError, match="did not write"):
+        with launches.kernel_work(["relu_kernel"], (x,), out, "the launcher"):
+            s.proxy("relu_kernel")[(3,)](x, out, 300, BLOCK=128)
+            out.add_(1.0)  # written here, after the kernel
+
+
+def test_settings_of_the_release_reach_the_call(served):
+    namespace = {"LIMIT": 1}
+    namespace["limit"] = lambda: namespace["LIMIT"]
+    current = {"LIMIT": 5}
+    s = served(namespace, settings=lambda: dict(current))
+    assert s.proxy("limit")() == 5
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"storage": 1, "offset": 0, "shape": [100], "stride": [1], "dtype": "float32"},
+        {"storage": 1, "offset": -1, "shape": [2], "stride": [1], "dtype": "float32"},
+        {"storage": 1, "offset": 0, "shape": [2], "stride": [1], "dtype": "os.system"},
+    ],
+)
+def test_a_view_outside_its_storage_is_refused(spec):
+    storage = torch.zeros(10).untyped_storage()
+    with pytest.raises(wire.WireError):
+        wire.view(storage, wire.dtype_named(spec["dtype"]), spec["offset"], spec["shape"],
+                  spec["stride"])  # fmt: skip
+
+
+def test_records_of_other_modules_are_refused():
+    codec = wire.Codec()
+    with pytest.raises(wire.WireError):
+        codec.decode({"record": ["subprocess.CompletedProcess", {"dict": []}]})
+    with pytest.raises(wire.WireError):
+        codec.decode({"record": ["grader.runtime.wire.os", {"dict": []}]})
+
+
+def test_a_timed_call_draws_the_inputs_the_judge_draws_from_its_seed(served):
+    """A speed cell's timed call: the kept call made again on inputs drawn there from the judge's
+    seed; the output fetched here is right for the inputs drawn here from the same seed."""
+    from grader.runtime import perf
+
+    def relu(x, out):
+        torch.clamp(x, min=0, out=out)
+
+    s = served({"relu": relu})
+    x, out = torch.randn(1000), torch.empty(1000)
+    with s.session.tracing() as kept:
+        s.proxy("relu")(x, out)
+    assert kept == ["relu"]
+    moments = [(0.0, 1.0)]
+    for seed in (1, 2):
+        s.session.timed([x], moments, seed, marker=4097)
+        s.session.fetch(out)  # the output of that call, as computed there
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        perf.draw([x], moments, generator)  # the same inputs, drawn here
+        assert torch.equal(out, x.clamp(min=0))
