@@ -2,7 +2,8 @@
 with a list `ATTACKERS`. tests/test_hostile.py grades every attacker of a notebook in one batch
 beside honest students and asserts each attacker's outcome: its score equals its honest base (what
 its kernel earns without the attack), or it is flagged for a human look with the right reason;
-and the honest students' scores are untouched by all of it.
+and the honest students' scores are untouched by all of it. Scores are the judge's
+(grader.grading.judge): what an attack in the student's process can reach decides nothing.
 
 An attacker's files are built from the notebook as released and as written by its authors
 (`Materials`), so that the class follows the notebooks as they change."""
@@ -135,17 +136,22 @@ class Attacker:
 
 
 def on_blank(
-    student: str, assignment: str, cell: str, code: str, flags: frozenset[str], detail: str
+    student: str,
+    assignment: str,
+    cell: str,
+    code: str,
+    flags: frozenset[str] = frozenset(),
+    detail: str | None = None,
 ) -> Attacker:
     """An attacker whose `code` runs after the answer cell `cell` of `assignment`, left blank as
-    released: its honest base scores nothing, so only the flag is asserted."""
+    released: it must score what the blank release scores (nothing), with `flags`."""
     return Attacker(
         student,
         assignment,
         lambda m: m.files(m.appended(m.release, cell, code)),
         flags=flags,
         detail=detail,
-        total=None,
+        base=lambda m: m.release,
     )
 
 

@@ -1,14 +1,13 @@
-"""Class 6 of the attacks on grading: text or data that imitates a speed verdict. Verdicts are
-read only from the records the grader's own speed cells publish, and only where speed is graded:
-on the CPU the report must say speed was not graded, whatever a student printed or published,
-and the student must be flagged."""
+"""Text or data that imitates a speed verdict, and the verdict's publisher replaced. Verdicts are
+read only from the records the judge publishes in speed cells, and only where speed is graded: on
+the CPU the report must say speed was not graded, whatever a student printed, published or
+replaced; each scores its base. (On a GPU, tests/hostile/speed_routes.py's publisher attack.)"""
 
 from tests.hostile import Attacker
 
 PRINTED = 'print("PASS 9.90x copy bandwidth (needs 80%): 1 of 1 points")'
 
-# The type's name is built so that no literal of it appears: the scan cannot read it, the
-# record in the autograded notebook gives it away.
+# The type's name is built so that no literal of it appears in the source.
 PUBLISHED = """
 from IPython.display import display
 
@@ -25,13 +24,26 @@ def _speed_not_reported(graded):
     assert "| speed cell |" not in speed and "9.9" not in speed, speed
 
 
+# The publisher replaced: every verdict the student's process publishes passes.
+PUBLISHER = """
+import grader.runtime.perf as _perf
+
+_publish = _perf.publish_verdict
+
+
+def _passing(verdict, text=None):
+    return _publish(_perf.Verdict(verdict.comparison, 99.0, verdict.needed, verdict.unit))
+
+
+_perf.publish_verdict = _passing
+_perf.grade = lambda *args, **kwargs: 1.0
+"""
+
 ATTACKERS = [
     Attacker(
         "fake-verdict-printed",
         "00_setup",
         lambda m: m.files(m.appended(m.answered(), "relu-kernel", PRINTED)),
-        flags=frozenset({"forged-output"}),
-        detail="cell relu-kernel prints text that imitates a speed verdict",
         base=lambda m: m.answered(),
         check=_speed_not_reported,
     ),
@@ -39,8 +51,15 @@ ATTACKERS = [
         "fake-verdict-published",
         "00_setup",
         lambda m: m.files(m.appended(m.answered(), "relu-kernel", PUBLISHED)),
-        flags=frozenset({"forged-output"}),
-        detail="cell relu-kernel publishes a speed verdict, but is no speed cell",
+        base=lambda m: m.answered(),
+        check=_speed_not_reported,
+    ),
+    Attacker(
+        "verdict-publisher-replaced",
+        "00_setup",
+        lambda m: m.files(m.appended(m.answered(), "relu-kernel", PUBLISHER)),
+        flags=frozenset({"cheating"}),
+        detail="cell relu-kernel replaces grader.runtime.perf.grade",
         base=lambda m: m.answered(),
         check=_speed_not_reported,
     ),

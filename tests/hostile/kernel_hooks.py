@@ -1,11 +1,8 @@
-"""Class 1 of the attacks on grading: a solution cell that changes how the cells after it run,
-through the kernel's own machinery, so that the test cells run as something else or the score
-shown is not the score earned. Each attack sits on a blank notebook (the released stub), where
-every test must fail (the light assignment's of tests/light.py, or 00's for the attacks on its
-checker): nbgrader's raw score may be fooled, which is why each must be flagged, by the scan
-of its code (hooks) and, where the outputs give it away, by the tell-tale outputs (forged
-output). Two routes do not fool nbgrader 0.9.6, which records an error from the kernel's
-reply when no error output was shown: they must score 0 and still be flagged."""
+"""Attacks through the kernel's own machinery: an answer cell that installs IPython hooks so that
+the test cells would run as something else, or their failures or scores would show as something
+else (an input transformer, a pre_run_cell hook that quiets the checker, a custom exception
+handler, no traceback, a display formatter that shows 0.0 as 1.0). The test cells run in the
+judge, where no hook of the student's is installed: each scores its base."""
 
 from tests import light
 from tests.hostile import Attacker, on_blank
@@ -28,8 +25,6 @@ def _before(info):
 get_ipython().events.register("pre_run_cell", _before)
 """
 
-# ipykernel still publishes the error a custom handler was given (its name and value): the
-# handler changes only the traceback shown, so nbgrader scores the cell 0 all the same.
 CUSTOM_EXC = """
 def _swallow(shell, etype, value, tb, tb_offset=None):
     return None
@@ -38,8 +33,6 @@ def _swallow(shell, etype, value, tb, tb_offset=None):
 get_ipython().set_custom_exc((Exception,), _swallow)  # AssertionError and the stub's error
 """
 
-# Without showtraceback no error output is published at all; nbgrader adds the error from the
-# kernel's reply itself, so this too scores 0.
 NO_TRACEBACK = """
 get_ipython().showtraceback = lambda *args, **kwargs: None
 """
@@ -51,47 +44,26 @@ _plain.for_type(float, lambda value, p, cycle: p.text("1.0" if value == 0.0 else
 """
 
 
-def _on_stub(student, code, detail, flags=frozenset({"hooks", "forged-output"})):
-    return on_blank(student, light.ASSIGNMENT, light.ANSWER, code, flags, detail)
+def _light(student, code):
+    return on_blank(student, light.ASSIGNMENT, light.ANSWER, code)
 
 
 ATTACKERS = [
-    _on_stub(
-        "hook-input-transformer",
-        TRANSFORMER,
-        f"cell {light.ANSWER} adds an IPython input transformer: it can rewrite the test cells",
-    ),
+    _light("hook-input-transformer", TRANSFORMER),
     on_blank(  # it quiets 00's checker, which the light assignment does not use
         "hook-pre-run-cell",
         "00_setup",
         "relu-kernel",
         PRE_RUN_CELL,
-        frozenset({"hooks", "cheating", "forged-output"}),
-        "cell relu-kernel registers an IPython pre_run_cell hook: it can rewrite the test cells",
+        frozenset({"cheating"}),
+        "cell relu-kernel replaces grader.runtime.checks.check",
     ),
-    Attacker(
-        "hook-custom-exception",
-        light.ASSIGNMENT,
-        lambda m: m.files(m.appended(m.release, light.ANSWER, CUSTOM_EXC)),
-        flags=frozenset({"hooks"}),
-        detail=f"cell {light.ANSWER} sets a custom exception handler: it can hide the tests' "
-        "failures",
-        total=0.0,
-    ),
-    Attacker(
-        "hook-no-traceback",
-        light.ASSIGNMENT,
-        lambda m: m.files(m.appended(m.release, light.ANSWER, NO_TRACEBACK)),
-        flags=frozenset({"hooks"}),
-        detail=f"cell {light.ANSWER} replaces how IPython shows errors",
-        total=0.0,
-    ),
+    _light("hook-custom-exception", CUSTOM_EXC),
+    _light("hook-no-traceback", NO_TRACEBACK),
     Attacker(  # on a right kernel: its correctness points are its own, the speed point is not
         "hook-display-formatter",
         "00_setup",
         lambda m: m.files(m.appended(m.answered(), "relu-kernel", FORMATTER)),
-        flags=frozenset({"hooks", "forged-output"}),
-        detail="cell speed-relu scored 1 where speed is not graded",
         base=lambda m: m.answered(),
     ),
 ]

@@ -7,7 +7,9 @@ large product while the exercise's kernel, launched in every call, redoes one ti
 Every speed cell goes through one path (grader.runtime.perf.grade), which draws the inputs
 afresh, checks the call's own work and takes a census of the GPU kernels of every timed call:
 each attack is flagged and its speed cells score 0, while its correctness earns no more than its
-honest base. These need a GPU: tests/test_hostile_gpu.py grades them there."""
+honest base. Two more on 02: a slow kernel whose verdict publisher is replaced (class 4), and
+one that breaks the program Nsight Compute profiles, so that its DRAM bytes cannot be counted
+(the verdict fails closed). These need a GPU: tests/test_hostile_gpu.py grades them there."""
 
 from tests.hostile import Attacker
 
@@ -211,7 +213,67 @@ def _attacker(student, assignment, files, detail, attacked=None):
     )
 
 
+# 02's fused kernel with 1 x 16 tiles: right, and short of both speed thresholds
+def _slow_02(m):
+    from tests.known_wrong import nb02_first_kernels as nb02
+
+    return m.edited(m.answered(), "fused-kernel", m.cell(m.answered(), "fused-kernel").source,
+                    nb02.SLOW["fused-kernel"]["tiles of 1 x 16"])  # fmt: skip
+
+
+PUBLISHER = """
+
+import grader.runtime.perf as _perf
+
+_publish = _perf.publish_verdict
+_perf.publish_verdict = lambda verdict, text=None: _publish(
+    _perf.Verdict(verdict.comparison, 99.0, verdict.needed, verdict.unit))
+_perf.grade = lambda *args, **kwargs: 1.0
+"""
+
+# Anywhere but the notebook's own kernel (the program Nsight Compute profiles), the process ends.
+BREAKS_PROFILED = """
+
+import os
+import sys
+
+if "ipykernel" not in sys.modules:
+    os._exit(3)
+"""
+
+
+def _no_more_than_base_and_zero_on(student, cells):
+    """The speed cells `cells` score 0, and no cell scores more than the honest base's."""
+
+    def check(result):
+        mine, base = result.scores[student], result.scores[result.bases[student]]
+        assert all(mine[g] == 0 for g in cells), mine
+        assert all((v or 0) <= (base[g] or 0) for g, v in mine.items()), (mine, base)
+
+    return check
+
+
 ATTACKERS = [
+    Attacker(
+        "slow-publisher-02",
+        "02_first_kernels",
+        lambda m: m.files(m.appended(_slow_02(m), "fused-kernel", PUBLISHER)),
+        flags=frozenset({"cheating"}),
+        detail="replaces grader.runtime.perf.grade",
+        base=_slow_02,
+        gpu_only=True,
+    ),
+    Attacker(
+        "breaks-profiled-program-02",
+        "02_first_kernels",
+        lambda m: m.files(m.appended(m.answered(), "fused-kernel", BREAKS_PROFILED)),
+        total=None,
+        base=lambda m: m.answered(),
+        check=_no_more_than_base_and_zero_on(
+            "breaks-profiled-program-02", ["speed-fused-bandwidth"]
+        ),
+        gpu_only=True,
+    ),
     _attacker(
         "skips-repeats-07",
         "07_flash_attention",

@@ -1,0 +1,217 @@
+"""Classes 1 and 3 of the attacks on grading: a wrong kernel (00's ReLU written as a copy) whose
+launch looks for the expected output where an in-process checker kept it, or whose answer cell
+changes torch below the checker so that the reference computes what the wrong kernel computes.
+
+- oracles: the launcher walks its callers' frames (sys._getframe, inspect.stack) or every live
+  object (the garbage collector) for a tensor shaped like the output that is neither input nor
+  output, and has the kernel copy it;
+- torch changed: a TorchFunctionMode left entered, an operator re-registered through
+  torch.library, or torch's functions rebound, all making ReLU the identity.
+
+The checks and their references run in the judge, where no student code ran: each attacker
+scores what its wrong kernel scores without the attack, nothing."""
+
+from tests.hostile import Attacker
+
+STUB = "    # YOUR CODE HERE\n    raise NotImplementedError()"
+COPY = """\
+    x = tl.load(x_ptr + offsets, mask=mask)  # a copy: negative values stay negative
+    tl.store(out_ptr + offsets, x, mask=mask)"""
+
+# the kernel's name bound to a launcher that copies what `_expected` finds into `out`
+LAUNCHER = """
+
+import gc
+import inspect
+import sys
+
+import torch
+
+_copy = relu_kernel
+
+
+def _looks_expected(value, x, out):
+    return (isinstance(value, torch.Tensor) and value.shape == out.shape
+            and value.data_ptr() not in (x.data_ptr(), out.data_ptr()))
+
+
+{finder}
+
+
+class _Oracle:
+    def __getitem__(self, grid):
+        def launch(x, out, n, BLOCK):
+            found = _expected(x, out)
+            source = x if found is None else found.to(out.dtype).contiguous()
+            return _copy[grid](source, out, n, BLOCK=BLOCK)
+
+        return launch
+
+
+relu_kernel = _Oracle()
+"""
+
+FRAMES = """
+def _expected(x, out):
+    frame = sys._getframe(2)
+    while frame is not None:
+        for value in frame.f_locals.values():
+            if _looks_expected(value, x, out):
+                return value
+        frame = frame.f_back
+    return None
+"""
+
+STACK = """
+def _expected(x, out):
+    for info in inspect.stack()[2:]:
+        for value in info.frame.f_locals.values():
+            if _looks_expected(value, x, out):
+                return value
+    return None
+"""
+
+GARBAGE = """
+def _expected(x, out):
+    for value in gc.get_objects():
+        if _looks_expected(value, x, out):
+            return value
+    return None
+"""
+
+MODE = """
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_RELUS = {torch.relu, torch.Tensor.relu, torch.nn.functional.relu, torch.clamp,
+          torch.Tensor.clamp, torch.maximum, torch.where}
+
+
+class _Identity(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _RELUS:
+            return args[0].clone()
+        return func(*args, **(kwargs or {}))
+
+
+_Identity().__enter__()
+"""
+
+LIBRARY = """
+
+import torch
+
+_lib = torch.library.Library("aten", "IMPL")
+for _key in ("CPU", "CUDA"):
+    _lib.impl("relu", lambda x: x.clone(), _key)
+    _lib.impl("clamp_min", lambda x, m: x.clone(), _key)
+"""
+
+REBOUND = """
+
+import torch
+
+torch.relu = torch.Tensor.relu = torch.nn.functional.relu = lambda x, *a, **k: x.clone()
+"""
+
+
+def _copying(m):
+    """The release with the ReLU kernel written as a copy: wrong on every negative value."""
+    return m.edited(m.release, "relu-kernel", STUB, COPY)
+
+
+def _attacker(student, code, flags=frozenset(), detail=None):
+    return Attacker(
+        student,
+        "00_setup",
+        lambda m: m.files(m.appended(_copying(m), "relu-kernel", code)),
+        flags=flags,
+        detail=detail,
+        base=_copying,
+    )
+
+
+DYNAMIC = frozenset({"dynamic-code"})
+ATTACKERS = [
+    _attacker("oracle-frames", LAUNCHER.format(finder=FRAMES), DYNAMIC, "caller's frames"),
+    _attacker("oracle-stack", LAUNCHER.format(finder=STACK), DYNAMIC, "with inspect"),
+    _attacker("oracle-garbage", LAUNCHER.format(finder=GARBAGE), DYNAMIC, "garbage collector"),
+    _attacker("torch-function-mode", MODE),
+    _attacker("torch-library-relu", LIBRARY),
+    _attacker("torch-rebound", REBOUND, frozenset({"cheating"}), "replaces torch.relu"),
+]
+
+
+# 07 with no attention kernel at all: `attn_fwd_kernel` copies a tensor into `out`, and the
+# launcher (07's answer cell holds it) hands it the expected output where a caller's frame or a
+# live object holds one, else `q`; its speed verdicts' publisher replaced besides (class 4).
+ATTENTION_COPY = """
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def attn_fwd_kernel(Src, Out, N, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, HEAD_DIM)
+    at = (tl.program_id(1) * N + rows)[:, None] * HEAD_DIM + cols[None, :]
+    tl.store(Out + at, tl.load(Src + at, mask=rows[:, None] < N), mask=rows[:, None] < N)
+
+
+def _source(q, k, v, out):
+    return q
+
+
+def flash_attention(q, k, v, out, causal=False, config=None):
+    b, h, n, d = q.shape
+    src = _source(q, k, v, out).to(out.dtype).contiguous()
+    staged = torch.empty_like(src)
+    attn_fwd_kernel[(triton.cdiv(n, 64), b * h)](src, staged, n, HEAD_DIM=d, BLOCK_M=64)
+    return out.copy_(staged)
+"""
+
+ATTENTION_ORACLE = """
+import gc
+import sys
+
+import grader.runtime.perf as _perf
+
+
+def _source(q, k, v, out):
+    frame, seen = sys._getframe(1), []
+    while frame is not None:
+        seen += list(frame.f_locals.values())
+        frame = frame.f_back
+    for value in seen + gc.get_objects():
+        if (isinstance(value, torch.Tensor) and value.shape == out.shape
+                and value.data_ptr() not in {t.data_ptr() for t in (q, k, v, out)}):
+            return value
+    return q
+
+
+_publish = _perf.publish_verdict
+_perf.publish_verdict = lambda verdict, text=None: _publish(
+    _perf.Verdict(verdict.comparison, 99.0, verdict.needed, verdict.unit))
+_perf.grade = lambda *args, **kwargs: 1.0
+"""
+
+
+ANSWER_07 = "flash-attention-kernel"
+
+
+def _attention_copy(m):
+    """07's release with its first answer cell a copy kernel behind the launcher."""
+    return m.edited(m.release, ANSWER_07, m.cell(m.release, ANSWER_07).source, ATTENTION_COPY)
+
+
+ATTACKERS.append(
+    Attacker(
+        "oracle-no-attention-kernel-07",
+        "07_flash_attention",
+        lambda m: m.files(m.appended(_attention_copy(m), ANSWER_07, ATTENTION_ORACLE)),
+        flags=frozenset({"cheating", "dynamic-code"}),
+        detail="replaces grader.runtime.perf.grade",
+        base=_attention_copy,
+        gpu_only=True,
+    )
+)
