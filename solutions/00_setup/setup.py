@@ -94,7 +94,9 @@ print(report)
 # like, but put everything an answer needs inside the answer cell. The course's checks read your
 # saved notebook while you work and warn (`HAND-IN CHECK: ...`) when an answer uses a name defined
 # only in a cell that grading would not run; `handin.check()` (from `grader.runtime`) lists
-# everything that will not run.
+# everything that will not run. The test cells themselves run in a process of the grader's: it
+# calls your functions and kernels in your notebook's process, on inputs it draws, and checks
+# what they return.
 
 # %% [markdown]
 # The correctness checks keep a wrong kernel from passing by luck:
@@ -338,7 +340,7 @@ else:
 # - before and after timing, `out` is poisoned and must be written by `relu_kernel`;
 # - every GPU kernel the timed calls run is recorded: one that is not yours (a library's, say) is
 #   named, and the cell is flagged;
-# - a bandwidth above the copy's, or a timer at odds with the host clock, is flagged.
+# - a bandwidth above the copy's is flagged.
 #
 # A flagged cell scores 0 and says why. Off the GPU this cell scores 0 and says so, without
 # touching your correctness points: your instructor grades speed on a GPU.

@@ -588,9 +588,9 @@ print(f"hidden tests passed: shapes {FUSED_SHAPES}, dtypes {[str(d)[6:] for d in
 #
 # The inputs are drawn afresh before every timed call, and the output of the last call and of a
 # few drawn at random is checked against the float64 reference for that call's inputs, so an
-# output kept from an earlier call fails. A bandwidth above the copy's, or a timer that disagrees
-# with the host clock, scores 0. A kernel making two passes where one would do reaches at best 50%
-# of the copy and 6/4 = 1.5x the eager chain: short of both.
+# output kept from an earlier call fails. A bandwidth above the copy's scores 0. A kernel making two
+# passes where one would do reaches at best 50% of the copy and 6/4 = 1.5x the eager chain: short
+# of both.
 
 # %%
 M_speed, N_speed = DEVICE.pick(gpu=FUSED_BENCH_SHAPE, interpreter=(8, 32))

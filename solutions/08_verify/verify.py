@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from grader.runtime import attention as attn
-from grader.runtime import checks, integrity, llm, recorded, results, roofline, verify
+from grader.runtime import checks, integrity, llm, perf, recorded, results, roofline, verify
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 
@@ -282,9 +282,7 @@ assert named == {"torch-fallback", "no-rescale", "zero-fill"}, (
 # layout should the output you allocate have? In which integer type must the (batch, head) offset
 # be before it meets a stride?
 #
-# On the interpreter, use 32 × 32 tiles (`q.is_cuda` tells the launcher where it runs). The kernel
-# and its helper are sent, as source, to a separate process for timing: keep them self-contained
-# (`math`, `torch`, `triton` and `tl` are there; nothing else from this notebook is).
+# On the interpreter, use 32 × 32 tiles (`q.is_cuda` tells the launcher where it runs).
 
 # %% [markdown]
 # **Make it fast.** Three things matter, in this order:
@@ -473,13 +471,9 @@ print("launched attention_kernel, called no reference, right for causal and not"
 # %% [markdown]
 # ## Speed
 #
-# Speed is measured in a separate Python process: `integrity.measure_isolated` sends it the source
-# of `attention_inner`, `attention_kernel` and `attention`, checks them on fresh fp16 inputs (B=4,
-# H=16, N=4096, D=64) with the guards above, and times them against the baselines through the
-# course's one speed path, as every speed cell is timed: new inputs before every timed call,
-# outputs checked, and every GPU kernel of every timed call recorded (each must launch
-# `attention_kernel`, and nothing else may run). Nothing in this notebook (a patched function, a
-# cache, a monkeypatched timer) exists there.
+# Speed is timed as every speed cell of the course times it (`perf.grade`): fresh float16 inputs
+# at B=4, H=16, N=4096, D=64 before every timed call, outputs checked, and every GPU kernel of
+# every timed call recorded (each must launch `attention_kernel`, and nothing else may run).
 #
 # The thresholds: on an H100 with torch 2.11, the course measured eager attention at 8-46 TFLOP/s
 # and SDPA's FlashAttention backend at about 240-350, depending on shape; a good Triton forward
@@ -488,35 +482,37 @@ print("launched attention_kernel, called no reference, right for causal and not"
 # tests check on a GPU that 16 x 16 tiles, or one launch per head, score none of these points.
 
 # %%
-SPEED = None
-if DEVICE.supports("timing"):  # graded below, so it runs whatever RUN_BENCHMARKS says
-    with recorded.cell("08_verify/isolated-speed"):
-        SPEED = integrity.measure_isolated(
-            [attention_inner, attention_kernel, attention],
-            launcher="attention",
-            kernels=["attention_kernel"],
-            problem="grader.runtime.attention:speed_problem",
-            params=SPEED_SHAPE,
-            timeout=300,
-        )
-        print(SPEED)
-        for variant, label in (("non-causal", "attention"), ("causal", "attention causal")):
-            if SPEED.ok and (seconds := SPEED.seconds(variant)) is not None:  # None: flagged
-                results.record("08_verify", label, flops=SPEED.flops[variant],
-                               bytes_moved=SPEED.bytes_moved, seconds=seconds, precision="fp16")
-else:
-    print("Speed is measured on a GPU: there, a separate process times your kernel against "
-          "eager attention and SDPA's FlashAttention backend at N=4096, D=64, fp16.")
-    recorded.show("08_verify/isolated-speed")
+def speed_case(causal: bool, baseline: str, at_least: float) -> perf.Case:
+    """`attention` on fresh float16 inputs of SPEED_SHAPE, timed against `baseline`: eager
+    PyTorch ("naive") or SDPA's FlashAttention backend ("flash")."""
+    problem = attn.speed_problem(**SPEED_SHAPE)
+    q, k, v = problem.inputs(checks.generator(checks.new_seed()))
+    result = []
+
+    def run():  # it returns its output: kept, for the check after a timed call
+        result[:] = [attention(q, k, v, causal=causal)]
+        return result[0]
+
+    def verify():
+        problem.compare(result[0], problem.reference(q, k, v, causal=causal))
+
+    library = {"naive": attn.naive, "flash": attn.flash}[baseline]
+    return perf.Case(run, kernels=["attention_kernel"], inputs=(q, k, v), out=None,
+                     verify=verify, name=f"{'causal' if causal else 'non-causal'}",
+                     flops=problem.flops("causal" if causal else "non-causal"),
+                     dtype=torch.float16,
+                     baselines=[perf.Baseline(f"{baseline} ({'causal' if causal else 'non-causal'})",
+                                              lambda: library(q, k, v, causal=causal), at_least)])
+
 
 # %% nbgrader={"grade": true, "grade_id": "speed-attention-naive", "points": 1}
-integrity.grade(SPEED, "naive", at_least=3.0, points=1)
+perf.grade(speed_case(False, "naive", at_least=3.0), points=1)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-attention-flash", "points": 1}
-integrity.grade(SPEED, "flash", at_least=0.6, points=1)
+perf.grade(speed_case(False, "flash", at_least=0.6), points=1)
 
 # %% nbgrader={"grade": true, "grade_id": "speed-attention-flash-causal", "points": 1}
-integrity.grade(SPEED, "flash causal", at_least=0.6, points=1)
+perf.grade(speed_case(True, "flash", at_least=0.6), points=1)
 
 # %% [markdown]
 # ## Optional: ask your own model
@@ -596,7 +592,7 @@ if not (DEVICE.supports("timing") and RUN_BENCHMARKS):
 # - 32-bit offsets wrap past 2^31 elements, which no small run shows: review the arithmetic and
 #   widen the (batch, head) offset to int64.
 # - Speed counts only for your own code: one launch per call, no reference calls, output checked
-#   after timing, fresh inputs, a process the notebook cannot reach.
+#   after timing, fresh inputs for every timed call.
 # - A fast forward kernel skips fully masked blocks, masks only the blocks that need it, and uses
 #   tiles large enough that each key/value load feeds many queries.
 
