@@ -1,6 +1,7 @@
-"""How the static detectors fare on the course's attack corpus and on honest code: the scan of
-student code (grader.grading.scan), kernelguard as published, and kernelguard as the findings run
-it (grader.grading.detectors). Needs no GPU: nothing of the corpus runs, every sample is read.
+"""How the static detectors fare on the course's attack corpus and on honest code: what the
+answer cells reach (grader.grading.detectors.reaches), kernelguard as published, and kernelguard
+as the findings run it (grader.grading.detectors.routes). Needs no GPU: nothing of the corpus
+runs, every sample is read.
 
     python bench/detectors.py [--out build/report]
 
@@ -15,9 +16,9 @@ tests/known_wrong/ in their exercise's cell; 08's drafts handed in as its fix; t
 solutions; and honest idioms that look like caching (IDIOMS). Honest: the reference solutions,
 the slow variants, the honest launchers and kernels, the idioms.
 
-Columns: what the scan reports (its finding kinds); kernelguard's classification and rules with
+Columns: what `reaches` reports (its finding kinds); kernelguard's classification and rules with
 its default settings (entry point `custom_kernel`), with its `strict` profile, and with every name
-the cells bind as an entry point, over the cells the scan reads; and the routes of the findings'
+the cells bind as an entry point, over the answer cells; and the routes of the findings'
 layer: its strong rules over the answer cells alone, with the names of theirs that the release's
 other cells call as the entry points. Writes into --out detectors.json (every sample) and
 detectors.md: per group, how many samples each flags; and every sample kernelguard flags.
@@ -96,22 +97,18 @@ def kernelguard_says(sources: list[str], setting: str) -> dict:
 
 
 def sample(group, name, honest, m, nb) -> dict:
-    from grader.grading import detectors, scan
+    from grader.grading import detectors
 
-    sources = [scan.python(c.source) for _, c in scan.student_cells(nb, m.release)]
+    answers = detectors.answer_cells(nb, m.release)
+    sources = [detectors.python(source) for _, source in answers]
     return {
         "group": group,
         "name": name,
         "notebook": m.assignment,
         "honest": honest,
-        "scan": sorted({r.kind for r in scan.scan(nb, m.release)}),
+        "reaches": sorted({r.kind for r in detectors.reaches(answers)}),
         "kernelguard": {s: kernelguard_says(sources, s) for s in SETTINGS},
-        "layer": [
-            str(r)
-            for r in detectors.routes(
-                detectors.answer_cells(nb, m.release), detectors.entry_points(m.release)
-            )
-        ],
+        "layer": [str(r) for r in detectors.routes(answers, detectors.entry_points(m.release))],
     }
 
 
@@ -226,8 +223,6 @@ LAUNCHERS = {  # module: (dishonest launchers, honest ones, what they call)
         [
             "scale_with_torch",
             "scale_precomputed",
-            "scale_launches_once",
-            "scale_keeps_first_output",
         ],
         ["scale", "scale_stub"],
         ["scale_kernel", "_RESULTS", "scale"],
@@ -410,11 +405,11 @@ def _flagged(r: dict, setting: str) -> bool:
 def summary(rows: list[dict]) -> str:
     """A Markdown table: per group, how many samples each detector flags (for kernelguard: with
     any rule, and how many of those it classifies "hacked", its strongest verdict)."""
-    head = ["group", "samples", "scan", *(f"kernelguard, {s}" for s in SETTINGS), "layer"]
+    head = ["group", "samples", "reaches", *(f"kernelguard, {s}" for s in SETTINGS), "layer"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for group in dict.fromkeys(r["group"] for r in rows):
         mine = [r for r in rows if r["group"] == group]
-        counts = [len(mine), sum(bool(r["scan"]) for r in mine)]
+        counts = [len(mine), sum(bool(r["reaches"]) for r in mine)]
         for setting in SETTINGS:
             hacked = sum(r["kernelguard"][setting]["class"] == "hacked" for r in mine)
             counts.append(f"{sum(_flagged(r, setting) for r in mine)} ({hacked} hacked)")
@@ -430,12 +425,19 @@ def _said(entry: dict) -> str:
 
 def table(rows: list[dict]) -> str:
     """A Markdown table of every sample that kernelguard, in any setting, or the layer flags."""
-    head = ["group", "sample", "honest", "scan", *(f"kernelguard, {s}" for s in SETTINGS), "layer"]
+    head = [
+        "group",
+        "sample",
+        "honest",
+        "reaches",
+        *(f"kernelguard, {s}" for s in SETTINGS),
+        "layer",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if not (r["layer"] or any(_flagged(r, s) for s in SETTINGS)):
             continue
-        cells = [r["group"], r["name"], "yes" if r["honest"] else "no", ", ".join(r["scan"])]
+        cells = [r["group"], r["name"], "yes" if r["honest"] else "no", ", ".join(r["reaches"])]
         cells += [_said(r["kernelguard"][s]) for s in SETTINGS] + ["; ".join(r["layer"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"

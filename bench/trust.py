@@ -47,9 +47,6 @@ RUNS = 10
 # the estimate's cost model: perf.compare times candidate and baseline twice each with
 # timing.bench (2 to 6 rounds of 25 ms warm-up and 100 ms of samples), then verifies
 SECONDS_PER_COMPARISON = 1.5
-# integrity.measure_isolated: a fresh Python process imports torch and triton, compiles the
-# kernel, checks it and times three comparisons
-SECONDS_PER_ISOLATED = 25.0
 # one pass over a notebook's cells with RUN_BENCHMARKS = False: imports, compiles, correctness
 # at GPU sizes, each speed cell once
 SECONDS_PER_NOTEBOOK_PASS = 45.0
@@ -283,10 +280,10 @@ def _name(func: ast.expr) -> str | None:
 
 
 def timed_calls(node: ast.AST, functions: dict, depth: int = 0) -> dict[str, int]:
-    """Timed comparisons (perf.compare, perf.grade) and isolated
-    measurements a piece of code makes, following calls into the notebook's own functions and
-    multiplying by the length of loops over literal tuples, lists and range(k)."""
-    counts = {"compare": 0, "isolated": 0}
+    """Timed comparisons (perf.compare, perf.grade) a piece of code makes, following calls into
+    the notebook's own functions and multiplying by the length of loops over literal tuples,
+    lists and range(k)."""
+    counts = {"compare": 0}
 
     def add(other, times=1):
         for k in counts:
@@ -301,8 +298,6 @@ def timed_calls(node: ast.AST, functions: dict, depth: int = 0) -> dict[str, int
         name = _name(node.func)
         if name in TIMED:
             counts["compare"] += 1
-        elif name == "integrity.measure_isolated":
-            counts["isolated"] += 1
         elif name in functions and depth < 8:
             for s in functions[name].body:
                 add(timed_calls(s, functions, depth + 1))
@@ -352,30 +347,26 @@ def estimate(notebook: str, runs: int = RUNS, variants: int | None = 1) -> dict:
     and the cost model above. `variants`: slow variants per exercise (None: every one)."""
     cells = _notebook.cells(notebook)
     functions = _notebook.functions(notebook)
-    speed_cells, comparisons, isolated, total = 0, 0, 0, SECONDS_PER_NOTEBOOK_PASS
+    speed_cells, comparisons, total = 0, 0, SECONDS_PER_NOTEBOOK_PASS
     chosen = 0
     for grade_id, slow in slow_variants(notebook).items():
         cells_after = span(cells, grade_id)
         speed = [c for c in cells_after if (c.grade_id or "").startswith("speed-")]
         ungraded = [c for c in cells_after if not c.nbgrader]
-        counts = {"compare": 0, "isolated": 0}
+        counts = {"compare": 0}
         for c in [*producers([s.source for s in speed], ungraded), *speed]:
             counted = timed_calls(ast.parse(c.source), functions)
             counts = {k: counts[k] + counted[k] for k in counts}
         n_variants = len(slow) if variants is None else min(variants, len(slow))
-        round_s = (
-            counts["compare"] * SECONDS_PER_COMPARISON + counts["isolated"] * SECONDS_PER_ISOLATED
-        )
+        round_s = counts["compare"] * SECONDS_PER_COMPARISON
         total += runs * (1 + n_variants) * round_s + n_variants * SECONDS_PER_SWAP
         speed_cells += len(speed)
         comparisons += counts["compare"]
-        isolated += counts["isolated"]
         chosen += n_variants
     return {
         "notebook": notebook,
         "speed cells": speed_cells,
         "comparisons per round": comparisons,
-        "isolated measurements per round": isolated,
         "slow variants": chosen,
         "seconds": total,
     }
@@ -574,9 +565,8 @@ def main(argv=None) -> int:
             e = estimate(name, args.runs, args.variants)
             print(
                 f"{name}: {e['speed cells']} speed cells, {e['comparisons per round']} timed "
-                f"comparisons and {e['isolated measurements per round']} isolated measurements "
-                f"per round, {e['slow variants']} slow variant(s): about {e['seconds'] / 60:.1f} "
-                "min"
+                f"comparisons per round, {e['slow variants']} slow variant(s): about "
+                f"{e['seconds'] / 60:.1f} min"
             )
         return 0
     from grader.runtime import device

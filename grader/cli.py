@@ -22,17 +22,18 @@ def _doctor(args: argparse.Namespace) -> int:
     )
 
 
+def _checked(problems: list, stale: str, fresh: str) -> int:
+    """A --check's report: `stale` and each problem (exit status 1), or `fresh`."""
+    print("\n".join([stale, *(f"  {p}" for p in problems)]) if problems else fresh)
+    return 1 if problems else 0
+
+
 def _build(args: argparse.Namespace) -> int:
     from grader.authoring import build
 
     if args.check:
-        problems = build.check()
-        if problems:
-            print("course/ is stale: run `make release` and commit the result.")
-            print("\n".join(f"  {p}" for p in problems))
-            return 1
-        print("course/ matches solutions/")
-        return 0
+        stale = "course/ is stale: run `make release` and commit the result."
+        return _checked(build.check(), stale, "course/ matches solutions/")
     names = build.build()
     print(f"built {len(names)} notebooks into course/: {', '.join(names)}")
     return 0
@@ -42,14 +43,13 @@ def _diagrams(args: argparse.Namespace) -> int:
     from grader.authoring import diagrams
 
     if args.check:
-        problems = diagrams.check()
-        if problems:
-            print("the committed diagrams differ from their code: run `python -m grader diagrams`")
-            print("and commit solutions/*/figures/ (then `make release` for course/).")
-            print("\n".join(f"  {p}" for p in problems))
-            return 1
-        print("solutions/*/figures/ match grader/authoring/diagrams/")
-        return 0
+        stale = (
+            "the committed diagrams differ from their code: run `python -m grader diagrams`\n"
+            "and commit solutions/*/figures/ (then `make release` for course/)."
+        )
+        return _checked(
+            diagrams.check(), stale, "solutions/*/figures/ match grader/authoring/diagrams/"
+        )
     written = diagrams.write()
     print(f"drew {len(written)} diagrams:")
     print("\n".join(f"  {p.relative_to(diagrams.build.ROOT)}" for p in written))
@@ -71,10 +71,11 @@ def _kit(args: argparse.Namespace) -> int:
 
 def _recordings(args: argparse.Namespace) -> int:
     from grader.authoring import build, recordings
+    from grader.runtime import recorded
 
     sources = {a.name: a.source.read_text() for a in build.assignments()}
     try:
-        written = recordings.collect(Path(args.spool), Path(args.into), sources)
+        written = recordings.collect(Path(args.spool), recorded.RECORDINGS, sources)
     except recordings.CollectError as problem:
         print(f"recordings: {problem}", file=sys.stderr)
         return 2
@@ -84,8 +85,6 @@ def _recordings(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from grader.authoring import execute, run_summary
     from grader.runtime import device, doctor
 
@@ -133,8 +132,7 @@ def _lab(args: argparse.Namespace) -> int:
     from grader.authoring import build
 
     # nbgrader's Validate button reads the course's config, as the grader's own runs do
-    command = lab_command(args.extra, args.instructor)
-    return subprocess.call(command, env=build.nbgrader_env())
+    return subprocess.call(lab_command(args.extra, args.instructor), env=build.nbgrader_env())
 
 
 def _grading_device(args: argparse.Namespace):
@@ -149,14 +147,10 @@ def _grading_device(args: argparse.Namespace):
             raise device.ModeError(
                 "--slurm grades on the cluster's nodes: pass --mode gpu or --mode interpreter"
             )
-        where = "GPUs of Slurm tasks" if args.mode == "gpu" else "CPUs of Slurm tasks"
-        return (
-            args.mode,
-            f"{where} (Triton {'compiled' if args.mode == 'gpu' else 'interpreter'})",
-            args.mode == "gpu",
-            [],
-            1,  # one student per task; --jobs throttles the array instead
-        )
+        gpu = args.mode == "gpu"
+        triton = "compiled" if gpu else "interpreter"
+        where = f"{'GPUs' if gpu else 'CPUs'} of Slurm tasks (Triton {triton})"
+        return args.mode, where, gpu, [], 1  # one student per task; --jobs throttles the array
     if args.gpus and args.mode == "interpreter":  # said before setup, which may refuse first
         raise devices.DeviceError("--gpus needs GPU mode; this batch grades in the interpreter")
     dev = device.setup(args.mode)
@@ -359,17 +353,10 @@ def parser() -> argparse.ArgumentParser:
         "(default: none)",
     )
     r.add_argument(
-        "--stream",
-        dest="stream",
-        action="store_true",
-        default=True,
-        help="print each cell's output as it arrives, prefixed with the notebook (the default)",
-    )
-    r.add_argument(
         "--quiet",
         dest="stream",
         action="store_false",
-        help="print one line per notebook instead",
+        help="print one line per notebook, not each cell's output as it arrives",
     )
     r.add_argument(
         "--no-check",
@@ -381,7 +368,6 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--budget",
         type=float,
-        default=None,
         metavar="S",
         help="time budget per notebook (default: 120 s on a GPU, 90 s in the interpreter; 0: none)",
     )
@@ -510,11 +496,6 @@ def parser() -> argparse.ArgumentParser:
         help="collect a GPU run's recorded measurements (COURSE_RECORD) into the course's files",
     )
     rec.add_argument("spool", help="the folder COURSE_RECORD named during the run")
-    rec.add_argument(
-        "--into",
-        default=str(Path(__file__).resolve().parent / "runtime" / "recordings"),
-        help="where the per-notebook JSON files go (default: grader/runtime/recordings)",
-    )
     rec.set_defaults(func=_recordings)
     return p
 

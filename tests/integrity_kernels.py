@@ -1,11 +1,8 @@
-"""A tiny kernel, honest and dishonest launchers for it, and a problem for
-grader.runtime.integrity.measure_isolated (tests/test_integrity.py)."""
+"""A tiny kernel and honest and dishonest launchers for it (tests/test_integrity.py)."""
 
 import torch
 import triton
 import triton.language as tl
-
-from grader.runtime import checks
 
 _RESULTS = {}
 
@@ -35,47 +32,5 @@ def scale_precomputed(x, factor=2.0):
     return _RESULTS[x.data_ptr()]
 
 
-def scale_launches_once(x, factor=2.0, _seen={}):  # noqa: B006 (the cache is the point)
-    """Launches on the first call for an address, returns the remembered tensor afterwards."""
-    key = x.data_ptr()
-    if key not in _seen:
-        _seen[key] = scale(x, factor)
-    return _seen[key]
-
-
 def scale_stub(x, factor=2.0):
     raise NotImplementedError()
-
-
-class ScaleProblem:
-    variants = {"default": {}}
-
-    def __init__(self, n=1000):
-        self.n = n
-        self.bytes_moved = 8.0 * n
-
-    def inputs(self, gen):
-        return (checks.randn(self.n, gen=gen),)
-
-    def reference(self, x):
-        return x.double() * 2.0
-
-    def compare(self, actual, expected):
-        checks.compare(actual, expected)
-
-    @property
-    def baselines(self):
-        return {"torch": ("default", lambda x: x * 2.0)}
-
-    def flops(self, variant):
-        return float(self.n)
-
-
-def problem(n=1000):
-    return ScaleProblem(n)
-
-
-def scale_keeps_first_output(x, factor=2.0, _kept={}):  # noqa: B006 (the cache is the point)
-    """Launches the kernel on every call, but returns the output of the first call at an address."""
-    out = scale(x, factor)
-    return _kept.setdefault(x.data_ptr(), out)

@@ -84,11 +84,27 @@ def test_staging_writes_the_assembled_notebook_and_a_plain_timestamp_only(tmp_pa
     (folder / "torch" / "__init__.py").write_text("raise SystemExit")
     (folder / "gemm.py").write_text("x = 1")
     target = tmp_path / "assembled" / "alice"
-    assert assemble.stage(folder, {"setup": release}, target) == ["setup"]
+    assert list(assemble.stage(folder, {"setup": release}, target).notebooks) == ["setup"]
     assert sorted(p.name for p in target.iterdir()) == ["setup.ipynb", "timestamp.txt"]
     graded = nbformat.read(target / "setup.ipynb", as_version=4)
     assert cell(graded, "relu-kernel").source == "ANSWER = 1"
     assert (target / "timestamp.txt").read_text() == "2026-11-20 10:00:00.000000 UTC\n"
+
+
+def test_one_read_finds_what_runs_what_cannot_and_a_digest_of_every_file(tmp_path, release):
+    folder = tmp_path / "carol"
+    (folder / "data").mkdir(parents=True)
+    nbformat.write(answered(release), folder / "setup.ipynb")
+    (folder / "notes.txt").write_text("mine")
+    found = assemble.read(folder, {"setup": release, "other": release})
+    assert cell(found.notebooks["setup"], "relu-kernel").source == "ANSWER = 1"
+    assert found.missing == ["other"] and not found.unreadable and found.stamp is None
+    assert found.dropped.files == ["data", "notes.txt"]
+    (folder / "data" / "x.bin").write_bytes(b"1")  # a file anywhere in the folder counts
+    assert assemble.read(folder, {"setup": release}).digest != found.digest
+    (folder / "setup.ipynb").write_bytes(b"%PDF-1.7")
+    found = assemble.read(folder, {"setup": release})
+    assert found.unreadable == {"setup": "a PDF file with an .ipynb name"} and not found.notebooks
 
 
 @pytest.mark.parametrize("kind", ["link", "garbage", "huge"])
@@ -113,10 +129,10 @@ def test_a_notebook_that_is_a_link_or_a_folder_is_not_read(tmp_path, release):
     folder.mkdir()
     nbformat.write(answered(release), tmp_path / "source.ipynb")
     os.symlink(tmp_path / "source.ipynb", folder / "setup.ipynb")
-    assert assemble.stage(folder, {"setup": release}, tmp_path / "a") == []
+    assert not assemble.stage(folder, {"setup": release}, tmp_path / "a").notebooks
     os.unlink(folder / "setup.ipynb")
     (folder / "setup.ipynb").mkdir()
-    assert assemble.stage(folder, {"setup": release}, tmp_path / "b") == []
+    assert not assemble.stage(folder, {"setup": release}, tmp_path / "b").notebooks
     assert assemble.read_plain(folder / "setup.ipynb", 1 << 20) is None
 
 

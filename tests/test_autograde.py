@@ -134,7 +134,7 @@ EXPECTED = {
     "edits-given": set(),
     "tampered": {"zero-score"},
     "shrunk-sizes": set(),
-    "cheater": {"cheating"},
+    "cheater": {"cheating", "zero-score"},
     "not-json": {"not-a-notebook"},
     "pdf": {"not-a-notebook"},
     "misnamed": {"missing-notebook"},
@@ -228,7 +228,8 @@ def test_good_scores_are_exact(graded):
         "shrunk-sizes": {**full, "test-relu-hidden": 0.0},
         "warns": full,  # stderr with only a warning on it is not a failure
         "edits-given": full,  # its edit of the launcher never ran
-        "cheater": full,  # what nbgrader gives; the flag below is what catches it
+        # the checker it replaced is its own process's; the judge's checks fail the stub
+        "cheater": dict.fromkeys(full, 0.0),
     }
     recorded = gradebook.grades(url, ASSIGNMENT)
     rows = report_rows(root)

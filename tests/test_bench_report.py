@@ -312,17 +312,16 @@ def cell():
             case(d)
     for name in names:
         perf.grade(a, points=1)
-    integrity.measure_isolated([case], launcher="case")
 """
     tree = ast.parse(source)
     functions = {f.name: f for f in tree.body}
     counts = trust.timed_calls(ast.parse("cell()"), functions)
-    assert counts == {"compare": 4 + 1, "isolated": 1}
-    assert trust.timed_calls(tree, functions) == {"compare": 0, "isolated": 0}  # defined only
+    assert counts == {"compare": 4 + 1}
+    assert trust.timed_calls(tree, functions) == {"compare": 0}  # defined only
 
 
 def test_producers_are_the_cells_that_bind_what_speed_cells_read():
-    speed = ["integrity.grade(SPEED, 'flash', at_least=0.6, points=1)"]
+    speed = ["perf.grade(SPEED, points=1)"]
     measures = SimpleNamespace(source="SPEED = None\nif RUN:\n    SPEED = measure()\n")
     unrelated = SimpleNamespace(source="def helper():\n    SPEED = 1\nother = 2\n")
     assert trust.producers(speed, [measures, unrelated]) == [measures]
@@ -342,7 +341,7 @@ def test_trust_covers_every_speed_cell_of_every_notebook():
         assert a.name in trust.notebooks_with_variants(), f"{a.name} has no slow variant"
         e = trust.estimate(a.name, runs=10)
         assert e["speed cells"] == len(speed), f"{a.name}: a speed cell no slow variant reaches"
-        assert e["comparisons per round"] + e["isolated measurements per round"] >= 1
+        assert e["comparisons per round"] >= 1
         assert e["seconds"] > trust.SECONDS_PER_NOTEBOOK_PASS
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import tests.known_wrong
 from grader.authoring import build
-from grader.grading import detectors, findings
+from grader.grading import assemble, detectors, findings
 from tests import hostile
 from tests.conftest import ROOT
 from tests.hostile import kept_outputs
@@ -209,9 +209,66 @@ def test_its_routes_reach_the_submissions_findings(tmp_path):
     m = materials("02_first_kernels")
     nb = m.appended(m.answered(), "fused-kernel", kept_outputs.INLINE)
     nbformat.write(nb, tmp_path / f"{m.notebook}.ipynb")
-    submitted = findings.inspect_submitted(tmp_path, {m.notebook: m.release})
+    submitted = findings.inspect(
+        assemble.read(tmp_path, {m.notebook: m.release}), {m.notebook: m.release}
+    )
     found = findings.classify(run=None, submitted=submitted, graded=None, score=None, max_score=0.0)
     cheating = [f for f in found if f.kind == "cheating"]
     assert len(cheating) == 1 and "cell fused-kernel matches kernelguard's rule" in str(
         cheating[0]
     ), [str(f) for f in found]
+
+
+# -- reaches: what answer cells do to the student's own process ---------------------------------
+
+REACHES = {
+    "from grader.runtime import checks\nchecks.check = print": (
+        "cheating",
+        "replaces grader.runtime.checks.check",
+    ),
+    "import torch\ntorch.allclose = lambda *a, **k: True": ("cheating", "replaces torch.allclose"),
+    "import grader.runtime.perf as p\np.__dict__['grade'] = print": (
+        "cheating",
+        "writes through grader.runtime.perf.__dict__",
+    ),
+    "from unittest import mock\nmock.patch('torch.sum').start()": (
+        "cheating",
+        "patches with unittest.mock",
+    ),
+    "import sys\nx = sys._getframe(1).f_back.f_locals": (
+        "dynamic-code",
+        "reads the caller's frames",
+    ),
+    "vars(m)['check'] = print": ("dynamic-code", "reaches a namespace through vars()"),
+    "import ctypes": ("dynamic-code", "uses ctypes"),
+    "exec('x = 1')": ("dynamic-code", "runs code from a string with exec"),
+    "open('/proc/self/mem', 'rb')": ("dynamic-code", "names a process's memory"),
+    "%%bash\necho hi": ("dynamic-code", "runs the magic %bash"),
+}
+
+
+@pytest.mark.parametrize("code", list(REACHES))
+def test_reaching_into_the_students_own_process_is_named_in_its_cell(code):
+    kind, what = REACHES[code]
+    found = detectors.reaches([("add-kernel", code)])
+    assert any(r.kind == kind and r.cell == "add-kernel" and what in r.what for r in found), found
+
+
+def test_reaches_follows_imports_over_the_cells_in_order():
+    found = detectors.reaches([("a", "import torch as t"), ("b", "t.matmul = print")])
+    assert [(r.cell, r.what) for r in found] == [("b", "replaces torch.matmul")]
+
+
+@pytest.mark.parametrize("notebook", SOLUTIONS)
+def test_the_reference_solutions_reach_nothing(notebook):
+    nb = materials(notebook).answered()
+    assert detectors.reaches(detectors.answer_cells(nb, materials(notebook).release)) == []
+
+
+def test_the_names_the_release_imports_are_known_to_reaches():
+    m = materials("00_setup")
+    found = detectors.reaches([("relu-kernel", "checks.check = print")], m.release)
+    assert [(r.kind, r.what) for r in found] == [
+        ("cheating", "replaces grader.runtime.checks.check")
+    ]
+    assert detectors.reaches([("relu-kernel", "checks.check = print")]) == []  # without it

@@ -180,6 +180,7 @@ def test_grade_here_runs_one_student_per_gpu_and_survives_a_crash(tmp_path, monk
     runs = autograde.grade_here(batch, students, {})
     assert set(runs) == set(students)
     assert runs["s2"].status == "failed" and "kernel's process died" in runs["s2"].detail
+    assert autograde.Record.load(batch, "s2").fingerprint == ""  # the next run grades it again
     assert all(runs[s].status == "ok" for s in students if s != "s2")
     assert {u for u, *_ in spans} == {g.uuid for g in FAKE[:2]}
     for gpu in {u for u, *_ in spans}:

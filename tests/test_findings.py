@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader.grading import findings, scan, verdicts
+from grader.grading import assemble, detectors, findings, verdicts
 from grader.runtime import perf
 
 pytestmark = pytest.mark.tooling  # nbgrader's checksums
@@ -85,45 +85,16 @@ def test_a_notebook_reads(tmp_path, release):
     assert problem is None and len(nb.cells) == 5
 
 
-@pytest.mark.parametrize(
-    "cheat, replaced",
-    [
-        ("checks.check = lambda *a, **k: None", "replaces grader.runtime.checks.check"),
-        ("import grader.runtime.checks as gc\ngc.check = print", "grader.runtime.checks.check"),
-        (
-            "from grader.runtime import perf as p\nsetattr(p, 'grade', max)",
-            "replaces grader.runtime.perf.grade",
-        ),
-        ("import triton\ntriton.testing.do_bench = lambda fn: 0.001", "triton.testing.do_bench"),
-        ("checks = None", "rebinds checks, the release's grader.runtime.checks"),
-        (
-            "from unittest import mock\nmock.patch('grader.runtime.timing.bench').start()",
-            "replaces grader.runtime.timing.bench",
-        ),
-        ("torch.matmul, x = my_matmul, 1", "replaces torch.matmul"),
-    ],
-)
-def test_replacing_the_graders_functions_is_flagged(release, cheat, replaced):
-    nb = answered(release, "def f(x):\n    return x\n" + cheat)
-    (found,) = scan.scan(nb, release)
-    assert found.kind == "cheating" and found.cell == "f-code" and replaced in found.what, found
+def test_routes_of_the_answer_cells_are_flagged_as_their_kind():
+    cheat = detectors.Route("cheating", "f-code", "replaces grader.runtime.checks.check")
     (finding,) = findings.classify(
         run=OK,
-        submitted=findings.Submitted(patches=[found]),
+        submitted=findings.Submitted(patches=[cheat]),
         graded=findings.Graded(),
         score=1,
         max_score=2,
     )
-    assert finding.kind == "cheating" and str(found) in finding.detail
-
-
-def test_ordinary_code_is_not_flagged(release):
-    code = "import torch\ny = torch.zeros(3)\ny[0] = 1\nchecks.check(f, f, None)\nx = checks"
-    assert scan.scan(answered(release, code), release) == []
-    released_code_only = copy.deepcopy(release)
-    released_code_only.cells[0].source += "\ntorch.backends.cuda.matmul.allow_tf32 = False"
-    assert scan.scan(released_code_only, released_code_only) == []
-    assert scan.scan(answered(release, "%timeit f(1)\n!ls"), release) == []
+    assert finding.kind == "cheating" and str(cheat) in finding.detail
 
 
 def test_unchanged_solutions(release):
@@ -131,24 +102,24 @@ def test_unchanged_solutions(release):
     assert not findings.solutions_unchanged(answered(release), release)
 
 
-def test_inspect_submitted_folder(tmp_path, release):
+def test_a_submission_folder_is_inspected(tmp_path, release):
     folder = tmp_path / "alice"
     folder.mkdir()
     (folder / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
     nbformat.write(release, folder / "Setup (1).ipynb")
-    seen = findings.inspect_submitted(folder, {"setup": release})
+    seen = findings.inspect(assemble.read(folder, {"setup": release}), {"setup": release})
     assert seen.missing == ["setup"] and seen.dropped.files == ["Setup (1).ipynb"]
     mine = answered(release)
     mine.cells[0].source += "\nchecks.check = print"  # a given cell edited: it does not run
     nbformat.write(mine, folder / "setup.ipynb")
-    seen = findings.inspect_submitted(folder, {"setup": release})
+    seen = findings.inspect(assemble.read(folder, {"setup": release}), {"setup": release})
     assert not seen.missing and not seen.unreadable and not seen.unchanged_solutions
     assert seen.dropped.edited == ["setup-000"] and seen.patches == []
     (folder / "setup.ipynb").unlink()
     (folder / "setup.ipynb").symlink_to(tmp_path / "elsewhere.ipynb")
     nbformat.write(answered(release), tmp_path / "elsewhere.ipynb")
-    seen = findings.inspect_submitted(folder, {"setup": release})
-    assert seen.unreadable == {"setup": "a symbolic link, not read"}
+    seen = findings.inspect(assemble.read(folder, {"setup": release}), {"setup": release})
+    assert seen.unreadable == {"setup": assemble.NOT_READ}
 
 
 def test_an_answer_nested_too_deeply_to_parse_costs_only_its_cell(tmp_path, release):
@@ -159,7 +130,7 @@ def test_an_answer_nested_too_deeply_to_parse_costs_only_its_cell(tmp_path, rele
     nbformat.write(answered(release, "y = " + "-" * 20_000 + "1"), folder / "setup.ipynb")
     with pytest.raises((RecursionError, MemoryError)):
         compile("y = " + "-" * 20_000 + "1", "<cell>", "exec")
-    seen = findings.inspect_submitted(folder, {"setup": release})
+    seen = findings.inspect(assemble.read(folder, {"setup": release}), {"setup": release})
     assert not seen.unreadable and not seen.missing and seen.patches == []
 
 
@@ -201,37 +172,17 @@ def test_inspect_graded(release):
     ]
     assert graded.speed == [findings.Speed("speed-f", True, True, 2.5, 2.0, "x", 1)]
     assert graded.speed[0].relative == 1.25
-    assert graded.doubts == []
 
 
-def test_speed_is_not_read_where_it_is_not_graded(release):
-    """On the CPU a speed cell measures nothing: a printed verdict is text, and a published
-    record is one the grader did not write."""
+def test_speed_is_read_only_where_it_is_graded_and_only_from_records(release):
+    """On the CPU a speed cell measures nothing; on a GPU only the judge's published records
+    count, never printed text."""
     nb = answered(release)
-    fake = stdout("PASS 9.9x eager (needs 2x): 1 of 1 points")
-    nb.cells[4] = with_outputs(nb.cells[4], fake, result("0.0"))
-    graded = findings.inspect_graded(nb)
-    assert graded.speed == [findings.Speed("speed-f", False)] and graded.doubts == []
     nb.cells[4] = with_outputs(nb.cells[4], record("eager", 9.9, 2.0), result("0.0"))
-    graded = findings.inspect_graded(nb)
-    assert graded.speed == [findings.Speed("speed-f", False)]
-    assert graded.doubts == ["cell speed-f publishes a speed verdict where speed is not graded"]
-    nb.cells[4] = with_outputs(nb.cells[4], result("1.0"))  # a score shown by the student's code
-    assert findings.inspect_graded(nb).doubts == ["cell speed-f scored 1 where speed is not graded"]
-    nb.cells[4] = with_outputs(nb.cells[4], record("eager", 9.9, 2.0), result("0.0"))
-    graded = findings.inspect_graded(nb)
-    found = findings.classify(
-        run=OK, submitted=findings.Submitted(), graded=graded, score=1, max_score=2
-    )
-    assert kinds(found) == ["forged-output"] and "speed-f" in found[0].detail
-
-
-def test_printed_verdicts_are_not_read(release):
-    nb = answered(release)
+    assert findings.inspect_graded(nb).speed == [findings.Speed("speed-f", False)]
     nb.cells[4] = with_outputs(nb.cells[4], stdout("PASS 9.9x eager (needs 2x): 1 of 1 points"))
     graded = findings.inspect_graded(nb, grades_speed=True)
     assert graded.speed == [findings.Speed("speed-f", True)]
-    assert graded.doubts == ["cell speed-f scored 1 without publishing a speed verdict"]
 
 
 # -- the verdict -------------------------------------------------------------------------------
@@ -266,14 +217,10 @@ def test_a_clean_submission_needs_no_look():
         (OK, findings.Submitted(), [("f", "OutOfMemoryError", "CUDA")], 1, ["out-of-memory"]),
         (OK, findings.Submitted(), [("test-f", "RuntimeError", "an illegal memory access")], 1,
          ["crashed"]),
-        (OK, findings.Submitted(patches=[scan.Route("cheating", "x", "replaces checks.check")]),
+        (OK, findings.Submitted(patches=[detectors.Route("cheating", "x", "replaces a.b")]),
          [], 4, ["cheating"]),
-        (OK, findings.Submitted(patches=[scan.Route("hooks", "x", "sets sys.excepthook")]), [], 4,
-         ["hooks"]),
-        (OK, findings.Submitted(patches=[scan.Route("dynamic-code", "x", "runs exec")]), [], 4,
-         ["dynamic-code"]),
-        (OK, findings.Submitted(patches=[scan.Route("forged-output", "x", "prints PASS")]), [], 4,
-         ["forged-output"]),
+        (OK, findings.Submitted(patches=[detectors.Route("dynamic-code", "x", "runs exec")]), [],
+         4, ["dynamic-code"]),
         (OK, findings.Submitted(), [("test-f", "IntegrityError", "called torch.mm")], 3,
          ["cheating"]),
         (OK, findings.Submitted(unchanged_solutions=True), [], 0, ["zero-score"]),

@@ -1,4 +1,4 @@
-"""The hostile class on a GPU: 05's, 07's and 09's attackers graded end to end by
+"""The hostile class on a GPU: 02's, 05's, 07's and 09's attackers graded end to end by
 `python -m grader autograde --mode gpu`, each student's kernel in its sandbox on a GPU of its
 own, beside an honest student and each attacker's honest base, speed cells included. Every
 attack on speed (tests/hostile/speed_routes.py) must be flagged with its speed cells at 0; every
@@ -6,7 +6,8 @@ attack outside the answer cells (tests/hostile/outside_answers.py) must score it
 included. What each student scored is kept in build/report/hostile_gpu_<notebook>.json, the
 record of a GPU run. Needs a GPU (two are used when there are two) and bubblewrap, as `make
 autograde` does; 09's batch needs an sm_90 GPU, where alone its float8 and warp-specialization
-cells score, and is skipped on others."""
+cells score, and is skipped on others. COURSE_HOSTILE_STUDENTS (attackers' names, comma-separated)
+grades only those, with their bases and the honest student, to fit a job's time limit."""
 
 import json
 import os
@@ -21,8 +22,15 @@ from tests.test_hostile import EVERYONE, check_attacker, graded
 
 pytestmark = pytest.mark.gpu
 
-GPU_BATCHES = ("05_autotuning", "07_flash_attention", "09_hopper")
-ATTACKERS = [a for a in EVERYONE if a.assignment in GPU_BATCHES]
+GPU_BATCHES = ("02_first_kernels", "05_autotuning", "07_flash_attention", "09_hopper")
+ONLY = {s for s in os.environ.get("COURSE_HOSTILE_STUDENTS", "").split(",") if s}
+ATTACKERS = [
+    a
+    for a in EVERYONE
+    if a.assignment in GPU_BATCHES
+    and (a.student in ONLY if ONLY else True)
+    and (a.gpu_only or a.assignment != "02_first_kernels")  # 02's others grade on the CPU
+]
 RECORDS = Path(__file__).parent.parent / "build" / "report"
 SPEED_CELL_TIMEOUT, SUBMISSION_TIMEOUT = 600, 1200
 MEMORY_GIB = 16  # what make autograde gives a student where the machine has it
@@ -74,7 +82,9 @@ def batches(tmp_path_factory, registered_course):
         (RECORDS / f"hostile_gpu_{name}.json").write_text(json.dumps(record, indent=1))
 
 
-@pytest.mark.parametrize("assignment", GPU_BATCHES)
+@pytest.mark.parametrize(
+    "assignment", [a for a in GPU_BATCHES if not ONLY or any(x.assignment == a for x in ATTACKERS)]
+)
 def test_the_honest_student_earns_every_point_speed_included(batches, assignment):
     _needs_its_gpu(assignment)
     result, code, printed = batches(assignment)

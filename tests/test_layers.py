@@ -82,3 +82,52 @@ def test_the_check_can_fail(tmp_path):
     )
     found = violations("runtime", fake)
     assert any("grader.grading" in v for v in found) and any("nbgrader" in v for v in found)
+
+
+def modules(grader: Path = GRADER) -> dict[str, set[str]]:
+    """{module: the modules of the package it imports}, from the source (lazy imports included):
+    `from a import b` counts as a.b where that is a module, else as a."""
+    names = {
+        ".".join(p.relative_to(grader.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in grader.rglob("*.py")
+    }
+    return {
+        name: {m if m in names else m.rpartition(".")[0] for _, m in imports(path)}
+        & (names.keys() - {name})
+        for name, path in names.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph`: each a path that comes back to its start, found by a
+    depth-first walk (one per back edge)."""
+    found, state, path = [], {}, []
+
+    def walk(node):
+        state[node] = "open"
+        path.append(node)
+        for other in sorted(graph.get(node, ())):
+            if state.get(other) == "open":
+                found.append(path[path.index(other) :] + [other])
+            elif other not in state:
+                walk(other)
+        path.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node)
+    return found
+
+
+def test_no_import_cycles():
+    assert not cycles(modules()), "\n".join(" -> ".join(c) for c in cycles(modules()))
+
+
+def test_the_cycle_check_can_fail(tmp_path):
+    """Two modules importing each other, one of them lazily, are a cycle."""
+    fake = tmp_path / "grader"
+    (fake / "grading").mkdir(parents=True)
+    (fake / "grading" / "a.py").write_text("from grader.grading import b\n")
+    (fake / "grading" / "b.py").write_text("def f():\n    import grader.grading.a\n")
+    assert cycles(modules(fake)) == [["grader.grading.a", "grader.grading.b", "grader.grading.a"]]

@@ -387,10 +387,9 @@ def test_ruff_is_clean(root, command):
 
 
 # Speed: every speed cell scores through the course's one speed path (grader.runtime.perf.grade,
-# or integrity.grade for 08's isolated measurement, which times with perf.measure), never by a
-# route of its own: the checks that path makes (fresh inputs, own work, census, ceilings) cannot
-# be left out by a cell.
-SPEED_PATH = {"perf.grade", "integrity.grade"}
+# which the judge measures at grading), never by a route of its own: the checks that path makes
+# (fresh inputs, own work, census, ceilings) cannot be left out by a cell.
+SPEED_PATH = {"perf.grade"}
 NOT_GRADED_HERE = "perf.not_graded_here"
 OTHER_ROUTES = {
     "perf.compare",
@@ -416,7 +415,7 @@ def dotted(node) -> str | None:
 
 def speed_route_problems(nb) -> list[str]:
     """Why the speed cells of `nb` do not all score through the one speed path (empty when they
-    do): a speed cell's last statement must call perf.grade or integrity.grade, or a function of
+    do): a speed cell's last statement must call perf.grade, or a function of
     a given cell whose every return does (or says the device grades no speed); neither may time
     or publish by another route."""
     helpers = {
@@ -502,8 +501,48 @@ def test_the_speed_path_rule_catches_a_cell_that_times_its_own_way(helper, cell,
 
 def test_the_speed_path_rule_accepts_the_path_and_helpers_that_return_it():
     assert speed_route_problems(speed_notebook("", "perf.grade(case, points=1)")) == []
-    assert (
-        speed_route_problems(speed_notebook("", "integrity.grade(M, 'x', at_least=1, points=1)"))
-        == []
-    )
     assert speed_route_problems(speed_notebook(GOOD_HELPER, "grade_it(1)")) == []
+
+
+# The judge runs again the given cells a test cell needs (grader.grading.roles' BOTH cells), with
+# RUN_BENCHMARKS off: whatever such a cell times or profiles must sit under `if RUN_BENCHMARKS`,
+# or the judge would time the student's functions outside any speed cell (perf.grade, in a
+# helper the speed cells call, is the speed path itself).
+MEASURES = OTHER_ROUTES | {"profile.each", "profile.of", "profile.compare"}
+
+
+def unguarded_measures(source: str) -> list[str]:
+    """The measuring calls of `source` outside an `if RUN_BENCHMARKS` block."""
+    found = []
+
+    def visit(node, guarded):
+        if isinstance(node, ast.If) and "RUN_BENCHMARKS" in ast.unparse(node.test):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, guarded)
+            return
+        if isinstance(node, ast.Call) and dotted(node.func) in MEASURES and not guarded:
+            found.append(dotted(node.func))
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def test_the_given_cells_the_judge_runs_measure_only_under_run_benchmarks(notebook):
+    from grader.grading import roles
+
+    _, nb = notebook
+    plan = roles.plan(nb, *roles.answers(nb))
+    both = [i for i, where in enumerate(plan.where) if where == roles.BOTH]
+    assert both, "the judge needs no given cell: the plan reads nothing"
+    problems = {i: unguarded_measures(roles.python(nb.cells[i].source)) for i in both}
+    assert not {i: p for i, p in problems.items() if p}, problems
+
+
+def test_unguarded_measures_are_found():
+    guarded = "if RUN_BENCHMARKS:\n    timing.bench(f)\nelse:\n    profile.each(g)\n"
+    assert unguarded_measures(guarded) == ["profile.each"]
+    assert unguarded_measures("def f():\n    perf.compare(a, b)\n") == ["perf.compare"]

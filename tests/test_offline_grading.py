@@ -195,14 +195,15 @@ def _heavy_modules_after(root, code: str) -> list[str]:
 
 def test_nbgrader_processes_start_without_torch(root):
     """What nbgrader imports of the grader in each student's process (its config, the guards,
-    the feedback page's preprocessor) leaves torch and Triton out: seconds a student."""
+    the judge) leaves torch and Triton out until a notebook's cells import them: the judge runs
+    the release's given cells, the student's kernel serves."""
     code = (
         "import runpy\n"
         "from grader.authoring import nbgrader_main\n"
         "nbgrader_main.lean()\n"
         "runpy.run_path('grader/grading/nbgrader_config.py', {'get_config': lambda: __import__("
         "'traitlets.config', fromlist=['Config']).Config()})\n"
-        "import grader.grading.notebook_guards, grader.grading.feedback, grader.grading.cost\n"
+        "import grader.grading.notebook_guards, grader.grading.judge, grader.grading.cost\n"
     )
     assert _heavy_modules_after(root, code) == []
 

@@ -130,6 +130,7 @@ def test_a_speed_cell_shows_the_recorded_verdicts_and_still_scores_nothing(
     with recorded.speed_cell():
         print("yours: 1.0 ms")
         perf.publish_verdict(perf.Verdict("eager", 2.5, 2.0))
+        perf.publish_verdict(perf.Verdict("the fewest DRAM bytes", 0.96, 1.1, at_most=True))
     into = collected(record_run, tmp_path, monkeypatch)
     (path,) = into.glob("*.json")
     assert recorded.speed_key(source) in json.loads(path.read_text())["cells"]
@@ -140,6 +141,7 @@ def test_a_speed_cell_shows_the_recorded_verdicts_and_still_scores_nothing(
     assert "Your instructor grades speed on a GPU" in shown
     assert "Recorded on NVIDIA H200" in shown and "yours: 1.0 ms" in shown
     assert "2.50x eager (needs 2x) ok" in shown
+    assert "0.96x the fewest DRAM bytes (at most 1.1x) ok" in shown  # a ceiling, shown as one
     monkeypatch.setattr(recorded, "cell_source", lambda: "perf.grade(other, points=1)")
     perf.not_graded_here(1)
     assert "No GPU recording of this speed cell" in capsys.readouterr().out

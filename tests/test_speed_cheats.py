@@ -289,31 +289,6 @@ def test_a_cheating_add_launcher_is_flagged_and_scores_zero(k02, capsys, record,
     assert flags and all(any(r in f for r in REASONS[cheat]) for f in flags), printed
 
 
-# -- the isolated measurement (08's speed cells) -------------------------------------------------
-
-
-def isolated(launcher):
-    from grader.runtime import integrity
-    from tests import integrity_kernels as ik
-
-    return integrity.measure_isolated(
-        [ik.scale_kernel, ik.scale, launcher],
-        launcher=launcher.__name__,
-        kernels=["scale_kernel"],
-        problem="tests.integrity_kernels:problem",
-        params={"n": 1 << 24},
-    )
-
-
-def test_the_isolated_measurement_flags_an_output_kept_across_calls_only():
-    from tests import integrity_kernels as ik
-
-    honest = isolated(ik.scale)
-    assert honest.ok and honest.flags == [] and honest.comparisons, str(honest)
-    cheat = isolated(ik.scale_keeps_first_output)
-    assert cheat.ok and cheat.flags, str(cheat)
-
-
 # -- a library computes, the exercise's kernel copies (04's and 05's speed cells) -----------------
 
 

@@ -1,5 +1,4 @@
 import itertools
-import time
 
 import pytest
 
@@ -85,65 +84,6 @@ def test_a_given_sampler_replaces_do_bench_and_needs_no_gpu():
     t = timing.bench(lambda: calls.append(1), sampler=timing.cpu_sampler)
     assert t.rounds >= 2 and len(t.samples) >= 6 and all(s >= 0 for s in t.samples)
     assert len(calls) == 4 * t.rounds  # a warm-up and three timed calls per round
-
-
-# -- the independent clock ---------------------------------------------------------------------
-
-
-def rounds_of(samples, clock):
-    """A fake sampler: every round gives `samples` and the synchronized batch's `clock`."""
-    return lambda fn, warmup_ms, rep_ms: timing.Round(tuple(samples), (clock,))
-
-
-def test_a_timer_that_agrees_with_the_host_clock_is_trusted():
-    t = timing.measure_until_stable(lambda: None, rounds_of([1.0] * 100, (20.0, 20.3, 20)))
-    assert len(t.clock) == 2  # the two pooled rounds
-    assert timing.clock_disagreement(t) is None
-
-
-def test_a_timer_that_reports_a_tenth_of_the_host_clock_is_flagged():
-    t = timing.measure_until_stable(lambda: None, rounds_of([0.1] * 100, (2.0, 20.0, 20)))
-    why = timing.clock_disagreement(t)
-    assert why is not None
-    assert "4.00 ms over 40 calls" in why and "40.00 ms" in why and "another stream" in why
-
-
-def test_the_clock_tolerance_is_the_stated_one():
-    host = 10.0
-    edge = host * (1 - timing.CLOCK_TOLERANCE) - timing.CLOCK_SLACK_MS
-    inside = timing.Timing((1.0,), 1, True, ((edge + 0.01, host, 20),))
-    outside = timing.Timing((1.0,), 1, True, ((edge - 0.01, host, 20),))
-    assert timing.clock_disagreement(inside) is None
-    assert timing.clock_disagreement(outside) is not None
-    too_long = timing.Timing((1.0,), 1, True, ((host * 1.2, host, 20),))  # a timer that adds time
-    assert timing.clock_disagreement(too_long) is not None
-    assert timing.clock_disagreement(timing.Timing((1.0,), 2, True)) is None  # no host clock
-
-
-def test_the_host_clock_is_the_one_seen_at_import(monkeypatch):
-    monkeypatch.setattr("time.perf_counter_ns", lambda: 0)  # a clock that never moves
-    r = timing.cpu_sampler(lambda: time.sleep(0.002), 0, 0)
-    ((_, host, calls),) = r.clock
-    assert calls == 3 and host >= 5.0  # three calls of 2 ms, by the clock seen at import
-
-
-def test_replaced_names_timers_swapped_through_sys_modules_and_importlib():
-    import importlib
-    import sys
-
-    assert timing.replaced() == []
-    original_ns, original_sampler = time.perf_counter_ns, timing.device_sampler
-    try:
-        importlib.import_module("time").perf_counter_ns = lambda: 0
-        sys.modules["grader.runtime.timing"].device_sampler = lambda *a, **k: None
-        assert set(timing.replaced()) == {
-            "time.perf_counter_ns",
-            "grader.runtime.timing.device_sampler",
-        }
-    finally:
-        importlib.import_module("time").perf_counter_ns = original_ns
-        timing.device_sampler = original_sampler
-    assert timing.replaced() == []
 
 
 def test_before_runs_before_every_call_and_check_after_the_last():

@@ -68,8 +68,7 @@ def assignments(solutions: Path = SOLUTIONS) -> list[Assignment]:
     """Every solutions/NN_topic/topic.py, in course order."""
     found = []
     for folder in sorted(p for p in solutions.iterdir() if p.is_dir() and p.name[:2].isdigit()):
-        topic = folder.name.split("_", 1)[1] if "_" in folder.name else folder.name
-        source = folder / f"{topic}.py"
+        source = folder / f"{folder.name.split('_', 1)[-1]}.py"
         if not source.exists():
             raise BuildError(f"{folder}: expected the notebook source {source.name}")
         found.append(Assignment(folder.name, source))
@@ -183,11 +182,11 @@ def nbgrader_env() -> dict[str, str]:
     return env
 
 
-def nbgrader(*args: str, root: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """Run an nbgrader command on the course directory `root`."""
+def nbgrader(*args: str, root: Path) -> subprocess.CompletedProcess:
+    """Run an nbgrader command on the course directory `root`; BuildError if it fails."""
     cmd = nbgrader_main.command(*args, f"--CourseDirectory.root={root}")
     result = subprocess.run(cmd, cwd=root, env=nbgrader_env(), capture_output=True, text=True)
-    if check and result.returncode != 0:
+    if result.returncode != 0:
         raise BuildError(f"`nbgrader {' '.join(args)}` failed:\n{result.stdout}\n{result.stderr}")
     return result
 
@@ -207,11 +206,7 @@ def build(build_dir: Path = BUILD, course: Path = COURSE, solutions: Path = SOLU
 
 
 def _tree(folder: Path) -> set[Path]:
-    return (
-        {p.relative_to(folder) for p in folder.rglob("*") if p.is_file()}
-        if folder.exists()
-        else set()
-    )
+    return {p.relative_to(folder) for p in folder.rglob("*") if p.is_file()}  # none if missing
 
 
 def differences(course: Path, fresh: Path) -> list[str]:

@@ -10,7 +10,8 @@ import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.authoring import build, kernel_connection
@@ -54,12 +55,11 @@ def parse_value(text: str):
 
 
 def _speed_score(cell) -> float | None:
+    """The number a speed cell ends with, its score."""
     results = [o for o in cell.outputs if o.output_type == "execute_result"]
-    if not results:
-        return None
     try:
         return float(results[-1].data["text/plain"])
-    except (KeyError, ValueError):
+    except (IndexError, KeyError, ValueError):
         return None
 
 
@@ -115,16 +115,13 @@ def assess(outcome: Outcome, *, grades_speed: bool, budget: float | None) -> Out
     """The outcome with its graded cells read and checked, and its time against `budget`."""
     import nbformat
 
-    problems = []
     grades = None
     if outcome.output.exists():
         grades = read_grades(nbformat.read(outcome.output, as_version=4), grades_speed=grades_speed)
-        problems += grades.problems
+    problems = grades.problems if grades else ()
     if budget and outcome.seconds > budget:
-        problems.append(f"took {outcome.seconds:.0f} s, over its budget of {budget:.0f} s")
-    return Outcome(
-        outcome.name, outcome.seconds, outcome.output, outcome.error, grades, tuple(problems)
-    )
+        problems += (f"took {outcome.seconds:.0f} s, over its budget of {budget:.0f} s",)
+    return replace(outcome, grades=grades, problems=problems)
 
 
 class _Prefixed(logging.Handler):
@@ -136,9 +133,8 @@ class _Prefixed(logging.Handler):
         self.name_prefix = name
 
     def emit(self, record):
-        text = record.getMessage().rstrip("\n")
-        for line in text.splitlines() or [""]:
-            sys.stdout.write(f"{self.name_prefix} | {line}\n")
+        lines = record.getMessage().rstrip("\n").splitlines() or [""]
+        sys.stdout.write("".join(f"{self.name_prefix} | {line}\n" for line in lines))
         sys.stdout.flush()
 
 
@@ -179,19 +175,19 @@ def run_notebook(
         logger.setLevel(logging.INFO)
     start = time.perf_counter()
     error = None
-    sockets = tempfile.TemporaryDirectory(prefix="kernel-")
     try:
-        papermill.execute_notebook(
-            str(source_ipynb),
-            str(output.resolve()),  # papermill saves from inside the notebook's folder
-            parameters=parameters or {},
-            kernel_name="python3",
-            cwd=str(source_ipynb.parent),
-            progress_bar=False,
-            log_output=stream,
-            timeout_func=timeout_for,
-            config=Config(kernel_connection.config(Path(sockets.name))),
-        )
+        with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
+            papermill.execute_notebook(
+                str(source_ipynb),
+                str(output.resolve()),  # papermill saves from inside the notebook's folder
+                parameters=parameters,
+                kernel_name="python3",
+                cwd=str(source_ipynb.parent),
+                progress_bar=False,
+                log_output=stream,
+                timeout_func=timeout_for,
+                config=Config(kernel_connection.config(Path(sockets))),
+            )
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     except TimeoutError as exc:  # nbclient's CellTimeoutError, or the kernel not starting
@@ -201,7 +197,6 @@ def run_notebook(
         error = f"{type(exc).__name__}: {exc}"
     finally:
         logger.removeHandler(handler)
-        sockets.cleanup()
     return Outcome(name, time.perf_counter() - start, output, error)
 
 
@@ -232,12 +227,7 @@ def run_notebooks(
         if stream:
             print(f"== {name}", flush=True)
         outcome = run_notebook(
-            source,
-            output,
-            parameters,
-            cell_timeout=cell_timeout,
-            deadline=deadline,
-            stream=stream,
+            source, output, parameters, cell_timeout=cell_timeout, deadline=deadline, stream=stream
         )
         if grades_speed is not None:
             outcome = assess(outcome, grades_speed=grades_speed, budget=budget)
@@ -252,13 +242,12 @@ def run_solutions(
     names: list[str] | None = None,
     *,
     out_dir: str | Path = "build/executed",
-    parameters: list[tuple[str, str]] | dict | None = None,
+    parameters: Iterable[tuple[str, str]] = (),
     **options,
 ) -> list[Outcome]:
-    """Build and execute the chosen solution notebooks (all by default, in course order);
-    `options` go to run_notebooks. Returns every outcome."""
-    params = dict(parameters or {})
-    params = {k: parse_value(v) if isinstance(v, str) else v for k, v in params.items()}
+    """Build and execute the chosen solution notebooks (all by default, in course order), with
+    the command line's papermill `parameters`; `options` go to run_notebooks."""
+    params = {name: parse_value(value) for name, value in parameters}
     found = build.build_sources(build.BUILD)
     unknown = set(names or ()) - {a.name for a in found}
     if unknown:

@@ -1,18 +1,15 @@
-"""The student kit: what students receive instead of the repository. `build_kits()` writes one
-kit per assignment (by default), or one kit of several notebooks when asked (`together`): each is
-build/student-kit/<label>/<KIT_NAME>/ and a zip of it, build/student-kit/<KIT_NAME>-<label>.zip,
-whose top folder is <KIT_NAME> for every assignment, so that each unzips over the last. A kit holds
-the chosen notebooks of course/ with the files released beside them, the student runtime
-(grader/__init__.py and grader/runtime/, nothing else of grader), pinned requirements for the CPU
-and for an NVIDIA GPU, two scripts (set up, open JupyterLab) and a README.
+"""The student kit: what students receive instead of the repository (docs/instructors.md, "The
+student kit"). `build_kits()` writes one kit per assignment, or one of several notebooks
+(`together`): build/student-kit/<label>/<KIT_NAME>/ and its zip, whose top folder is <KIT_NAME>
+for every kit. A kit holds the notebooks of course/ with their released files, the student runtime
+(grader/__init__.py and grader/runtime/), pinned requirements, two scripts and a README.
 
-No answer may travel with it. `leaks()` compares every code line of a kit, normalized, with the
-lines of the solutions' answers, hidden tests and reference kernels; a line of an answer may
-appear only in a side file released with a later notebook. `answers_held()` compares each kit
-file with each graded answer (the solution regions of an answer cell, normalized): no file may
-hold another notebook's answer, whole or nearly (ANSWER_SHARE of its lines), except a reference
-kernel of REFERENCE_KERNELS (05's gemm.py holds 04's blocked matmul) in a kit without the
-notebook it answers, handed out after that notebook's deadline. So 04 and 05 never share a kit.
+No answer may travel with it. `leaks()` compares every normalized code line of a kit with the
+lines of the answers, hidden tests and reference kernels; a line of an answer may appear only in a
+side file released with a later notebook. `answers_held()` refuses a kit file that holds most
+(ANSWER_SHARE) of another notebook's graded answer, except a reference kernel of
+REFERENCE_KERNELS (05's gemm.py holds 04's blocked matmul) in a kit without the notebook it
+answers, handed out after that notebook's deadline. So 04 and 05 never share a kit.
 """
 
 from __future__ import annotations
@@ -38,43 +35,33 @@ KIT_NAME = "gpu-kernels-course"
 OUT = build.BUILD / "student-kit"
 RUNTIME = build.ROOT / "grader" / "runtime"
 FILES = Path(__file__).parent / "kit_files"  # the kit's README and scripts, copied as they are
-# The third-party modules that released code may import, and the package that provides each
-# (IPython comes with ipykernel); `requirements()` pins them at pyproject.toml's versions and
-# `imports_outside()` refuses a kit that imports anything else.
-PROVIDERS = {
-    "torch": "torch",
-    "triton": "triton",
-    "numpy": "numpy",
-    "matplotlib": "matplotlib",
-    "ipywidgets": "ipywidgets",
-    "tqdm": "tqdm",
-    "IPython": "ipykernel",
-}
+# The third-party modules that released code may import, and the package that provides each;
+# `requirements()` pins them at pyproject.toml's versions and `imports_outside()` refuses a kit
+# that imports anything else.
+PROVIDERS = {name: name for name in "torch triton numpy matplotlib ipywidgets tqdm".split()}
+PROVIDERS["IPython"] = "ipykernel"
 # Not imported by any released code, but what students open the notebooks with.
 TOOLS = ("ipykernel", "jupyterlab")
-# What `bash setup.sh` downloads, which it says before it starts (the `# download:` line of
-# requirements.txt): pip's sizes of the wheels, in MB, for the pinned versions on Linux x86-64 and
-# Python 3.11, as `pip install --dry-run --ignore-installed --requirement requirements.txt`
-# reports them. The two largest by package and version, then the packages and MB in all.
-# tests/test_kit.py fails when a pin moves from these versions, and compares the total with what
-# pip reports while it installs the kit in a fresh folder.
+# What `bash setup.sh` says it downloads (the `# download:` line of requirements.txt): pip's
+# wheel sizes in MB for the pinned versions on Linux x86-64 and Python 3.11 (`pip install
+# --dry-run --ignore-installed -r requirements.txt`): the two largest by package and version, then
+# the packages and MB in all. tests/test_kit.py checks them against the pins and pip's total.
 DOWNLOAD_LARGEST = {"torch": ("2.13.0", 192), "triton": ("3.9.0", 286)}
 DOWNLOAD_ALL = (111, 580)
 # Side files under solutions/ that hold the reference answer of an earlier notebook's exercise,
-# by path under solutions/ and the notebook they answer. They may be released only with a later
-# notebook (the rule of `leaks()`), in a kit without the notebook they answer (`answers_held()`).
+# and the notebook they answer: released only with a later notebook (`leaks()`), in a kit without
+# the notebook they answer (`answers_held()`).
 REFERENCE_KERNELS = {"05_autotuning/gemm.py": "04_matmul", "09_hopper/gemm.py": "04_matmul"}
 MARKERS = {
     "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
     "hidden test": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
 }
 # A kit file that holds this share of the lines of another notebook's graded answer holds the
-# answer (`answers_held`): a copy with a line or two changed is still the answer. Notebooks share
-# idioms (00's ReLU and 02's masked add start alike), so well under all of it is no answer.
+# answer: a copy with a line or two changed is still the answer, but notebooks share idioms (00's
+# ReLU and 02's masked add start alike).
 ANSWER_SHARE = 0.8
-# Normalized lines this short are syntax shared by any two programs (`else:`, `return`, `)`,
-# `pass`); they name nothing of an answer, and every kernel has them. So do the returns of an
-# empty or constant value, whatever their length.
+# Normalized lines this short (`else:`, `return`, `pass`), and returns of an empty or constant
+# value, are syntax any two programs share: they name nothing of an answer.
 TRIVIAL = 6
 EMPTY_RETURNS = frozenset(
     f"return{value}" for value in ("[]", "{}", "()", "None", "True", "False", "0", '""', "''")
@@ -151,16 +138,11 @@ class Answer:
 # -- lines and how they are compared
 
 
-def normalize(line: str) -> str:
-    """A code line as compared: without whitespace (`code_lines` drops comments first)."""
-    return re.sub(r"\s+", "", line)
-
-
 @functools.cache  # every kit holds the same runtime: each of its files is read once per process
 def code_lines(text: str) -> tuple[tuple[int, str], ...]:
-    """(line number, normalized line) of Python source, comments dropped; lines too short to name
-    anything (TRIVIAL) and returns of an empty value (EMPTY_RETURNS) are left out. Source that does
-    not tokenize (a notebook's shell escape) is cut at its first `#` instead."""
+    """(line number, line without comments and whitespace) of Python source; lines too short to
+    name anything (TRIVIAL) and returns of an empty value (EMPTY_RETURNS) are left out. Source that
+    does not tokenize (a notebook's shell escape) is cut at its first `#` instead."""
     lines = text.splitlines()
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -171,7 +153,7 @@ def code_lines(text: str) -> tuple[tuple[int, str], ...]:
         lines = [line.split("#", 1)[0] for line in lines]
     out = []
     for i, line in enumerate(lines, 1):
-        norm = normalize(line)
+        norm = re.sub(r"\s+", "", line)
         if len(norm) >= TRIVIAL and norm not in EMPTY_RETURNS:
             out.append((i, norm))
     return tuple(out)
@@ -258,25 +240,23 @@ def answers(solutions: Path = build.SOLUTIONS) -> list[Answer]:
 
 def answers_held(folder: Path, graded: Iterable[Answer], notebooks: Iterable[str]) -> list[str]:
     """Each file of the kit at `folder` that holds ANSWER_SHARE or more of the lines of another
-    notebook's graded answer (its own notebook's answers are `leaks()`'s to find), with the
-    answer. A reference kernel of
-    REFERENCE_KERNELS is allowed in its side file when the kit does not hold the notebook it
-    answers (`notebooks`, the kit's)."""
-    texts: dict[str, list[str]] = {}
+    notebook's graded answer (its own notebook's are `leaks()`'s to find), with the answer. A
+    reference kernel of REFERENCE_KERNELS is allowed in its side file when the kit does not hold
+    the notebook it answers (`notebooks`, the kit's)."""
+    held: dict[str, set[str]] = {}  # by kit file, every cell of a notebook together
     for piece in kit_text(folder):
-        texts.setdefault(piece.path, []).append(piece.text)
+        held.setdefault(piece.path, set()).update(line for _, line in code_lines(piece.text))
     allowed_here = {
         f"course/{rel}": answered
         for rel, answered in REFERENCE_KERNELS.items()
         if answered not in set(notebooks)
     }
     found = []
-    for path, pieces in texts.items():
-        held = {line for text in pieces for _, line in code_lines(text)}
+    for path, lines in held.items():
         for answer in graded:
             if answer.notebook == notebook_of(path) or allowed_here.get(path) == answer.notebook:
                 continue
-            common = len(answer.lines & held)
+            common = len(answer.lines & lines)
             if common >= ANSWER_SHARE * len(answer.lines):
                 found.append(
                     f"{path} holds {common} of the {len(answer.lines)} lines of "
@@ -314,9 +294,7 @@ def allowed(secret: Secret, path: str) -> bool:
     test, or a kernel of the tests and benchmarks, may appear nowhere. COINCIDENCES are the
     exceptions, read one by one."""
     owner = notebook_of(path)
-    if (path, secret.line) in COINCIDENCES:
-        return True
-    return (
+    return (path, secret.line) in COINCIDENCES or (
         secret.kind != "hidden test"
         and secret.notebook[:2].isdigit()
         and owner is not None
@@ -401,9 +379,8 @@ def versions(root: Path = build.ROOT) -> dict[str, str]:
         if m:
             pins[m.group(1).lower()] = m.group(2)
     makefile = (root / "Makefile").read_text()
-    for var, version in re.findall(r"^(TORCH|TRITON)\s*\?=\s*\w+==([\w.]+)", makefile, re.M):
-        pins[var.lower()] = version
-    return pins
+    pinned = re.findall(r"^(TORCH|TRITON)\s*\?=\s*\w+==([\w.]+)", makefile, re.M)
+    return pins | {var.lower(): version for var, version in pinned}
 
 
 def requirements(gpu: bool, root: Path = build.ROOT) -> str:
@@ -465,20 +442,17 @@ def imported(source: str, path: str) -> tuple[str, ...]:
 # -- writing it
 
 
-def _ignore(_folder: str, names: list[str]) -> list[str]:
-    skip = ("__pycache__", ".ipynb_checkpoints")
-    return [n for n in names if n in skip or n.endswith((".pyc", ".executed.ipynb"))]
+_IGNORE = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints", "*.pyc", "*.executed.ipynb")
 
 
 def write_zip(folder: Path, target: Path) -> None:
     """`folder` as a zip with `folder`'s name as its top folder; fixed times, scripts executable."""
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(target, "w") as z:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             info = zipfile.ZipInfo(f"{folder.name}/{path.relative_to(folder).as_posix()}", ZIP_TIME)
             mode = 0o755 if path.suffix == ".sh" else 0o644
             info.external_attr = (stat.S_IFREG | mode) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, path.read_bytes())
+            z.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
 
 
 def build_kits(
@@ -519,15 +493,13 @@ def build_kit(
     label = "+".join(notebooks)
     folder = out / label / KIT_NAME
     target = out / f"{KIT_NAME}-{label}.zip"
-    if folder.parent.exists():
-        shutil.rmtree(folder.parent)
+    shutil.rmtree(folder.parent, ignore_errors=True)
     target.unlink(missing_ok=True)
     folder.mkdir(parents=True)
     for name in notebooks:
-        shutil.copytree(course_dir / name, folder / "course" / name, ignore=_ignore)
-    (folder / "grader").mkdir()
+        shutil.copytree(course_dir / name, folder / "course" / name, ignore=_IGNORE)
+    shutil.copytree(RUNTIME, folder / "grader" / "runtime", ignore=_IGNORE)
     shutil.copyfile(RUNTIME.parent / "__init__.py", folder / "grader" / "__init__.py")
-    shutil.copytree(RUNTIME, folder / "grader" / "runtime", ignore=_ignore)
     for path in sorted(FILES.iterdir()):
         shutil.copyfile(path, folder / path.name)
     (folder / "requirements.txt").write_text(requirements(gpu=False))

@@ -19,7 +19,7 @@ from grader.runtime import recorded
 
 # what makes a cell one that measures on a GPU
 MEASURES = re.compile(
-    r"timing\.bench\(|timing\.host_time\(|perf\.compare\(|measure_ceilings\(|measure_isolated\(|"
+    r"timing\.bench\(|timing\.host_time\(|perf\.compare\(|measure_ceilings\(|"
     r"max_memory_allocated\(|On a GPU[^\n]*this cell"
 )
 CELL = re.compile(r'recorded\.cell\("([^"]+)"\)')
@@ -45,7 +45,7 @@ def problems(notebook: str, source: str) -> list[str]:
     found, seen = [], set()
     for cell in code_cells(source):
         if "nbgrader=" in cell.splitlines()[0]:
-            continue  # graded cells: speed is recorded by perf.grade and integrity.grade
+            continue  # graded cells: speed is recorded by perf.grade
         keys, shown = CELL.findall(cell), set(SHOW.findall(cell))
         first = cell.strip().splitlines()[1] if len(cell.strip().splitlines()) > 1 else cell
         if MEASURES.search(cell) and not keys:

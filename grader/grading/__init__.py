@@ -1,9 +1,9 @@
-"""Batch grading with nbgrader, for instructors: `autograde` (a whole batch), `sandbox` (one
-submission's limits), `jail` (its kernel in bubblewrap), `gradebook` (nbgrader's database),
-`findings` (what in a submission needs a human look), `scan` (what a student's code can do to
-the cells after it, read from its source), `tells` (outputs a test cell cannot have produced),
-`verdicts` (speed verdicts read back as data), `feedback` (feedback pages that carry no hidden
-test), `hidden_tests` (hidden tests shown plainly, for a human look), `notebook_guards`
-(malformed notebooks and floods of output), `classreport` (CSV, report and plots), and
+"""Batch grading with nbgrader, for instructors: `autograde` (a whole batch), `notebook_guards`
+(nbgrader's Execute: each cell where `roles` says it runs, the test cells in the `judge`, the
+student's own process serving its calls), `activity` (the GPU activity log the judge reads
+speed from), `sandbox` (one submission's limits), `jail` (its kernel in bubblewrap),
+`gradebook` (nbgrader's database), `findings` (what in a submission needs a human look),
+`detectors` (answer cells that reach into their own process, and kernelguard's rules),
+`verdicts` (speed verdicts read back as data), `classreport` (CSV, report and plots), and
 nbgrader's configuration (`nbgrader_config.py`, `nbgrader_policy`). Everything here is the
 trusted side: it decides scores and writes every output."""

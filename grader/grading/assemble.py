@@ -10,17 +10,19 @@ An answer cell is found by its nbgrader grade_id; of two with one grade_id, the 
 nbgrader's own deduplication would keep one). One missing from the submission runs as released
 (its stub), so its exercise scores nothing.
 
-`stage` writes what nbgrader's `autograde` reads for one student into a folder of its own
-(ASSEMBLED/<student>/<assignment>/): the assembled notebooks and, where the submission has a
-well-formed one, nbgrader's `timestamp.txt`. Files are read without following links, within the
-size limit for one file; nothing else is copied, so no submitted file can reach the kernel's
-working directory or its import path.
+`read` reads a student's submission folder once, each file without following a link and within
+the size limit for one file: the notebooks it assembles, what could not be read, the timestamp
+and a digest of every file. `stage` writes what nbgrader's `autograde` reads of it into a folder
+of its own (ASSEMBLED/<student>/<assignment>/): the assembled notebooks and, where the submission
+has a well-formed one, nbgrader's `timestamp.txt`; nothing else, so no submitted file can reach
+the kernel's working directory or its import path.
 """
 
 from __future__ import annotations
 
 import copy
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -35,6 +37,7 @@ from grader.grading.nbgrader_policy import grade_id_of
 ASSEMBLED = "assembled"  # nbgrader's submitted_directory while it grades (see autograde)
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file larger than this is not read, nor graded
 TIMESTAMP = "timestamp.txt"
+NOT_READ = f"not a plain file of at most {MAX_NOTEBOOK_BYTES >> 20} MiB (a link is not followed)"
 MAX_TIMESTAMP_BYTES = 256
 
 
@@ -118,6 +121,13 @@ def _text(source) -> str:
 # -- reading and staging one student's files -------------------------------------------------
 
 
+def printable(name: str) -> str:
+    """`name` as text a report can hold: bytes that are not UTF-8 as \\xNN escapes, control
+    characters as \\uNNNN."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+
+
 def read_plain(path: Path, limit: int) -> bytes | None:
     """The bytes of `path` if it is a regular file, not a link, of at most `limit` bytes; else
     None. The file is opened without following a link, and checked once open."""
@@ -168,10 +178,9 @@ def parse_notebook(data: bytes):
     return nb, None
 
 
-def timestamp(folder: Path) -> str | None:
-    """The submission's timestamp.txt, when it is a plain small file nbgrader can read."""
-    data = read_plain(folder / TIMESTAMP, MAX_TIMESTAMP_BYTES)
-    if data is None:
+def _stamp(data: bytes | None) -> str | None:
+    """A timestamp.txt's text, when it is small text that nbgrader can read."""
+    if data is None or len(data) > MAX_TIMESTAMP_BYTES:
         return None
     try:
         from nbgrader.utils import parse_utc
@@ -183,21 +192,64 @@ def timestamp(folder: Path) -> str | None:
     return text or None
 
 
-def stage(submitted: Path, release: dict[str, object], target: Path) -> list[str]:
-    """Write into `target` (emptied first) the assembled notebook of each released notebook that
-    the submission folder `submitted` holds as a readable notebook, and its timestamp. Returns
-    the names of the notebooks written."""
+def timestamp(folder: Path) -> str | None:
+    """The submission's timestamp.txt, when it is a plain small file nbgrader can read."""
+    return _stamp(read_plain(folder / TIMESTAMP, MAX_TIMESTAMP_BYTES))
+
+
+@dataclass
+class Submission:
+    """A student's submission folder as `read` found it."""
+
+    notebooks: dict[str, nbformat.NotebookNode] = field(default_factory=dict)  # name: assembled
+    unreadable: dict[str, str] = field(default_factory=dict)  # name: why it is not a notebook
+    missing: list[str] = field(default_factory=list)  # released notebooks not handed in
+    dropped: Dropped = field(default_factory=Dropped)
+    stamp: str | None = None  # its timestamp.txt, where nbgrader can read it
+    digest: str = ""  # of every file's path and content
+
+
+def read(folder: Path, release: dict[str, object]) -> Submission:
+    """Read every file of the submission folder `folder` once: each of the released notebooks
+    {name: notebook} that it holds as a notebook is assembled, and what else it holds noted."""
+    found, digest, handed = Submission(), hashlib.sha256(), {}
+    names = {f"{name}.ipynb": name for name in release}
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:  # never into a link
+        relative = str(path.relative_to(folder))
+        if path.parent == folder and relative not in names and relative != TIMESTAMP:
+            found.dropped.files.append(printable(relative))
+        if path.is_dir() and not path.is_symlink():
+            continue
+        data = read_plain(path, MAX_NOTEBOOK_BYTES)
+        digest.update(os.fsencode(relative) + b"\0" + (b"unreadable" if data is None else data))
+        if relative == TIMESTAMP:
+            found.stamp = _stamp(data)
+        elif relative in names:
+            handed[names[relative]] = data
+    for name, given in release.items():
+        if name not in handed:
+            found.missing.append(name)
+            continue
+        data = handed[name]
+        nb, why = (None, NOT_READ) if data is None else parse_notebook(data)
+        if nb is None:
+            found.unreadable[name] = why
+        else:
+            found.notebooks[name], dropped = assemble(given, nb)
+            found.dropped.merge(dropped)
+    found.digest = digest.hexdigest()
+    return found
+
+
+def stage(submitted: Path, release: dict[str, object], target: Path) -> Submission:
+    """`read` the submission folder `submitted`, and write into `target` (emptied first) its
+    assembled notebooks and its timestamp."""
+    found = read(submitted, release)
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    written = []
-    for name, given in release.items():
-        data = read_plain(submitted / f"{name}.ipynb", MAX_NOTEBOOK_BYTES)
-        nb = None if data is None else parse_notebook(data)[0]
-        if nb is not None:
-            nbformat.write(assemble(given, nb)[0], target / f"{name}.ipynb")
-            written.append(name)
-    stamp = timestamp(submitted)
-    if stamp is not None:
-        (target / TIMESTAMP).write_text(stamp + "\n")
-    return written
+    for name, nb in found.notebooks.items():
+        nbformat.write(nb, target / f"{name}.ipynb")
+    if found.stamp is not None:
+        (target / TIMESTAMP).write_text(found.stamp + "\n")
+    return found

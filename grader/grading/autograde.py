@@ -1,32 +1,29 @@
 """Grade every submission of one assignment with nbgrader, then write feedback, grades and the
 class report. `python -m grader autograde` and `make autograde` run it; docs/instructors.md says
-how it fits with the rest of nbgrader.
+how it fits with the rest of nbgrader. Each submission goes one way:
 
-1. The course directory (build/ by default) must hold the assignment's source and its entry in
-   the gradebook; `make release` makes both, and what is missing is generated here.
-2. Submissions come in: a folder in nbgrader's layout (<student>/<assignment>/<notebook>.ipynb) is
-   copied into submitted/; an LMS download (a zip, or a folder of its files) goes through
-   `nbgrader zip_collect`; an nbgrader exchange's inbound/ is read by grader.grading.exchange,
-   in place of `nbgrader collect`. A folder of submitted/ that holds a link or a file past the
-   size limit is not graded, however it got there (`untrusted`).
-3. Each student's notebooks are assembled (grader.grading.assemble): the release with the
-   student's answer cells, nothing else they handed in. `nbgrader autograde <assignment>
-   --student=<id>` grades those, one subprocess per student, several side by side on the CPU
-   and one per GPU on GPUs (speed cells time kernels; grader.grading.devices),
-   or one Slurm task per student (a `Grader`: grader.grading.slurm), each in
-   grader.grading.sandbox: a submission that crashes, hangs or eats the memory costs itself
-   alone, and every score already in the gradebook stays there. The Jupyter kernel that runs
-   the student's code is in grader.grading.jail (bubblewrap), out of reach of the course
-   directory, the other students and the network. A submission graded before
-   and unchanged since is not graded again unless `force` is set.
-4. `nbgrader generate_feedback`, then grades read back through nbgrader's Gradebook API, each
-   submission inspected by grader.grading.findings, and grader.grading.classreport writes the
-   outputs.
+1. In: the course directory (build/ by default) holds the assignment's source, release and entry
+   in the gradebook (`make release` makes them; `prepare`, what is missing). Submissions come in
+   within the limits of grader.grading.intake: a folder in nbgrader's layout is copied into
+   submitted/, an LMS download goes through `nbgrader zip_collect`, an nbgrader exchange's
+   inbound/ is read by grader.grading.exchange. A folder of submitted/ that holds a link or is
+   past those limits is not graded, however it got there (`untrusted`).
+2. Assembled: the submission is read once (grader.grading.assemble); what runs is the release
+   with the student's answer cells, nothing else they handed in.
+3. Run: `nbgrader autograde <assignment> --student=<id>`, one subprocess per student, several
+   side by side on the CPU and one per GPU (grader.grading.devices), or one Slurm task per
+   student (a `Grader`: grader.grading.slurm), each in grader.grading.sandbox and its kernel in
+   grader.grading.jail: a submission that crashes, hangs or eats the memory costs itself alone,
+   out of reach of the course directory, the other students and the network.
+4. Recorded: its outcome and what was handed in, as a `Record` (runs/<student>.json), and in the
+   gradebook, where every score already there stays. A submission graded before and unchanged
+   since is not run again unless `force` is set.
+5. Reported: `nbgrader generate_feedback`, then grader.grading.classreport's outputs from the
+   gradebook, the records and the graded notebooks (grader.grading.findings).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -37,30 +34,33 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import BinaryIO
 
 from grader.authoring import build, nbgrader_main
 from grader.grading import (
+    activity,
     assemble,
     classreport,
+    detectors,
     devices,
+    exchange,
     findings,
     gradebook,
-    hidden_tests,
+    intake,
     jail,
     jupyter_data,
     nbgrader_policy,
     sandbox,
     zygote,
 )
-from grader.grading.findings import printable
+from grader.grading.assemble import printable
+from grader.grading.intake import AutogradeError, Refused, student_id_problem
+from grader.grading.nbgrader_policy import grade_id_of
 from grader.runtime import profile
-
-if TYPE_CHECKING:
-    from grader.grading import exchange
 
 NBGRADER_VERSION = "0.9"
 KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
@@ -69,10 +69,6 @@ LOCK_RETRIES = 2  # a run that lost a race for the SQLite file is run again
 # or the row of the course (its id from nbgrader's config) added by another run a moment earlier.
 LOST_RACES = ("database is locked", "UNIQUE constraint failed: course.id")
 RELEASE_FEEDBACK_READS = ("timestamp.txt", "submission_secret.txt")  # besides the pages
-
-
-class AutogradeError(RuntimeError):
-    """The batch cannot be graded as asked; the message says what to fix."""
 
 
 def require_nbgrader() -> None:
@@ -135,15 +131,18 @@ class Batch:
 
 
 def environment(batch: Batch) -> dict[str, str]:
-    """nbgrader's environment (build.nbgrader_env) plus the grading device and timeouts; the
-    kernel inherits it."""
+    """nbgrader's environment (build.nbgrader_env), which the kernel inherits, with the grading
+    device, timeouts and on a GPU the activity library the judge reads speed from."""
     env = jupyter_data.environment(build.nbgrader_env())
     env["COURSE_MODE"] = batch.mode
+    if batch.mode == "gpu":
+        try:
+            env[activity.LIBRARY] = str(activity.build(batch.root / "activity"))
+        except activity.ActivityError as why:
+            env[activity.UNBUILT] = str(why)
     env[nbgrader_policy.CELL_TIMEOUT_VARIABLE] = str(batch.cell_timeout)
     env[nbgrader_policy.SPEED_CELL_TIMEOUT_VARIABLE] = str(batch.speed_cell_timeout)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(build.ROOT), env.get("PYTHONPATH", "")) if p
-    )
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(build.ROOT), env.get("PYTHONPATH")]))
     if batch.mode != "gpu":  # side-by-side kernels should not each start a thread per core
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // batch.jobs)))
     return env
@@ -154,8 +153,8 @@ def kernel_sandbox(
     batch: Batch, gpu: devices.Gpu | None = None
 ) -> Iterator[tuple[list[str], dict[str, str]]]:
     """nbgrader's extra options and environment for one student's run, on `gpu` alone where one
-    is given: with `batch.jailed`, a kernel in grader.grading.jail of its own (a uid of its own
-    while it runs, and only that GPU's device node), its private folders removed afterwards."""
+    is given: with `batch.jailed`, a kernel in grader.grading.jail with a uid of its own and only
+    that GPU's device node, its private folders removed afterwards."""
     env = {**environment(batch), **(gpu.env if gpu else {})}
     if not batch.jailed:
         yield [], env
@@ -166,23 +165,25 @@ def kernel_sandbox(
             "student (devices.Pool(...).lease(), as grade_here does), or every cell that needs "
             "the GPU fails"
         )
-    kernel = jail.kernel_argv(KERNEL)
     # Nsight Compute, for the speed cells that count DRAM bytes (perf.Traffic): its folder bound
     # in, and its ncu named, since the toolkit's bin/ncu looks for it outside /usr
     ncu = profile.installation() if gpu else None
     inside = dict(gpu.env) if gpu else {}
     if ncu is not None:
         inside[profile.NCU_ENV] = str(ncu / "ncu")
+    tools = [str(ncu)] if ncu else []
+    if activity.LIBRARY in env:  # the GPU activity library, which the kernel's CUDA loads
+        tools.append(str(Path(env[activity.LIBRARY]).parent))
     with (
         jail.slot() as n,
         jail.prepared(
-            kernel,
+            jail.kernel_argv(KERNEL),
             uid=jail.UID_BASE + n,
             scratch_bytes=batch.memory_limit // 4,
             nproc=max(1024, 8 * (os.cpu_count() or 1)),
             gpu=gpu.minor if gpu else None,
             env=inside,
-            tools=[str(ncu)] if ncu else [],
+            tools=tools,
         ) as (spec, variables),
     ):
         yield jail.nbgrader_options(spec), {**env, **variables}
@@ -198,8 +199,8 @@ def nbgrader_command(batch: Batch, *args: str) -> list[str]:
 
 @contextmanager
 def forking(batch: Batch) -> Iterator[None]:
-    """`batch.zygotes` for as long as the block runs, where the batch has none yet: the nbgrader
-    runs of its students and of its feedback are then forked (grader.grading.zygote)."""
+    """`batch.zygotes` while the block runs, where the batch has none yet: the nbgrader runs of
+    its students and feedback are forked from them (grader.grading.zygote)."""
     if batch.zygotes is not None:
         yield
         return
@@ -229,7 +230,7 @@ def run_sandboxed(
         )
 
 
-def run_nbgrader(batch: Batch, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run_nbgrader(batch: Batch, *args: str) -> None:
     done = subprocess.run(
         nbgrader_command(batch, *args),
         cwd=batch.root,
@@ -238,15 +239,10 @@ def run_nbgrader(batch: Batch, *args: str, check: bool = True) -> subprocess.Com
         text=True,
         timeout=batch.timeout,
     )
-    if check and done.returncode != 0:
+    if done.returncode != 0:
         raise AutogradeError(
             f"`nbgrader {' '.join(args)}` failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         )
-    return done
-
-
-def _registered(batch: Batch) -> bool:
-    return bool(gradebook.max_scores(batch.url, batch.assignment))
 
 
 def prepare(batch: Batch) -> None:
@@ -257,250 +253,231 @@ def prepare(batch: Batch) -> None:
     if not batch.folder("source").joinpath(batch.assignment).is_dir():
         known = ", ".join(a.name for a in build.assignments())
         raise AutogradeError(f"no assignment {batch.assignment!r}; the course has: {known}")
-    if not _registered(batch) or not batch.folder("release").joinpath(batch.assignment).is_dir():
+    registered = gradebook.max_scores(batch.url, batch.assignment)
+    if not registered or not batch.folder("release").joinpath(batch.assignment).is_dir():
         print(f"registering {batch.assignment} in the gradebook (nbgrader generate_assignment)")
         run_nbgrader(batch, "generate_assignment", batch.assignment, "--force")
 
 
 # -- submissions in --------------------------------------------------------------------------
 
-MAX_FILE_BYTES = findings.MAX_NOTEBOOK_BYTES  # one file handed in
-MAX_EXTRACTED_BYTES = 4 << 30  # all files of one LMS download together, once extracted
-TOO_LARGE = f"over the {MAX_FILE_BYTES >> 20} MiB limit for one file, not read"
-GLOB_CHARACTERS = "*?[]"  # `nbgrader --student` takes a pattern: these would match others
 
-
-@dataclass(frozen=True)
-class Refused:
-    """A file or folder of the submissions left out of the batch, and why. `student` is the
-    student it belongs to (as the report may print it), else the file's own name."""
-
-    student: str
-    reason: str
-
-
-def student_id_problem(name: str) -> str | None:
-    """Why `name` cannot be a student id in the batch, or None when it can."""
-    if printable(name) != name:
-        return "the name is not printable UTF-8 text (a byte of another encoding, or a control)"
-    if any(c in GLOB_CHARACTERS for c in name):
-        return (
-            "the name holds one of * ? [ ], which `nbgrader autograde --student` reads as a "
-            "pattern matching other students"
-        )
-    if name.startswith(".") or not name.strip():
-        return "the name is empty or starts with a dot (a hidden folder)"
-    return None
-
-
-def _refused_path(batch: Batch) -> Path:
-    return batch.out / "refused.json"
+def _submitted(batch: Batch) -> dict[str, str | None]:
+    """{folder name: why grading leaves it out, or None} for each folder of submitted/ that holds
+    the assignment: one whose name is not a student id the batch can use, or whose submission
+    is, or holds, a symbolic link, or holds anything but plain files within intake's limits
+    (however it got there: `nbgrader collect`, a copy by hand). Nothing of those is read."""
+    submitted = batch.folder("submitted")
+    found: dict[str, str | None] = {}
+    for d in sorted(submitted.iterdir()) if submitted.is_dir() else []:
+        folder = d / batch.assignment
+        if not folder.is_dir():
+            continue
+        if problem := student_id_problem(d.name):
+            found[d.name] = f"submitted/{printable(d.name)}: {problem}"
+        elif problem := _folder_problem(folder, f"submitted/{d.name}/{batch.assignment}"):
+            found[d.name] = f"{problem}; not graded (import it again)"
+        else:
+            found[d.name] = None
+    return found
 
 
 def refused(batch: Batch) -> list[Refused]:
-    """What the last import left out, every folder of submitted/ whose name is not a student id
-    the batch can use, and every one that `untrusted` leaves out."""
-    path = _refused_path(batch)
+    """What the last import left out, and every folder of submitted/ that grading leaves out."""
+    path = batch.out / intake.REFUSED
     found = [Refused(**r) for r in json.loads(path.read_text())] if path.is_file() else []
-    submitted = batch.folder("submitted")
-    for d in sorted(submitted.iterdir()) if submitted.is_dir() else []:
-        problem = student_id_problem(d.name)
-        if problem and (d / batch.assignment).is_dir():
-            found.append(Refused(printable(d.name), f"submitted/{printable(d.name)}: {problem}"))
-    found += [Refused(s, why) for s, why in untrusted(batch).items()]
+    found += [Refused(printable(n), why) for n, why in _submitted(batch).items() if why]
     return list(dict.fromkeys(found))
 
 
+def untrusted(batch: Batch) -> dict[str, str]:
+    """{student: why} for each student folder of submitted/ that grading does not read."""
+    left_out = _submitted(batch).items()
+    return {n: why for n, why in left_out if why and student_id_problem(n) is None}
+
+
+def students(batch: Batch) -> list[str]:
+    """Every student with a submission of the assignment in submitted/ that grading may read."""
+    return [name for name, why in _submitted(batch).items() if why is None]
+
+
+def _walk(folder: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """Every file and folder under `folder`, never into a link, each with its lstat, counted by
+    an intake.Budget: TooMuch past one submission's limits, before anything of it is copied."""
+    budget = intake.Budget()
+    for where, folders, files in os.walk(folder):
+        folders.sort()
+        for name in sorted([*folders, *files]):
+            mode = os.lstat(os.path.join(where, name))
+            budget.count(mode.st_size if stat.S_ISREG(mode.st_mode) else 0)
+            yield Path(where, name), mode
+
+
 def _folder_problem(folder: Path, shown: str) -> str | None:
-    """Why grading must not read the folder `folder` (`shown` is how a report names it): it is,
-    or holds, a symbolic link; it holds something other than plain files and folders, or a file
-    over MAX_FILE_BYTES. None when it holds plain files within the limit."""
+    """Why grading must not read `folder` (`shown` is how a report names it), or None."""
     if folder.is_symlink() or folder.parent.is_symlink():
         return f"{shown}: a symbolic link, not followed"
-    for where, folders, files in os.walk(folder):  # never into a link
-        for name in sorted([*folders, *files]):
-            path = Path(where, name)
-            mode = path.lstat()
+    try:
+        for path, mode in _walk(folder):
             relative = f"{shown}/{printable(str(path.relative_to(folder)))}"
             if stat.S_ISLNK(mode.st_mode):
                 return f"{relative}: a symbolic link, not followed"
             if not stat.S_ISDIR(mode.st_mode) and not stat.S_ISREG(mode.st_mode):
                 return f"{relative}: not a plain file or folder"
-            if stat.S_ISREG(mode.st_mode) and mode.st_size > MAX_FILE_BYTES:
-                return f"{relative}: {TOO_LARGE}"
+            if stat.S_ISREG(mode.st_mode) and mode.st_size > intake.MAX_FILE_BYTES:
+                return f"{relative}: {intake.TOO_LARGE}"
+    except intake.TooMuch as why:
+        return f"{shown}: {why}"
     return None
 
 
-def untrusted(batch: Batch) -> dict[str, str]:
-    """{student: why} for each student folder of submitted/ that grading does not trust, however
-    it got there (`nbgrader collect`, a copy by hand): one that is or holds a symbolic link, or
-    holds anything but plain files within the size limit. Its student is not graded, and nothing
-    of it is read."""
-    submitted = batch.folder("submitted")
-    found = {}
-    for d in sorted(submitted.iterdir()) if submitted.is_dir() else []:
-        if student_id_problem(d.name) is None and (d / batch.assignment).is_dir():
-            where = f"submitted/{d.name}/{batch.assignment}"
-            problem = _folder_problem(d / batch.assignment, where)
-            if problem:
-                found[d.name] = f"{problem}; not graded (import it again)"
-    return found
-
-
-def students(batch: Batch) -> list[str]:
-    """Every student with a submission folder for the assignment in submitted/, a name the
-    batch can use as a student id, and a folder grading may read (`refused` lists the others)."""
-    submitted = batch.folder("submitted")
-    if not submitted.is_dir():
-        return []
-    left_out = untrusted(batch)
-    return sorted(
-        d.name
-        for d in submitted.iterdir()
-        if (d / batch.assignment).is_dir()
-        and student_id_problem(d.name) is None
-        and d.name not in left_out
-    )
-
-
-def _copy_capped(read, target: Path, limit: int) -> int | None:
-    """Copy the binary stream `read` to `target`, at most `limit` bytes: the bytes written, or
-    None (and nothing written) when there were more."""
-    written = 0
-    with open(target, "wb") as out:
-        while chunk := read.read(1 << 20):
-            written += len(chunk)
-            if written > limit:
-                break
-            out.write(chunk)
-    if written > limit:
-        target.unlink()
-        return None
-    return written
-
-
-def _copy_student(batch: Batch, student: Path, notes: list[Refused]) -> None:
-    """submitted/<student>/<assignment> from a folder in nbgrader's layout: plain files only,
-    none over the size limit; symbolic links are never followed."""
-    target = batch.folder("submitted", student.name)
-    if target.exists():
-        shutil.rmtree(target)
-    source = student / batch.assignment
-    for path in sorted(source.rglob("*")):
-        where = f"{student.name}/{batch.assignment}/{path.relative_to(source)}"
-        if path.is_symlink():
-            notes.append(Refused(student.name, f"{printable(where)}: a symbolic link, not read"))
-        elif path.is_file() and not any(p.is_symlink() for p in path.relative_to(source).parents):
-            (target / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "rb") as f:
-                copied = _copy_capped(f, target / path.relative_to(source), MAX_FILE_BYTES)
-            if copied is None:
-                notes.append(Refused(student.name, f"{printable(where)}: {TOO_LARGE}"))
-    target.mkdir(parents=True, exist_ok=True)
-
-
 def _from_layout(batch: Batch, layout: Path, notes: list[Refused]) -> list[str]:
-    """Copy every student folder of `layout` (nbgrader's) that holds the assignment."""
+    """Copy each student folder of `layout` (nbgrader's) that holds the assignment into
+    submitted/<student>/<assignment>: plain files only, none over the size limit, symbolic links
+    never followed; nothing at all of one that holds more than one submission may, counted
+    before anything is copied. Returns the students copied."""
     found = []
     for d in sorted(layout.iterdir()):
-        if not (d / batch.assignment).is_dir():
+        source, target = d / batch.assignment, batch.folder("submitted", d.name)
+        if not source.is_dir():
             continue
-        problem = student_id_problem(d.name)
-        if problem:
+        if problem := student_id_problem(d.name):
             notes.append(Refused(printable(d.name), f"{printable(d.name)}/: {problem}"))
-        elif d.is_symlink() or (d / batch.assignment).is_symlink():
+            continue
+        if d.is_symlink() or source.is_symlink():
             notes.append(Refused(d.name, f"{d.name}/: a symbolic link, not followed"))
-        else:
-            _copy_student(batch, d, notes)
-            found.append(d.name)
+            continue
+        if target.exists():
+            shutil.rmtree(target)
+        said, files = [], []
+        try:
+            for path, mode in _walk(source):
+                where = printable(f"{d.name}/{batch.assignment}/{path.relative_to(source)}")
+                if stat.S_ISLNK(mode.st_mode):
+                    said.append(Refused(d.name, f"{where}: a symbolic link, not read"))
+                elif stat.S_ISREG(mode.st_mode) and mode.st_size > intake.MAX_FILE_BYTES:
+                    said.append(Refused(d.name, f"{where}: {intake.TOO_LARGE}"))
+                elif stat.S_ISREG(mode.st_mode):
+                    files.append((path.relative_to(source), where, mode.st_size))
+        except intake.TooMuch as why:
+            notes.append(Refused(d.name, f"{printable(f'{d.name}/{batch.assignment}')}/: {why}"))
+            continue
+        for relative, where, size in files:
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            with open(source / relative, "rb") as f:
+                if not intake.copy_capped(f, target / relative, size):
+                    said.append(Refused(d.name, f"{where}: {intake.CHANGED}"))
+        notes += said
+        target.mkdir(parents=True, exist_ok=True)
+        found.append(d.name)
     return found
 
 
-def _lms_files(source: Path, into: Path, notes: list[Refused]) -> list[Path]:
-    """The files of an LMS download (a zip, or a folder of files and zips) extracted into
-    `into` as plain files: no entry outside it, no link, none over the size limits. An archive
-    inside one of the download's zips is a student's file, left to `_collect`."""
-    budget = [MAX_EXTRACTED_BYTES]
-    written: list[Path] = []
+@dataclass(frozen=True)
+class _Download:
+    """One file of an LMS download, not extracted yet."""
 
-    def put(name: str, read) -> None:
-        parts = Path(name).parts
-        if not parts or Path(name).is_absolute() or ".." in parts:
-            notes.append(
-                Refused(printable(name), f"{printable(name)}: a path outside the download")
-            )
-            return
-        target = into.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        size = _copy_capped(read, target, min(MAX_FILE_BYTES, budget[0]))
-        if size is None:
-            why = TOO_LARGE if budget[0] > MAX_FILE_BYTES else "over the download's size limit"
-            notes.append(Refused(printable(Path(name).name), f"{printable(name)}: {why}"))
-        else:
-            budget[0] -= size
-            written.append(target)
+    name: str  # its path in the download
+    size: int  # as the zip or the folder says; no more is extracted
+    open: Callable[[], BinaryIO]
+
+
+def _lms_files(source: Path, zips: ExitStack, notes: list[Refused]) -> list[_Download]:
+    """Every file of an LMS download (a zip, or a folder of files and zips), none extracted, and
+    no link. An archive inside one of the download's zips is a student's file, left to
+    `_collect`. The zips stay open as long as `zips`."""
+    found = []
 
     def unzip(path: Path, prefix: str) -> None:
         try:
-            with zipfile.ZipFile(path) as z:
-                for info in z.infolist():
-                    if info.is_dir():
-                        continue
-                    if stat.S_ISLNK(info.external_attr >> 16):
-                        notes.append(Refused(printable(info.filename), "a symbolic link, not read"))
-                        continue
-                    with z.open(info) as read:
-                        put(prefix + info.filename, read)
-        except (zipfile.BadZipFile, OSError, RuntimeError) as exc:  # damaged, encrypted
+            z = zips.enter_context(zipfile.ZipFile(path))
+        except (zipfile.BadZipFile, OSError) as exc:
             notes.append(Refused(printable(path.name), f"an unreadable zip archive ({exc})"))
+            return
+        for info in z.infolist():
+            if stat.S_ISLNK(info.external_attr >> 16):
+                notes.append(Refused(printable(info.filename), "a symbolic link, not read"))
+            elif not info.is_dir():
+                opened = partial(z.open, info)
+                found.append(_Download(prefix + info.filename, info.file_size, opened))
 
     if source.is_file():
         unzip(source, "")
-        return written
-    for path in sorted(source.rglob("*")):
-        name = str(path.relative_to(source))
-        if path.is_symlink():
+        return found
+    for path in sorted(source.rglob("*")):  # never into a link
+        name, mode = str(path.relative_to(source)), path.lstat()
+        if stat.S_ISLNK(mode.st_mode):
             notes.append(Refused(printable(path.name), f"{printable(name)}: a symbolic link"))
-        elif path.is_file() and path.suffix == ".zip":
+        elif stat.S_ISREG(mode.st_mode) and path.suffix == ".zip":
             unzip(path, name + "/")
-        elif path.is_file() and not any(p.is_symlink() for p in path.relative_to(source).parents):
-            with open(path, "rb") as f:
-                put(name, f)
-    return written
+        elif stat.S_ISREG(mode.st_mode):
+            found.append(_Download(name, mode.st_size, partial(open, path, "rb")))
+    return found
 
 
-def _collect(files: list[Path], pattern: str, notes: list[Refused]) -> list[Path]:
-    """The files `nbgrader zip_collect` may collect: notebooks whose full path matches the LMS
-    file-name pattern, with a student id the batch can use, one per student and notebook (of
-    two, the last in name order: the later submission, as LMSs number them). Every other file
-    is noted with the reason."""
-    chosen: dict[tuple[str, str], Path] = {}
-    for path in sorted(files):
+def _collect(
+    files: list[_Download], into: Path, pattern: str, notes: list[Refused]
+) -> dict[str, dict[Path, _Download]]:
+    """The files `nbgrader zip_collect` may collect, by student, at the path in `into` each is to
+    be extracted to (zip_collect matches the LMS file-name pattern on that path): notebooks whose
+    path matches the pattern, with a student id the batch can use, one per student and notebook
+    (of two, the last in name order: the later submission, as LMSs number them), of students
+    whose files together are within one submission's limits; every other file noted, and why."""
+    theirs: dict[str, dict[Path, tuple[_Download, str]]] = {}
+    for file in files:
+        shown, parts = printable(file.name), Path(file.name).parts
+        if not parts or Path(file.name).is_absolute() or ".." in parts:
+            notes.append(Refused(shown, f"{shown}: a path outside the download"))
+            continue
+        path = into.joinpath(*parts)
         match = re.match(pattern, str(path))
         info = match.groupdict() if match else {}
         student, file_id = info.get("student_id"), info.get("file_id")
-        shown = printable(path.name)
         if not student or not file_id:
-            notes.append(
-                Refused(shown, "its name does not match the LMS's file-name pattern (--regexp)")
-            )
-        elif student_id_problem(student):
-            notes.append(Refused(printable(student), f"{shown}: {student_id_problem(student)}"))
-        elif path.suffix != ".ipynb":
-            kind = "an archive inside the download" if path.suffix == ".zip" else "not a notebook"
-            notes.append(Refused(student, f"{shown}: {kind}; unpack or rename it and grade again"))
+            why = "its name does not match the LMS's file-name pattern (--regexp)"
+            notes.append(Refused(printable(path.name), why))
+        elif why := student_id_problem(student):
+            notes.append(Refused(printable(student), f"{printable(path.name)}: {why}"))
         else:
-            key = (student, Path(file_id).stem)
-            if key in chosen:
-                notes.append(
-                    Refused(
-                        student,
-                        f"{printable(chosen[key].name)}: a second {key[1]}.ipynb of the student; "
-                        f"{shown} was graded",
-                    )
-                )
-            chosen[key] = path
-    return list(chosen.values())
+            theirs.setdefault(student, {})[path] = (file, file_id)
+    chosen = {}
+    for student, found in theirs.items():
+        budget = intake.Budget()
+        try:
+            for file, _ in found.values():  # before anything is extracted
+                budget.count(file.size)
+        except intake.TooMuch as why:
+            notes.append(Refused(student, f"its {len(found)} files in the download: {why}"))
+            continue
+        mine: dict[str, Path] = {}
+        for path in sorted(found):
+            shown = printable(path.name)
+            if path.suffix != ".ipynb":
+                archive = path.suffix == ".zip"
+                kind = "an archive inside the download" if archive else "not a notebook"
+                why = f"{shown}: {kind}; unpack or rename it and grade again"
+                notes.append(Refused(student, why))
+                continue
+            notebook = Path(found[path][1]).stem
+            if notebook in mine:
+                why = f"a second {notebook}.ipynb of the student; {shown} was graded"
+                notes.append(Refused(student, f"{printable(mine[notebook].name)}: {why}"))
+            mine[notebook] = path
+        chosen[student] = {path: found[path][0] for path in mine.values()}
+    return chosen
+
+
+def _extract(file: _Download, path: Path) -> str | None:
+    """Extract `file` to `path`, no more than the size it was counted with; why not, or None."""
+    if file.size > intake.MAX_FILE_BYTES:
+        return intake.TOO_LARGE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with file.open() as read:
+            return None if intake.copy_capped(read, path, file.size) else intake.CHANGED
+    except (zipfile.BadZipFile, OSError, RuntimeError) as exc:  # damaged, encrypted
+        path.unlink(missing_ok=True)
+        return f"unreadable ({exc})"
 
 
 def import_submissions(batch: Batch, source: Path, regexp: str | None = None) -> list[str]:
@@ -518,26 +495,28 @@ def import_submissions(batch: Batch, source: Path, regexp: str | None = None) ->
     found = _from_layout(batch, layout, notes) if source.is_dir() else []
     if not found and not notes:
         found = _from_lms(batch, source, regexp, notes)
-    batch.out.mkdir(parents=True, exist_ok=True)
-    _refused_path(batch).write_text(json.dumps([asdict(n) for n in notes], indent=1))
+    intake.write_refused(batch.out, notes)
     return found
 
 
 def _from_lms(batch: Batch, source: Path, regexp: str | None, notes: list[Refused]) -> list[str]:
-    """An LMS download through `nbgrader zip_collect`, given only the files it may collect."""
+    """An LMS download through `nbgrader zip_collect`, given only the files it may collect:
+    nothing else of the download is extracted."""
     downloaded = batch.root / "downloaded" / batch.assignment
-    for step in ("archive", "extracted", "unpacked"):
+    for step in ("archive", "extracted"):
         if (downloaded / step).exists():
             shutil.rmtree(downloaded / step)
-    unpacked, archive = downloaded / "unpacked", downloaded / "archive"
     pattern = regexp or nbgrader_policy.LMS_FILE_PATTERN
-    # zip_collect matches the pattern on the path it extracted each file to
-    files = _collect(_lms_files(source, unpacked, notes), pattern, notes)
-    for f in files:
-        (archive / f.relative_to(unpacked)).parent.mkdir(parents=True, exist_ok=True)
-        os.rename(f, archive / f.relative_to(unpacked))
-    shutil.rmtree(unpacked)
-    if not files:
+    found = set()
+    with ExitStack() as zips:
+        chosen = _collect(_lms_files(source, zips, notes), downloaded / "archive", pattern, notes)
+        for student, files in chosen.items():
+            for path, file in files.items():
+                if why := _extract(file, path):
+                    notes.append(Refused(student, f"{printable(file.name)}: {why}"))
+                else:
+                    found.add(student)
+    if not found:
         raise AutogradeError(
             f"{source}: no submission of {batch.assignment} found. The LMS's file-name pattern "
             "(FileNameCollectorPlugin.named_regexp in grader/grading/nbgrader_config.py, or "
@@ -546,69 +525,82 @@ def _from_lms(batch: Batch, source: Path, regexp: str | None, notes: list[Refuse
         )
     options = [f"--FileNameCollectorPlugin.named_regexp={regexp}"] if regexp else []
     run_nbgrader(batch, "zip_collect", batch.assignment, "--force", *options)
-    return sorted(
-        {re.match(pattern, str(archive / f.relative_to(unpacked)))["student_id"] for f in files}
-    )
+    return sorted(found)
 
 
 # -- grading -----------------------------------------------------------------------------------
 
 
-def fingerprint(folder: Path, mode: str) -> str:
-    """A hash of every plain file of a submission (a link by its target's name, never read
-    through) and the grading device: unchanged means graded."""
-    h = hashlib.sha256(mode.encode())
-    for path in sorted(folder.rglob("*")):
-        if path.is_symlink():
-            content = b"link:" + os.fsencode(os.readlink(path))
-        elif path.is_file():
-            content = assemble.read_plain(path, MAX_FILE_BYTES) or b"unreadable"
-        else:
-            continue
-        h.update(str(path.relative_to(folder)).encode() + b"\0" + content)
-    return h.hexdigest()
+@dataclass
+class Record:
+    """One submission's way through grading, in runs/<student>.json: how its run ended, what was
+    handed in (assemble.read), and the fingerprint by which a later batch knows it unchanged."""
+
+    run: findings.Run
+    fingerprint: str = ""  # the grading device and every file of the submission
+    handed_in: findings.Submitted | None = None  # None while it is graded, or was interrupted
+
+    def save(self, batch: Batch, student: str) -> findings.Run:
+        saved = asdict(self)
+        saved = {**saved.pop("run"), **saved}  # the outcome's own fields on top: `status` first
+        (batch.out / "runs").mkdir(parents=True, exist_ok=True)
+        (batch.out / "runs" / f"{student}.json").write_text(json.dumps(saved, indent=1))
+        return self.run
+
+    @classmethod
+    def load(cls, batch: Batch, student: str) -> Record:
+        """The record `save` kept; TypeError where it holds no `handed_in` (`_interrupted`)."""
+        saved = json.loads((batch.out / "runs" / f"{student}.json").read_text())
+        seen, fingerprint = saved.pop("handed_in"), saved.pop("fingerprint")
+        seen["dropped"] = assemble.Dropped(**seen["dropped"])
+        seen["patches"] = [detectors.Route(**r) for r in seen["patches"]]
+        return cls(findings.Run(**saved), fingerprint, findings.Submitted(**seen))
 
 
-def _gib(n: int) -> str:
-    return f"{n / sandbox.GIB:.1f} GiB"
+def _interrupted(batch: Batch, student: str) -> None:
+    """Record `student` as not graded, while it is graded and after Ctrl-C: the next run grades
+    it (see `_unchanged`)."""
+    run = findings.Run("interrupted", detail="grading was interrupted; the next run grades it")
+    Record(run).save(batch, student)
+
+
+def _record(
+    batch: Batch, student: str, found: assemble.Submission, given: dict, run: findings.Run
+) -> findings.Run:
+    """Record one student's outcome (`Record`) and, where not every notebook ran, its submission
+    in the gradebook, each notebook not read scoring 0 (as nbgrader scores a missing one)."""
+    unread = [*found.missing, *found.unreadable]
+    if unread or run.status != "ok":
+        gradebook.record_ungraded(batch.url, batch.assignment, student, unread, found.stamp)
+    seen = findings.inspect(found, given)
+    return Record(run, f"{batch.mode} {found.digest}", seen).save(batch, student)
 
 
 def _save(batch: Batch, student: str, run: findings.Run) -> findings.Run:
-    record = {
-        **asdict(run),
-        "fingerprint": fingerprint(batch.folder("submitted", student), batch.mode),
-    }
-    (batch.out / "runs").mkdir(parents=True, exist_ok=True)
-    (batch.out / "runs" / f"{student}.json").write_text(json.dumps(record, indent=1))
-    return run
+    """Record an outcome that came without grade_one's read of the submission (a Slurm task's):
+    the submission is read here."""
+    given = released(batch)
+    found = assemble.read(batch.folder("submitted", student), given)
+    return _record(batch, student, found, given, run)
 
 
 def grade_one(
     batch: Batch, student: str, given: dict[str, object], gpu: devices.Gpu | None = None
 ) -> findings.Run:
-    """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given; the
-    outcome, also saved as JSON. What runs is assembled on this side (grader.grading.assemble):
-    each released notebook with the student's answer cells, and nothing else of theirs. A
-    submission without one readable notebook is recorded with zeros without running it."""
-    folder = batch.folder("submitted", student)
+    """`nbgrader autograde` for one student in the sandbox, on `gpu` where one is given, of the
+    submission as grader.grading.assemble stages it; the outcome, also recorded (`_record`). A
+    submission without one readable notebook is recorded with zeros, not run."""
     staged = batch.folder(assemble.ASSEMBLED, student)
-    written = assemble.stage(folder, given, staged)
-    if not written:
-        unread = list(given)
-        stamp = assemble.timestamp(folder)
-        gradebook.record_ungraded(batch.url, batch.assignment, student, unread, stamp)
-        return _save(batch, student, findings.Run("not-graded", detail="no readable notebook"))
+    found = assemble.stage(batch.folder("submitted", student), given, staged)
+    if not found.notebooks:
+        run = findings.Run("not-graded", detail="no readable notebook")
+        return _record(batch, student, found, given, run)
     log = batch.out / "logs" / f"{student}.log"
     data_limit = None
     if batch.mode != "gpu":  # see grader.grading.sandbox: leave the resident slack to the watchdog
         data_limit = batch.memory_limit - min(sandbox.GIB, batch.memory_limit // 4)
-    args = nbgrader_args(
-        batch,
-        "autograde",
-        batch.assignment,
-        f"--student={student}",
-        f"--CourseDirectory.submitted_directory={assemble.ASSEMBLED}",
-    )
+    assembled = f"--CourseDirectory.submitted_directory={assemble.ASSEMBLED}"
+    args = nbgrader_args(batch, "autograde", batch.assignment, f"--student={student}", assembled)
     for _ in range(1 + LOCK_RETRIES):
         with kernel_sandbox(batch, gpu) as (options, env):
             finished = run_sandboxed(
@@ -620,67 +612,45 @@ def grade_one(
     if finished.killed == "timeout":
         run = findings.Run("timeout", finished.seconds, limit=f"{batch.timeout} s")
     elif finished.killed == "memory":
-        run = findings.Run("memory", finished.seconds, limit=_gib(batch.memory_limit))
+        memory = f"{batch.memory_limit / sandbox.GIB:.1f} GiB"
+        run = findings.Run("memory", finished.seconds, limit=memory)
     elif finished.returncode != 0 and "CellTimeoutError" in text:  # nbclient gave up on it
-        run = findings.Run(
-            "timeout",
-            finished.seconds,
-            "a cell ran past its timeout and ignored the interrupt; nbgrader gave up",
-            f"{batch.cell_timeout} s per cell",
-        )
+        why = "a cell ran past its timeout and ignored the interrupt; nbgrader gave up"
+        run = findings.Run("timeout", finished.seconds, why, f"{batch.cell_timeout} s per cell")
     elif finished.returncode != 0:
         run = findings.Run("failed", finished.seconds, findings.crash_detail(text))
     else:
         run = findings.Run("ok", finished.seconds)
-    return _save(batch, student, run)
+    return _record(batch, student, found, given, run)
 
 
-def previous_run(batch: Batch, student: str, graded: set[str]) -> findings.Run | None:
-    """The recorded outcome of an earlier grading of this same submission, if any."""
-    path = batch.out / "runs" / f"{student}.json"
-    if batch.force or student not in graded or not path.is_file():
+def _unchanged(batch: Batch, student: str, given: dict[str, object]) -> findings.Run | None:
+    """The outcome of an earlier grading of this same submission, its record renewed from this
+    batch's read of it; None where there is none."""
+    try:
+        earlier = Record.load(batch, student)
+    except (OSError, ValueError, KeyError, TypeError):  # none, interrupted, or an older grader's
         return None
-    record = json.loads(path.read_text())
-    if record["status"] == INTERRUPTED:
+    found = assemble.read(batch.folder("submitted", student), given)
+    if earlier.fingerprint != f"{batch.mode} {found.digest}":
         return None
-    if record.pop("fingerprint", None) != fingerprint(
-        batch.folder("submitted", student), batch.mode
-    ):
-        return None
-    return findings.Run(**record)
-
-
-INTERRUPTED = "interrupted"  # a Run's status while grading is under way, and after Ctrl-C
-
-
-def _interrupted(batch: Batch, student: str) -> None:
-    """Record `student` as not graded: the next run grades it (see previous_run)."""
-    run = findings.Run(INTERRUPTED, detail="grading was interrupted; the next run grades it")
-    (batch.out / "runs").mkdir(parents=True, exist_ok=True)
-    (batch.out / "runs" / f"{student}.json").write_text(json.dumps(asdict(run), indent=1))
-
-
-def _stop_grading() -> None:
-    """Kill every process this one started (the students' nbgrader runs and their kernels)."""
-    import psutil
-
-    sandbox.kill(psutil.Process().children(recursive=True))
+    return _record(batch, student, found, given, earlier.run)
 
 
 Grader = Callable[[Batch, list[str], dict[str, object]], dict[str, findings.Run]]
-"""Grades the students it is given (all, with the released notebooks): `grade_here`, or
-grader.grading.slurm's array. It must leave every student it was given in the gradebook as
-grade_one does, and return each one's outcome."""
+"""Grades and records the students it is given, with the released notebooks, as grade_one does
+(`_save` records an outcome got without it), and returns their outcomes: `grade_here`, or
+grader.grading.slurm's array."""
 
 
 def grade_all(
     batch: Batch, names: list[str], grade: Grader | None = None
 ) -> dict[str, findings.Run]:
-    """Grade those of `names` not graded before, with `grade` (default: `grade_here`), and
-    return every student's outcome."""
-    graded = set(gradebook.grades(batch.url, batch.assignment))
+    """Grade those of `names` not graded before (`_unchanged`; all with `force`), with `grade`
+    (default: `grade_here`), and return every student's outcome."""
     given = released(batch)
-    runs = {s: r for s in names if (r := previous_run(batch, s, graded)) is not None}
+    graded = set() if batch.force else set(gradebook.grades(batch.url, batch.assignment))
+    runs = {s: r for s in names if s in graded and (r := _unchanged(batch, s, given))}
     todo = [s for s in names if s not in runs]
     if runs:
         print(f"{len(runs)} submissions unchanged since they were graded (--force regrades)")
@@ -689,9 +659,8 @@ def grade_all(
 
 
 def _as_completed(futures, poll: float = 0.5):
-    """Each of `futures` as it completes, the main thread waking every `poll` seconds: a Ctrl-C
-    that the kernel delivered to another of the process's threads is then acted on at once, not
-    when the next student finishes."""
+    """Each of `futures` as it completes, the main thread waking every `poll` seconds, so that a
+    Ctrl-C delivered to another thread is acted on at once."""
     pending = set(futures)
     while pending:
         done, pending = wait(pending, timeout=poll, return_when=FIRST_COMPLETED)
@@ -699,10 +668,10 @@ def _as_completed(futures, poll: float = 0.5):
 
 
 def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[str, findings.Run]:
-    """Grade `todo` on this host, side by side (batch.jobs at a time) with a progress bar; in GPU
-    mode each student holds a GPU of `batch.gpus` alone while it is graded. Each student is
-    recorded as interrupted while it is graded; on KeyboardInterrupt (Ctrl-C) the grading
-    processes are killed, the students in flight stay recorded so, and the interrupt goes on."""
+    """Grade `todo` on this host, batch.jobs at a time, with a progress bar, each student holding
+    a GPU of `batch.gpus` alone in GPU mode, and recorded as interrupted while it is graded: on
+    Ctrl-C the grading processes are killed, those in flight stay so, and the interrupt goes on."""
+    import psutil
     from tqdm.auto import tqdm
 
     gpus = batch.gpus
@@ -728,7 +697,9 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
                 try:
                     run = future.result()
                 except Exception as exc:  # the grader's own trouble (a disk, the database): go on
-                    run = _save(batch, student, findings.Run("failed", detail=f"not graded: {exc}"))
+                    run = findings.Run("failed", detail=f"not graded: {exc}")
+                    # recorded without a fingerprint: the next run grades it again
+                    Record(run, handed_in=findings.Submitted()).save(batch, student)
                 runs[student] = run
                 if run.status != "ok":
                     bar.write(f"{student}: {run.status}: {printable(run.detail or run.limit)}")
@@ -736,7 +707,7 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
         except KeyboardInterrupt:
             for future in futures:
                 future.cancel()
-            _stop_grading()
+            sandbox.kill(psutil.Process().children(recursive=True))  # nbgraders, their kernels
             pool.shutdown(wait=True)
             in_flight = [s for f, s in futures.items() if s not in runs and not f.cancelled()]
             for student in in_flight:  # whatever their runs said as they were killed
@@ -757,15 +728,15 @@ def _remove(path: Path) -> None:
 
 
 def feedback(batch: Batch) -> dict[str, str]:
-    """`nbgrader generate_feedback` for every autograded submission; each student's pages copied
-    to out/feedback/. nbgrader also copies into feedback/ every other file of the autograded
-    folder, where a submission may have written anything (the hidden tests it saw, a page of its
-    own): only the pages made from the notebooks are kept, and what release_feedback reads.
-    Returns {student: why} for each student with an autograded notebook but no page for it;
-    nbgrader's output goes to out/feedback.log (logs/ holds one file per student)."""
+    """`nbgrader generate_feedback` for every autograded submission, each student's pages copied
+    to out/feedback/, nbgrader's output to out/feedback.log. Of what nbgrader copies into
+    feedback/ from the autograded folder, where a submission may have written anything, only the
+    pages and what release_feedback reads are kept. Returns {student: why} for each student with
+    an autograded notebook but no page for it."""
     names = gradebook.notebook_names(batch.url, batch.assignment)
     pages = {f"{n}.html" for n in names}
-    for student in students(batch):  # a page written there must not stand in for a failed one
+    everyone = students(batch)
+    for student in everyone:  # a page written there must not stand in for a failed one
         for page in pages:
             _remove(batch.folder("autograded", student) / page)
     log = batch.out / "feedback.log"
@@ -776,30 +747,28 @@ def feedback(batch: Batch) -> dict[str, str]:
     if target.exists():
         shutil.rmtree(target)
     missing = {}
-    for student in students(batch):
+    for student in everyone:
         made = batch.folder("feedback", student)
         for path in made.iterdir() if made.is_dir() else []:
             if path.name not in pages and path.name not in RELEASE_FEEDBACK_READS:
                 _remove(path)
-        for page in sorted(p for p in pages if (made / p).is_file()):
+        kept = sorted(p for p in pages if (made / p).is_file())
+        for page in kept:
             (target / student).mkdir(parents=True, exist_ok=True)
             shutil.copy(made / page, target / student / page)
+        graded = batch.folder("autograded", student)
         lacking = [
-            n
-            for n in names
-            if (batch.folder("autograded", student) / f"{n}.ipynb").is_file()
-            and not (made / f"{n}.html").is_file()
+            n for n in names if f"{n}.html" not in kept and (graded / f"{n}.ipynb").is_file()
         ]
         if lacking:
-            why = findings.crash_detail(said)
             missing[student] = (
-                f"nbgrader generate_feedback wrote no page for {', '.join(lacking)} ({why}); "
-                f"see {log}, fix the cause and run the same command again"
+                f"nbgrader generate_feedback wrote no page for {', '.join(lacking)} "
+                f"({findings.crash_detail(said)}); see {log}, fix the cause and run the same "
+                "command again"
             )
     if done.returncode != 0:
-        print(
-            f"warning: nbgrader generate_feedback failed; its output is in {log}", file=sys.stderr
-        )
+        warning = f"warning: nbgrader generate_feedback failed; its output is in {log}"
+        print(warning, file=sys.stderr)
     return missing
 
 
@@ -808,13 +777,9 @@ def feedback(batch: Batch) -> dict[str, str]:
 
 def _notebooks(folder: Path, names: list[str]) -> dict[str, object]:
     """{name: notebook} of those of `names` in `folder` that read as notebooks."""
-    found = {}
-    for name in names:
-        path = folder / f"{name}.ipynb"
-        nb = findings.read_notebook(path)[0] if path.is_file() else None
-        if nb is not None:
-            found[name] = nb
-    return found
+    paths = {name: folder / f"{name}.ipynb" for name in names}
+    read = {name: findings.read_notebook(path)[0] for name, path in paths.items() if path.is_file()}
+    return {name: nb for name, nb in read.items() if nb is not None}
 
 
 def released(batch: Batch) -> dict[str, object]:
@@ -828,46 +793,35 @@ def results(
     runs: dict[str, findings.Run],
     device: str,
     grades_speed: bool,
-    no_feedback: dict[str, str] | None = None,
-):
-    """The class's results: scores from the gradebook, findings from the files; `no_feedback`
-    ({student: why}, from `feedback`) adds a finding for each student left without a page."""
+    no_feedback: dict[str, str],
+) -> classreport.ClassResults:
+    """The class's results: scores from the gradebook, and what each student's `Record` (its
+    outcome in `runs` where graded in this batch), autograded notebooks and `no_feedback` entry
+    ({student: why}, from `feedback`) say."""
     given = released(batch)
     points = gradebook.max_scores(batch.url, batch.assignment)
-    order = [
-        c.metadata.nbgrader["grade_id"]
-        for nb in given.values()
-        for c in nb.cells
-        if c.metadata.get("nbgrader", {}).get("grade_id") in points
-    ]
-    points = {g: points[g] for g in [*order, *(g for g in points if g not in order)]}
+    order = [grade_id_of(c) for nb in given.values() for c in nb.cells]  # notebook order
+    points = {g: points[g] for g in dict.fromkeys([*order, *points]) if g in points}
     recorded = gradebook.grades(batch.url, batch.assignment)
     left_out = refused(batch)
-    here = set(students(batch)) | (set(recorded) - set(untrusted(batch)))
-    hidden = {
-        n: hidden_tests.Hidden.from_gradebook(batch.url, batch.assignment, n, nb)
-        for n, nb in given.items()
-    }
+    here = set(runs) | (set(recorded) - set(untrusted(batch)))
     rows = []
     for student in sorted(here | {r.student for r in left_out}):
         grades = recorded.get(student) or gradebook.StudentGrades(student)
         row = classreport.StudentRow(
             student,
             {g: grades.scores.get(g) for g in points},
+            [findings.Finding("not-imported", r.reason) for r in left_out if r.student == student],
             seconds_late=grades.seconds_late,
             penalty=grades.penalty,
         )
-        row.findings = [
-            findings.Finding("not-imported", r.reason) for r in left_out if r.student == student
-        ]
-        if student in here:
-            try:
-                row.findings += _inspect(
-                    batch, student, given, hidden, row, runs.get(student), points, grades_speed
-                )
-            except Exception as exc:  # one submission's trouble, whatever it is, is its own
-                row.findings.append(findings.Finding("grader-error", _error(exc)))
-        if student in (no_feedback or {}):
+        try:
+            if student in here:
+                row.findings += _inspect(batch, row, given, runs.get(student), grades_speed, points)
+        except Exception as exc:  # one submission's trouble, whatever it is, is its own
+            why = f"{type(exc).__name__}: {exc}"[:300] + "; the score is what the gradebook holds"
+            row.findings.append(findings.Finding("grader-error", why))
+        if student in no_feedback:
             row.findings.append(findings.Finding("no-feedback", no_feedback[student]))
         rows.append(row)
     return classreport.ClassResults(
@@ -875,30 +829,21 @@ def results(
     )
 
 
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300] + "; the score is what the gradebook holds"
-
-
-def _inspect(
-    batch: Batch, student: str, given, hidden, row, run, points, grades_speed: bool
-) -> list[findings.Finding]:
-    """What one student's files say, for `results`; fills in `row.speed`. `hidden`: {notebook:
-    its hidden-test lines}."""
-    submitted = findings.inspect_submitted(batch.folder("submitted", student), given)
-    autograded = _notebooks(batch.folder("autograded", student), list(given))
+def _inspect(batch, row, given, run, grades_speed: bool, points) -> list[findings.Finding]:
+    """What one student's record and autograded notebooks say, for `results`, filling in
+    `row.speed` and `row.dropped`; a student without a run (its submission gone) handed in none."""
+    handed_in = findings.Submitted(missing=list(given))
+    if run is not None:
+        handed_in = Record.load(batch, row.student).handed_in
+    autograded = _notebooks(batch.folder("autograded", row.student), list(given))
     graded = findings.Graded()
-    for name, nb in autograded.items():
-        one = findings.inspect_graded(nb, hidden[name], grades_speed=grades_speed)
-        graded.errors += one.errors
-        graded.speed += one.speed
-        graded.cut += one.cut
-        graded.shown += one.shown
-        graded.doubts += one.doubts
-    row.speed = graded.speed
-    row.dropped = submitted.dropped.describe()
+    for nb in autograded.values():  # each notebook's lists added to the submission's
+        for name, items in vars(findings.inspect_graded(nb, grades_speed=grades_speed)).items():
+            getattr(graded, name).extend(items)
+    row.speed, row.dropped = graded.speed, handed_in.dropped.describe()
     return findings.classify(
         run=run,
-        submitted=submitted,
+        submitted=handed_in,
         graded=graded if autograded else None,
         score=row.total,
         max_score=sum(points.values()),
@@ -918,9 +863,8 @@ def autograde(
     grade: Grader | None = None,
     inbound: exchange.Inbound | None = None,
 ) -> tuple[classreport.ClassResults, dict[str, Path]]:
-    """The whole batch: prepare, import (from `submissions`, or from an nbgrader exchange's
-    `inbound`), grade (with `grade`, default `grade_here`), feedback, report. Returns the class's
-    results and the files written."""
+    """The whole batch: prepare, import (from `submissions`, or an nbgrader exchange's `inbound`),
+    grade (with `grade`, default `grade_here`), feedback, report; the results and files written."""
     require_nbgrader()
     prepare(batch)
     if duedate:
@@ -929,9 +873,7 @@ def autograde(
         found = import_submissions(batch, submissions, regexp)
         print(f"{len(found)} submissions of {batch.assignment} imported from {submissions}")
     elif inbound is not None:
-        from grader.grading import exchange  # it builds on this module's import
-
-        found = exchange.import_exchange(batch, inbound)
+        found = exchange.import_exchange(inbound, batch.assignment, batch.root, batch.out)
         print(
             f"{len(found)} submissions of {batch.assignment} imported from {inbound.folder}; "
             f"every entry is listed in {batch.out / exchange.LISTING}"
@@ -944,24 +886,7 @@ def autograde(
             "or --exchange"
         )
     with forking(batch):
-        return _grade_and_report(batch, names, device, grades_speed, grade)
-
-
-def _grade_and_report(
-    batch: Batch, names: list[str], device: str, grades_speed: bool, grade: Grader | None
-) -> tuple[classreport.ClassResults, dict[str, Path]]:
-    runs = grade_all(batch, names, grade)
-    given = released(batch)
-    recorded = gradebook.grades(batch.url, batch.assignment)
-    for student in names:  # every student in the gradebook; a notebook never read scores 0
-        try:
-            folder = batch.folder("submitted", student)
-            _, missing, unreadable = findings.read_submitted(folder, given)
-        except Exception:  # the report says why (grader-error); its grading went on
-            missing, unreadable = [], {}
-        unread = [*missing, *unreadable]
-        if unread or student not in recorded:
-            gradebook.record_ungraded(batch.url, batch.assignment, student, unread)
-    no_feedback = feedback(batch)
+        runs = grade_all(batch, names, grade)
+        no_feedback = feedback(batch)
     graded = results(batch, runs, device, grades_speed, no_feedback)
     return graded, classreport.write(graded, batch.out)

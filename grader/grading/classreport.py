@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import csv
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.grading.findings import GRADER_TROUBLE, KINDS, Finding, Speed
-
-FIGURES = {
-    "scores": "scores.png",
-    "cells": "pass_rate.png",
-    "speed": "speed.png",
-}
 
 
 @dataclass
@@ -64,9 +59,9 @@ class ClassResults:
         written, an inspection that raised): the batch is not done until they are."""
         return [s for s in self.students if any(f.kind in GRADER_TROUBLE for f in s.findings)]
 
-
-def _number(x: float) -> str:
-    return f"{x:g}"
+    def ungraded(self, cell: str) -> bool:
+        """Whether the graded cell `cell` is a speed cell this device does not grade."""
+        return cell.startswith("speed-") and not self.grades_speed
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what spreadsheets read as a formula
@@ -92,54 +87,51 @@ def write_csv(results: ClassResults, path: Path) -> Path:
     the late penalty, the reasons for a human look (empty when none), and what of the
     submission did not run at grading (empty when nothing)."""
     cells = list(results.max_scores)
+    header = ["student_id", "score", "max_score", *cells, "late_penalty", "needs_review"]
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(
-            ["student_id", "score", "max_score", *cells, "late_penalty", "needs_review"]
-            + ["dropped_at_grading"]
-        )
+        w.writerow([*header, "dropped_at_grading"])
         for s in sorted(results.students, key=lambda s: s.student):
-            per_cell = [_number(s.scores[c]) if s.scores.get(c) is not None else "" for c in cells]
+            scores = [f"{s.scores[c]:g}" if s.scores.get(c) is not None else "" for c in cells]
+            totals = [f"{s.total:g}", f"{results.max_total:g}"]
             review = "; ".join(str(f) for f in s.findings)
-            w.writerow(
-                [spreadsheet_text(s.student), _number(s.total), _number(results.max_total)]
-                + [*per_cell, _number(s.penalty), spreadsheet_text(review)]
-                + [spreadsheet_text(s.dropped)]
-            )
+            texts = [spreadsheet_text(t) for t in (review, s.dropped)]
+            w.writerow([spreadsheet_text(s.student), *totals, *scores, f"{s.penalty:g}", *texts])
     return path
 
 
 # -- plots -----------------------------------------------------------------------------------
 
 
-def _pyplot():
+@contextmanager
+def _figure(path: Path, size: tuple[float, float]):
+    """The axes of a figure of `size` inches, saved to `path` when the block ends."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, on machines without a display
     import matplotlib.pyplot as plt
 
-    return plt
+    fig, ax = plt.subplots(figsize=size)
+    try:
+        yield ax
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def plot_scores(results: ClassResults, path: Path) -> Path:
-    plt = _pyplot()
     totals = [s.total for s in results.students]
     top = results.max_total or 1.0
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    bins = [top * i / 10 for i in range(11)]
-    ax.hist(totals, bins=bins, color="C0", edgecolor="white")
-    if totals:
-        mean = statistics.fmean(totals)
-        ax.axvline(mean, color="C3", linestyle="--", label=f"mean {mean:.2f}")
-        ax.legend()
-    ax.set_xlim(0, top)
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel(f"score (of {_number(top)})")
-    ax.set_ylabel("students")
-    ax.set_title(f"{results.assignment}: scores of {len(totals)} submissions")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with _figure(path, (7, 3.5)) as ax:
+        ax.hist(totals, bins=[top * i / 10 for i in range(11)], color="C0", edgecolor="white")
+        if totals:
+            mean = statistics.fmean(totals)
+            ax.axvline(mean, color="C3", linestyle="--", label=f"mean {mean:.2f}")
+            ax.legend()
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.set(xlim=(0, top), xlabel=f"score (of {top:g})", ylabel="students")
+        ax.set_title(f"{results.assignment}: scores of {len(totals)} submissions")
     return path
 
 
@@ -153,30 +145,20 @@ def pass_rates(results: ClassResults) -> dict[str, float]:
 
 
 def plot_pass_rates(results: ClassResults, path: Path) -> Path:
-    plt = _pyplot()
     rates = pass_rates(results)
-    cells = list(rates)
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(cells) + 1.2))
-    for i, cell in enumerate(cells):
-        ungraded = cell.startswith("speed-") and not results.grades_speed
-        ax.barh(
-            i,
-            rates[cell],
-            color="lightgray" if ungraded else "C2",
-            hatch="//" if ungraded else None,
-            edgecolor="gray" if ungraded else None,
-        )
-        label = "not graded on this device" if ungraded else f"{rates[cell]:.0%}"
-        ax.text(rates[cell] + 0.01, i, label, va="center", fontsize=8)
-    ax.set_yticks(range(len(cells)), cells)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1.2)
-    ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0%", "25%", "50%", "75%", "100%"])
-    ax.set_xlabel("students with full points")
-    ax.set_title(f"{results.assignment}: pass rate per graded cell")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with _figure(path, (7, 0.45 * len(rates) + 1.2)) as ax:
+        for i, (cell, rate) in enumerate(rates.items()):
+            if results.ungraded(cell):
+                ax.barh(i, rate, color="lightgray", hatch="//", edgecolor="gray")
+                ax.text(rate + 0.01, i, "not graded on this device", va="center", fontsize=8)
+            else:
+                ax.barh(i, rate, color="C2")
+                ax.text(rate + 0.01, i, f"{rate:.0%}", va="center", fontsize=8)
+        ax.set_yticks(range(len(rates)), list(rates))
+        ax.invert_yaxis()
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0%", "25%", "50%", "75%", "100%"])
+        ax.set(xlim=(0, 1.2), xlabel="students with full points")
+        ax.set_title(f"{results.assignment}: pass rate per graded cell")
     return path
 
 
@@ -199,26 +181,25 @@ def plot_speed(results: ClassResults, path: Path) -> Path | None:
     measured = speed_measurements(results)
     if not measured:
         return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(1.3 * len(measured) + 3, 4))
-    for i, verdicts in enumerate(measured.values()):
-        values = [v.relative for v in verdicts]
-        offsets = [0.3 * ((k * 0.618) % 1 - 0.5) for k in range(len(values))]  # spread, no overlap
-        colors = ["C2" if v.passed else "C3" for v in verdicts]
-        ax.scatter([i + o for o in offsets], values, c=colors, s=20, zorder=3)
-    ax.axhline(1.0, color="gray", linestyle="--", label="threshold")
-    ax.set_xticks(range(len(measured)), list(measured), rotation=30, ha="right", fontsize=8)
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("measured / threshold")
-    ax.legend(fontsize=8)
-    ax.set_title(f"{results.assignment}: speed on {results.device} (green: passed)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with _figure(path, (1.3 * len(measured) + 3, 4)) as ax:
+        for i, verdicts in enumerate(measured.values()):
+            spread = [i + 0.3 * ((k * 0.618) % 1 - 0.5) for k in range(len(verdicts))]  # no overlap
+            colors = ["C2" if v.passed else "C3" for v in verdicts]
+            ax.scatter(spread, [v.relative for v in verdicts], c=colors, s=20, zorder=3)
+        ax.axhline(1.0, color="gray", linestyle="--", label="threshold")
+        ax.set_xticks(range(len(measured)), list(measured), rotation=30, ha="right", fontsize=8)
+        ax.set(ylim=(0, None), ylabel="measured / threshold")
+        ax.legend(fontsize=8)
+        title = f"{results.assignment}: speed on {results.device} (green: passed)"
+        ax.set_title(title, fontsize=10)
     return path
 
 
 # -- the report ------------------------------------------------------------------------------
+
+
+def _image(alt: str, path: str | None) -> list[str]:
+    return [f"![{alt}]({path})", ""] if path else []
 
 
 def _cell_table(results: ClassResults) -> list[str]:
@@ -227,12 +208,8 @@ def _cell_table(results: ClassResults) -> list[str]:
     for cell, top in results.max_scores.items():
         scores = [s.scores.get(cell) or 0.0 for s in results.students]
         mean = statistics.fmean(scores) if scores else 0.0
-        note = (
-            " (not graded on this device)"
-            if cell.startswith("speed-") and not (results.grades_speed)
-            else ""
-        )
-        lines.append(f"| `{cell}`{note} | {_number(top)} | {rates[cell]:.0%} | {mean:.2f} |")
+        note = " (not graded on this device)" if results.ungraded(cell) else ""
+        lines.append(f"| `{cell}`{note} | {top:g} | {rates[cell]:.0%} | {mean:.2f} |")
     return lines
 
 
@@ -242,19 +219,17 @@ def _speed_section(results: ClassResults, figure: str | None) -> list[str]:
         return ["This assignment has no speed cells."]
     measured = speed_measurements(results)
     if not measured:
-        why = (
-            "the grading device is not a GPU of the supported class (NVIDIA, sm_80 or newer)"
-            if not results.grades_speed
-            else "no speed cell printed a measurement (see the feedback of each student)"
-        )
+        why = "no speed cell printed a measurement (see the feedback of each student)"
+        if not results.grades_speed:
+            why = "the grading device is not a GPU of the supported class (NVIDIA, sm_80 or newer)"
         return [
             f"**Speed was not graded on this device** ({results.device}): {why}. Every speed "
             f"cell ({', '.join(f'`{c}`' for c in speed_cells)}) scored 0 with a message saying "
             "so, and the scores above leave those points out of reach. Grade the submissions "
             "again on a GPU to grade speed."
         ]
-    lines = [f"![speed relative to each threshold]({figure})", ""] if figure else []
-    lines += [
+    lines = [
+        *_image("speed relative to each threshold", figure),
         "| speed cell | measured | median | threshold | median / threshold | passed |",
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -274,43 +249,42 @@ def _speed_section(results: ClassResults, figure: str | None) -> list[str]:
     return lines
 
 
+def _students(rows: list[StudentRow], what: str, said) -> list[str]:
+    """A table of `rows`, by student: its score and `said(row)` in a column named `what`."""
+    lines = [f"| student | score | {what} |", "|---|---:|---|"]
+    for s in sorted(rows, key=lambda s: s.student):
+        lines.append(f"| {markdown_text(s.student)} | {s.total:g} | {said(s)} |")
+    return lines
+
+
 def _review_section(results: ClassResults) -> list[str]:
     flagged = results.needs_look()
     if not flagged:
         return ["None: every submission was graded without trouble."]
     counts = {k: sum(1 for s in flagged if any(f.kind == k for f in s.findings)) for k in KINDS}
-    lines = [
+    return [
         "Scores of these submissions are in the gradebook and the CSV as nbgrader gave them; "
         "look at each before releasing grades.",
         "",
         ", ".join(f"{label}: {counts[k]}" for k, label in KINDS.items() if counts[k]),
         "",
-        "| student | score | why |",
-        "|---|---:|---|",
+        *_students(
+            flagged, "why", lambda s: "<br>".join(markdown_text(str(f)) for f in s.findings)
+        ),
     ]
-    for s in sorted(flagged, key=lambda s: s.student):
-        why = "<br>".join(markdown_text(str(f)) for f in s.findings)
-        lines.append(f"| {markdown_text(s.student)} | {_number(s.total)} | {why} |")
-    return lines
 
 
 def _dropped_section(results: ClassResults) -> list[str]:
-    rows = sorted((s for s in results.students if s.dropped), key=lambda s: s.student)
+    rows = [s for s in results.students if s.dropped]
     if not rows:
         return ["Nothing: every submission held its answers alone."]
-    lines = [
+    return [
         "Grading ran the released notebook with each student's answer cells; what these students "
         "wrote elsewhere did not run, so it cannot have changed a score. Their notebooks warned "
         "them before they handed in (the hand-in check).",
         "",
-        "| student | score | did not run |",
-        "|---|---:|---|",
+        *_students(rows, "did not run", lambda s: markdown_text(s.dropped)),
     ]
-    for s in rows:
-        lines.append(
-            f"| {markdown_text(s.student)} | {_number(s.total)} | {markdown_text(s.dropped)} |"
-        )
-    return lines
 
 
 UNSANDBOXED = (
@@ -351,7 +325,7 @@ def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> st
         "| | |",
         "|---|---:|",
         f"| submissions | {len(totals)} |",
-        f"| points available | {_number(top)} |",
+        f"| points available | {top:g} |",
     ]
     if totals:
         lines += [
@@ -359,12 +333,8 @@ def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> st
             f"| median score | {statistics.median(totals):g} |",
             f"| full marks | {full} |",
         ]
-    lines += ["", "## Scores", ""]
-    if figures.get("scores"):
-        lines += [f"![score distribution]({figures['scores']})", ""]
-    lines += ["## Graded cells", ""]
-    if figures.get("cells"):
-        lines += [f"![pass rate per graded cell]({figures['cells']})", ""]
+    lines += ["", "## Scores", "", *_image("score distribution", figures.get("scores"))]
+    lines += ["## Graded cells", "", *_image("pass rate per graded cell", figures.get("cells"))]
     lines += _cell_table(results)
     lines += ["", "## Speed", ""] + _speed_section(results, figures.get("speed"))
     lines += ["", "## Needs a human look", ""] + _review_section(results)
@@ -394,17 +364,14 @@ def render_html(markdown: str, title: str) -> str | None:
 def write(results: ClassResults, out: Path) -> dict[str, Path]:
     """grades.csv, report.md, report.html and the figures, into `out`; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
-    written = {"csv": write_csv(results, out / "grades.csv")}
-    figures: dict[str, str | None] = {}
+    figures = {}
     if results.students:
-        written["scores"] = plot_scores(results, out / FIGURES["scores"])
-        written["cells"] = plot_pass_rates(results, out / FIGURES["cells"])
-        figures = {"scores": FIGURES["scores"], "cells": FIGURES["cells"]}
-        speed = plot_speed(results, out / FIGURES["speed"])
-        if speed is not None:
-            written["speed"] = speed
-            figures["speed"] = FIGURES["speed"]
-    markdown = render_markdown(results, figures)
+        figures["scores"] = plot_scores(results, out / "scores.png")
+        figures["cells"] = plot_pass_rates(results, out / "pass_rate.png")
+        if (speed := plot_speed(results, out / "speed.png")) is not None:
+            figures["speed"] = speed
+    written = {"csv": write_csv(results, out / "grades.csv"), **figures}
+    markdown = render_markdown(results, {k: path.name for k, path in figures.items()})
     (out / "report.md").write_text(markdown, encoding="utf-8")
     written["markdown"] = out / "report.md"
     html = render_html(markdown, f"{results.assignment}: class report")

@@ -1,6 +1,6 @@
 """Where the time of one student's grading goes, for bench/grading_cost.py.
 
-With COURSE_GRADING_TIMINGS naming a file, nbgrader's Execute (notebook_guards.CappedExecute)
+With COURSE_GRADING_TIMINGS naming a file, nbgrader's Execute (notebook_guards.JudgedExecute)
 appends one JSON line to it per notebook it runs: how long the kernel took to start and to shut
 down, and how long each cell ran. Unset (as in every real batch), nothing is recorded. The
 grading process writes the file, outside the student's sandbox, which never sees it.
@@ -41,8 +41,7 @@ class Recorder:
 
     def save(self) -> None:
         self.times.execute = time.perf_counter() - self.started
-        path = os.environ.get(VARIABLE)
-        if path:
+        if path := os.environ.get(VARIABLE):
             with open(path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(asdict(self.times)) + "\n")
 

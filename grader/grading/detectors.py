@@ -1,30 +1,190 @@
-"""A second static detector beside grader.grading.scan: kernelguard (PyPI; MIT), a maintained
-rule-based detector of kernel-benchmark hacks, run on the trusted side over the answer cells of a
-submission. It reads their source; nothing of the student's runs here.
+"""What the answer cells of a submission do that a human should read, found in their source on
+the trusted side (nothing of the student's runs here). Scores do not depend on it: every
+verdict is the judge's (grader.grading.judge), in a process where no student code runs. What the
+student's own process reports beside its outputs is evidence (which kernels it launched, what
+they wrote, the memory it allocated), and answer cells that reach into that process can make it
+lie; so this module names them:
 
-kernelguard looks for most of its hacks inside the functions it is told are entry points (and
-what they call): here, the names the answer cells bind that the release's other cells read, the
-student's functions that the tests and speed cells call. Not every name they bind: a helper that
-keeps a scratch buffer by shape and returns it would then look like a kept output (it matched
-LAST_CALL_REPLAY that way). Of its rules, only those that kernelguard ranks strong enough to
-reject a submission on their own become findings, each a `scan.Route` of kind "cheating". Its
-weaker signals (dynamic code, `sys.modules`, workspace caches, CUDA graphs, side streams) it marks
-as telemetry only; the scan reports dynamic code itself, and the runtime guards
-(grader.runtime.perf, integrity, launches) catch the work a speed cell does not see by its
-effects.
-
-What it adds to the scan, on the course's attack corpus (results/2026-11-26-kernelguard.md): a
-launcher that keeps the outputs of earlier calls, keyed by its inputs' addresses, and returns
-them again. The answer cells are read one by one, so that a finding names its cell, and then
-together, for a hack split over two cells (a wrapper defined in one, applied in another)."""
+- `reaches`: code that replaces functions or values of grader, torch or triton (an assignment
+  to their attributes, `setattr`, `mock.patch`, writes through `__dict__`, `vars()` or
+  `globals()`), as "cheating"; and code the judge cannot read or that reaches below Python
+  (exec, eval, compile, ctypes, frames and the garbage collector, `/proc/self`, raw file
+  descriptors, IPython magics that run code), as "dynamic-code";
+- `routes`: kernelguard (PyPI; MIT), a maintained rule-based detector of kernel-benchmark
+  hacks, over the answer cells: its strong rules (results kept by input address, timers
+  patched) as "cheating". kernelguard looks for most of its hacks inside the functions it is
+  told are entry points (and what they call): here, the names the answer cells bind that the
+  release's other cells read. Not every name they bind: a helper that keeps a scratch buffer by
+  shape and returns it would then look like a kept output. The answer cells are read one by
+  one, so that a finding names its cell, and then together, for a hack split over two cells."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import re
+import threading
+from dataclasses import dataclass
 
 import kernelguard
 
-from grader.grading import scan
+WATCHED = ("grader", "torch", "triton")  # what the student's process reports its evidence with
+DYNAMIC = {
+    "exec": "runs code from a string with exec",
+    "eval": "runs code from a string with eval",
+    "compile": "compiles code from a string",
+    "__import__": "imports a module by a name built at run time",
+    "breakpoint": "starts a debugger",
+    "setattr": "sets attributes by name (setattr)",
+    "delattr": "deletes attributes by name (delattr)",
+    "globals": "reaches a namespace through globals()",
+    "vars": "reaches a namespace through vars()",
+    "locals": "reaches a namespace through locals()",
+}
+BELOW = {  # modules through which code reaches below Python's objects
+    "ctypes": "uses ctypes",
+    "cffi": "uses cffi",
+    "mmap": "maps memory with mmap",
+    "gc": "reaches objects through the garbage collector",
+    "inspect": "reads frames or objects with inspect",
+    "importlib": "imports modules by name with importlib",
+}
+FRAMES = {
+    "_getframe": "reads the caller's frames",
+    "f_back": "walks frames",
+    "f_locals": "reads a frame's variables",
+    "f_globals": "reads a frame's globals",
+    "settrace": "traces the code that runs",
+    "setprofile": "profiles the code that runs",
+}
+RAW_OS = ("write", "dup", "dup2", "fdopen")  # os.*: raw file descriptors
+RAW = re.compile(r"/proc/|/dev/fd/")  # a string naming a process's memory or descriptors
+MAGICS = frozenset({"time", "timeit", "matplotlib", "capture"})  # run nothing of their own
+# CPython 3.11 can fail ast.parse run on two threads at once (python/cpython#106905), and
+# kernelguard keeps its settings in module globals: one at a time.
+_PARSING = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Route:
+    """One thing an answer cell does that a human should read. `kind` is a finding kind
+    (grader.grading.findings.KINDS): "cheating" or "dynamic-code"."""
+
+    kind: str
+    cell: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"cell {self.cell} {self.what}"
+
+
+def python(source: str) -> str:
+    """Cell source as Python: IPython magics and shell escapes commented out."""
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
+    )
+
+
+def parse(source: str) -> ast.Module:
+    """ast.parse, one thread at a time. Source nested too deeply to parse raises SyntaxError:
+    Python cannot compile it either, so it fails when it runs and costs its own cell."""
+    with _PARSING:
+        try:
+            return ast.parse(source)
+        except (RecursionError, MemoryError) as exc:
+            raise SyntaxError(f"nested too deeply to parse ({type(exc).__name__})") from None
+
+
+def _dotted(node, imported: dict[str, str]) -> str | None:
+    """`a.b.c` as the dotted name it reaches, through the cell's imports."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    root = imported.get(node.id)
+    return ".".join([root, *reversed(parts)]) if root else None
+
+
+def _watched(name: str | None) -> bool:
+    return name is not None and name.split(".")[0] in WATCHED
+
+
+def _imports(tree: ast.Module, imported: dict[str, str]) -> None:
+    """Add to `imported` what each name a module's imports bind stands for."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported[(alias.asname or alias.name).split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+
+def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
+    """What each answer cell ((label, source), in order) does to grader, torch or triton, and how
+    it reaches below Python (see the module's docstring), once per cell and thing; the names the
+    `released` notebook's other cells import (`checks`, `torch`) are known as theirs."""
+    found: dict[tuple[str, str, str], None] = {}
+    imported: dict[str, str] = {}  # what a name was imported as: the release's, then the cells'
+    for cell in released.cells if released is not None else []:
+        if cell.get("cell_type") == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get(
+            "solution"
+        ):
+            with contextlib.suppress(SyntaxError):
+                _imports(parse(python(cell.source)), imported)
+    for label, source in cells:
+        for line in source.split("\n"):
+            magic = line.lstrip()
+            if magic.startswith("%") and magic.strip("%"):
+                name = magic.lstrip("%").split(maxsplit=1)[0]
+                if name not in MAGICS:
+                    found[("dynamic-code", label, f"runs the magic %{name}")] = None
+        try:
+            tree = parse(python(source))
+        except SyntaxError:
+            continue  # it fails when it runs, and costs its own cell
+        _imports(tree, imported)
+        for node in ast.walk(tree):
+            for kind, what in _reach(node, imported):
+                found[(kind, label, what)] = None
+    return [Route(*key) for key in found]
+
+
+def _reach(node, imported: dict[str, str]):
+    """(kind, what) for each way `node` reaches the student's own process."""
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
+        for target in getattr(node, "targets", None) or [node.target]:
+            base = target.value if isinstance(target, ast.Subscript) else target
+            dotted = _dotted(base, imported) if isinstance(base, ast.Attribute) else None
+            if _watched(dotted):
+                yield "cheating", f"replaces {dotted}"
+    elif isinstance(node, ast.Import | ast.ImportFrom):
+        for name in [node.module or ""] if isinstance(node, ast.ImportFrom) else []:
+            if name.split(".")[0] in BELOW:
+                yield "dynamic-code", BELOW[name.split(".")[0]]
+        for alias in node.names if isinstance(node, ast.Import) else []:
+            if alias.name.split(".")[0] in BELOW:
+                yield "dynamic-code", BELOW[alias.name.split(".")[0]]
+    elif isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and node.func.id in DYNAMIC:
+            yield "dynamic-code", DYNAMIC[node.func.id]
+        dotted = _dotted(node.func, imported) or ""
+        if dotted.startswith(("unittest.mock.patch", "mock.patch")):
+            yield "cheating", "patches with unittest.mock"
+    elif isinstance(node, ast.Attribute):
+        dotted = _dotted(node, imported) or ""
+        if node.attr == "__dict__" and _watched(dotted):
+            yield "cheating", f"writes through {dotted}"
+        if node.attr in FRAMES:
+            yield "dynamic-code", FRAMES[node.attr]
+        if dotted.startswith("os.") and node.attr in RAW_OS:
+            yield "dynamic-code", f"uses os.{node.attr} on raw file descriptors"
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and RAW.search(node.value):
+        yield "dynamic-code", "names a process's memory or file descriptors (/proc, /dev/fd)"
 
 
 def answer_cells(submitted, released) -> list[tuple[str, str]]:
@@ -52,7 +212,7 @@ def entry_points(released) -> set[str]:
         if cell.cell_type != "code" or cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
             continue
         try:
-            tree = scan.parse(scan.python(cell.source))
+            tree = parse(python(cell.source))
         except SyntaxError:
             continue
         found |= {
@@ -75,9 +235,7 @@ def _bound(trees: list[ast.Module]) -> list[str]:
 
 def _strong(code: str, entry_points: list[str]) -> set[str]:
     """kernelguard's strong rules that `code` matches."""
-    # kernelguard keeps its settings in module globals, and CPython 3.11 cannot parse on two
-    # threads at once (scan.parse): one analysis at a time, under the scan's own lock
-    with scan._PARSING:
+    with _PARSING:
         kernelguard.configure_runtime(config_data={"entrypoints": {"names": entry_points}})
         matched = kernelguard.analyze_code(code, compute_structural_hash=False)
     return {
@@ -94,7 +252,7 @@ def _read(labels, code, entry_points, known=frozenset(), how=""):
         rules = _strong(code, entry_points)
     except Exception as exc:  # it recurses over the syntax tree: a long expression stops it
         what = f"is code that kernelguard cannot read{how} ({type(exc).__name__})"
-        return None, [scan.Route("dynamic-code", label, what) for label in labels]
+        return None, [Route("dynamic-code", label, what) for label in labels]
     new = sorted(rules - known)
     if not new:
         return rules, []
@@ -105,20 +263,20 @@ def _read(labels, code, entry_points, known=frozenset(), how=""):
         f"matches kernelguard's rule{'s' if len(new) > 1 else ''} {', '.join(new)} "
         f"({', '.join(families)}){how}"
     )
-    return rules, [scan.Route("cheating", label, what) for label in labels]
+    return rules, [Route("cheating", label, what) for label in labels]
 
 
-def routes(cells: list[tuple[str, str]], called: set[str]) -> list[scan.Route]:
+def routes(cells: list[tuple[str, str]], called: set[str]) -> list[Route]:
     """What kernelguard finds in the answer cells `cells` ((label, source), in notebook order),
     with the names of theirs in `called` (entry_points) as the entry points it searches: a
     "cheating" route for each cell that matches its strong rules, and a "dynamic-code" route for
-    each cell it fails to read. A cell that is not Python is left out, as the scan leaves it (it
+    each cell it fails to read. A cell that is not Python is left out, as `reaches` leaves it (it
     fails when it runs, and costs only its own points)."""
     readable = []
     for label, source in cells:
-        code = scan.python(source)
+        code = python(source)
         try:
-            readable.append((label, code, scan.parse(code)))
+            readable.append((label, code, parse(code)))
         except SyntaxError:
             continue
     bound = _bound([tree for _, _, tree in readable])

@@ -1,8 +1,8 @@
 """What a human should look at in one student's submission, and why, read from its files: the
-submitted notebooks (readable at all? graded cells edited or deleted? the grader's modules
-replaced?), the autograded notebooks (cells that timed out, ran out of memory, or tripped the
-grader's integrity checks; speed measured by the speed cells), how the grading run ended, and the
-scores nbgrader recorded."""
+submitted notebooks (readable at all? what of them grading left out? answer cells that reach
+into their own process, grader.grading.detectors), the autograded notebooks (cells that timed
+out, ran out of memory, or failed the integrity checks; the speed the judge measured), how the
+grading run ended, and the scores nbgrader recorded."""
 
 from __future__ import annotations
 
@@ -10,15 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grading import (
-    assemble,
-    detectors,
-    hidden_tests,
-    nbgrader_policy,
-    scan,
-    tells,
-    verdicts,
-)
+from grader.grading import assemble, detectors, nbgrader_policy, verdicts
 from grader.grading.nbgrader_policy import grade_id_of
 
 # Every reason a submission needs a human look, in the order the report lists them.
@@ -32,10 +24,7 @@ KINDS = {
     "cell-timeout": "a cell timed out",
     "output-cut": "output cut",
     "cheating": "cheating flagged",
-    "hidden-tests": "hidden tests printed",
-    "hooks": "changes how later cells run",
     "dynamic-code": "dynamic code",
-    "forged-output": "outputs the grader cannot have written",
     "zero-score": "zero score",
     "late": "late",
     "grader-error": "grader error",
@@ -44,6 +33,9 @@ KINDS = {
 GRADER_TROUBLE = ("grader-error", "no-feedback")  # the grader's own failures, not the student's
 MAX_NOTEBOOK_BYTES = assemble.MAX_NOTEBOOK_BYTES
 OOM_ERRORS = ("MemoryError", "OutOfMemoryError")
+# a graded call's result not from the exercise's kernel (grader.runtime.launches), or a name of
+# the exercise bound to an object that is no function, kernel or data (grader.grading.judge)
+CHEATING_ERRORS = ("IntegrityError", "NotAFunction")
 OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 OUTPUT_CUT = nbgrader_policy.OUTPUT_CUT.format(limit=nbgrader_policy.OUTPUT_LIMIT >> 20)
 GPU_FAULT_TEXT = ("illegal memory access", "misaligned address", "unspecified launch failure")
@@ -98,12 +90,12 @@ class Speed:
 class Submitted:
     """What the student handed in, compared with the released notebooks: which notebooks could
     not be read, what of the rest grading left out (grader.grading.assemble), and what the answer
-    cells, the only code of theirs that runs, do to the cells after them."""
+    cells, the only code of theirs that runs, reach in their own process."""
 
     unreadable: dict[str, str] = field(default_factory=dict)  # notebook -> why
     missing: list[str] = field(default_factory=list)
     dropped: assemble.Dropped = field(default_factory=assemble.Dropped)
-    patches: list[scan.Route] = field(default_factory=list)  # what its code does to later cells
+    patches: list[detectors.Route] = field(default_factory=list)  # what its answer cells reach
     unchanged_solutions: bool = False
 
 
@@ -113,9 +105,7 @@ class Graded:
 
     errors: list[CellError] = field(default_factory=list)
     speed: list[Speed] = field(default_factory=list)
-    doubts: list[str] = field(default_factory=list)  # outputs the grader cannot have written
     cut: list[str] = field(default_factory=list)  # cells whose output passed the limit
-    shown: list[str] = field(default_factory=list)  # cells whose outputs show hidden tests
 
 
 @dataclass(frozen=True)
@@ -130,13 +120,6 @@ class Run:
 
 
 # -- reading files ---------------------------------------------------------------------------
-
-
-def printable(name: str) -> str:
-    """`name` as text a report can hold: bytes that are not UTF-8 as \\xNN escapes, control
-    characters as \\uNNNN."""
-    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 def read_notebook(path: Path):
@@ -171,43 +154,17 @@ def solutions_unchanged(submitted, released) -> bool:
     return bool(given) and all(solutions(submitted).get(k) == v for k, v in given.items())
 
 
-def read_submitted(folder: Path, released: dict[str, object]) -> tuple[dict, list, dict]:
-    """({name: notebook} of those that read, [names missing], {name: why unreadable}) of the
-    released notebooks {name: notebook} in a student's submission folder."""
-    read, missing, unreadable = {}, [], {}
-    for name in released:
-        path = folder / f"{name}.ipynb"
-        if not path.is_file() and not path.is_symlink():
-            missing.append(name)
-            continue
-        nb, why = read_notebook(path)
-        if nb is None:
-            unreadable[name] = why
-        else:
-            read[name] = nb
-    return read, missing, unreadable
-
-
-def inspect_submitted(folder: Path, released: dict[str, object]) -> Submitted:
-    """Compare a student's submission folder with the released notebooks {name: notebook}: each
-    readable notebook is assembled as grading assembles it, and its answer cells scanned."""
-    read, missing, unreadable = read_submitted(folder, released)
-    result = Submitted(unreadable, missing)
-    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-    expected = {f"{name}.ipynb" for name in released}
-    result.dropped.files = [
-        printable(p) for p in present if p not in expected and p != assemble.TIMESTAMP
-    ]
+def inspect(found: assemble.Submission, released: dict[str, object]) -> Submitted:
+    """What a submission, read and assembled (grader.grading.assemble.read), shows a human: what
+    of it did not run, what its answer cells reach (grader.grading.detectors), and whether they
+    were left as released."""
+    result = Submitted(found.unreadable, found.missing, found.dropped)
     unchanged = []
-    for name, nb in read.items():
-        release = released[name]
-        graded, dropped = assemble.assemble(release, nb)
-        result.dropped.merge(dropped)
-        result.patches += scan.scan(graded, release)
-        result.patches += detectors.routes(
-            detectors.answer_cells(graded, release), detectors.entry_points(release)
-        )
-        unchanged.append(solutions_unchanged(graded, release))
+    for name, nb in found.notebooks.items():
+        answers = detectors.answer_cells(nb, released[name])
+        result.patches += detectors.reaches(answers, released[name])
+        result.patches += detectors.routes(answers, detectors.entry_points(released[name]))
+        unchanged.append(solutions_unchanged(nb, released[name]))
     result.unchanged_solutions = bool(unchanged) and all(unchanged)
     return result
 
@@ -247,13 +204,10 @@ def cell_score(cell) -> float | None:
         return None
 
 
-def inspect_graded(
-    nb, hidden: hidden_tests.Hidden | None = None, *, grades_speed: bool = False
-) -> Graded:
-    """Errors, speed verdicts, and outputs the grader cannot have written (grader.grading.tells,
-    and doubts about the speed records) in an autograded notebook. Speed verdicts are read only
-    where the batch grades speed, only from speed cells' published records; and the cells whose
-    outputs show the `hidden` tests."""
+def inspect_graded(nb, *, grades_speed: bool = False) -> Graded:
+    """Errors, speed verdicts and output cut short in an autograded notebook. Speed verdicts are
+    read only where the batch grades speed, from the records the judge published in speed
+    cells."""
     result = Graded()
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -263,20 +217,12 @@ def inspect_graded(
         for o in outputs:
             if o.output_type == "error":
                 result.errors.append(CellError(label, o.get("ename", ""), o.get("evalue", "")))
-        score = cell_score(cell)
-        speed_cell = score is not None and label.startswith("speed-")
-        result.doubts += verdicts.doubts(
-            label, outputs, speed_cell=speed_cell, grades_speed=grades_speed, score=score
-        )
-        if speed_cell:
+        if cell_score(cell) is not None and label.startswith("speed-"):
             records = [r for r in verdicts.published(outputs) if isinstance(r, verdicts.Record)]
             result.speed.append(speed_of(label, records) if grades_speed else Speed(label, False))
         text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
         if OUTPUT_CUT in text:
             result.cut.append(label)
-        if hidden is not None and hidden_tests.shown_by(cell, hidden):
-            result.shown.append(label)
-    result.doubts += tells.tells(nb)
     return result
 
 
@@ -345,27 +291,15 @@ def classify(
                 f"{graded.cut[0]} on; the rest was dropped, errors and results kept",
             )
         )
-    cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename == "IntegrityError"]
+    cheats = [f"{e.cell}: {_short(e.evalue, 120)}" for e in errors if e.ename in CHEATING_ERRORS]
     routes = {kind: [str(r) for r in submitted.patches if r.kind == kind] for kind in KINDS}
     cheats += routes["cheating"]
     speed = graded.speed if graded else []
     cheats += [f"{s.grade_id}: {_short(flag, 120)}" for s in speed for flag in s.flags]
     if cheats:
         found.append(Finding("cheating", "; ".join(cheats)))
-    if graded and graded.shown:
-        found.append(
-            Finding(
-                "hidden-tests",
-                f"the outputs of {', '.join(graded.shown)} show hidden-test source "
-                "(the feedback shows no output from the first hidden test on)",
-            )
-        )
-    for kind in ("hooks", "dynamic-code"):
-        if routes[kind]:
-            found.append(Finding(kind, "; ".join(routes[kind])))
-    forged = routes["forged-output"] + (graded.doubts if graded else [])
-    if forged:
-        found.append(Finding("forged-output", "; ".join(forged)))
+    if routes["dynamic-code"]:
+        found.append(Finding("dynamic-code", "; ".join(routes["dynamic-code"])))
     if score is not None and score <= 0 < max_score and readable and run and run.status == "ok":
         if submitted.unchanged_solutions:
             why = "no solution filled in: every solution cell is as released"

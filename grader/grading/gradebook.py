@@ -61,11 +61,8 @@ def max_scores(db_url: str, assignment: str) -> dict[str, float]:
             found = gb.find_assignment(assignment)
         except MissingEntry:
             return {}
-        return {
-            cell.name: float(cell.max_score)
-            for notebook in found.notebooks
-            for cell in notebook.grade_cells
-        }
+        cells = (cell for notebook in found.notebooks for cell in notebook.grade_cells)
+        return {cell.name: float(cell.max_score) for cell in cells}
 
 
 def notebook_names(db_url: str, assignment: str) -> list[str]:
@@ -79,17 +76,14 @@ def grades(db_url: str, assignment: str) -> dict[str, StudentGrades]:
     found = {}
     with opened(db_url) as gb:
         for submission in gb.find_assignment(assignment).submissions:
-            scores = {}
-            for notebook in submission.notebooks:
-                for grade in notebook.grades:
-                    recorded = grade.manual_score is not None or grade.auto_score is not None
-                    scores[grade.name] = float(grade.score) if recorded else None
-            found[submission.student.id] = StudentGrades(
+            row = found[submission.student.id] = StudentGrades(
                 submission.student.id,
-                scores,
-                float(submission.total_seconds_late or 0.0),
-                float(submission.late_submission_penalty or 0.0),
+                seconds_late=float(submission.total_seconds_late or 0.0),
+                penalty=float(submission.late_submission_penalty or 0.0),
             )
+            for grade in (g for notebook in submission.notebooks for g in notebook.grades):
+                recorded = grade.manual_score is not None or grade.auto_score is not None
+                row.scores[grade.name] = float(grade.score) if recorded else None
     return found
 
 

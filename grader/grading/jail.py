@@ -1,25 +1,14 @@
-"""The Jupyter kernel that runs a student's code, in an OS sandbox (bubblewrap, `bwrap`).
+"""The Jupyter kernel that runs a student's code, in an OS sandbox (bubblewrap, `bwrap`);
+docs/instructors.md ("The sandbox") says what the code inside sees, and under which limits.
 
-nbgrader stays on the trusted side (it needs the gradebook); only its kernel is jailed. Grading a
-student with the jail writes a kernelspec whose argv is this module (`python -m
-grader.grading.jail SPEC CONNECTION_FILE`): nbgrader's KernelManager starts it with the notebook's
-folder as its cwd, and it replaces itself with `bwrap ... KERNEL_ARGV`: the process the kernel
-manager watches and kills is bwrap, and the sandbox dies with it. The kernel talks
-to nbgrader over ZMQ's ipc transport: Unix sockets in a private folder bound into the sandbox,
-which has no network.
-
-Inside, the student's code sees:
-- its working directory, at the path nbgrader uses: a size-limited tmpfs holding a copy of the
-  folder nbgrader prepared (the submission and the assignment's side files), without notebooks
-  (nbgrader's sanitized copy holds the hidden tests);
-- the system (/usr and its links, a few files of /etc, /sys) and the kernel's Python, read-only;
-- `grader/__init__.py` and `grader/runtime/`, copied and read-only on PYTHONPATH: not the
-  repository, so no solutions/, build/, tests/ or gradebook;
-- a private HOME, /tmp and /dev/shm (size-limited tmpfs), a new /proc, a minimal /dev, and the
-  GPU's device nodes when one is assigned;
-- no network, its own pid namespace (nothing it starts outlives it: when the kernel ends, the
-  namespace's other processes are killed), an unprivileged uid with no capabilities, and limits
-  on processes (RLIMIT_NPROC) and file size (RLIMIT_FSIZE).
+nbgrader stays on the trusted side (it needs the gradebook); only its kernel is jailed: its
+kernelspec's argv is this module (`python -m grader.grading.jail SPEC CONNECTION_FILE`), which
+nbgrader's KernelManager starts in the notebook's folder and which replaces itself with `bwrap
+... KERNEL_ARGV`, so the process the kernel manager watches and kills is bwrap, and the sandbox
+dies with it. The kernel talks to nbgrader over ZMQ's ipc transport: Unix sockets in a private
+folder bound into the sandbox, which has no network. Its working directory, at nbgrader's path,
+is a size-limited tmpfs holding a copy of nbgrader's folder without the notebooks (nbgrader's
+copy holds the hidden tests).
 
 bwrap runs as root, without a user namespace: as root, bwrap's user namespace would map the
 sandbox's uid to root outside, which RLIMIT_NPROC does not count and which would own what the
@@ -39,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,19 +42,11 @@ HOME = "/home/student"
 RUNTIME = "/opt/course"  # the read-only copy of grader/__init__.py and grader/runtime/
 SEED = "/opt/submission"  # the read-only copy of the working directory, copied into it at start
 GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
-ETC = (  # what the kernel's Python, torch, Triton (its C compiler) and CUDA read from /etc
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "passwd",
-    "group",
-    "nsswitch.conf",
-    "localtime",
-    "alternatives",
-    "fonts",
-)
+# what the kernel's Python, torch, Triton (its C compiler) and CUDA read from /etc
+ETC = "ld.so.cache ld.so.conf ld.so.conf.d passwd group nsswitch.conf localtime alternatives fonts"
 KERNEL_MODULES = ("ipykernel", "ipywidgets", "matplotlib", "tqdm", "numpy", "torch", "triton")
 KEEP_ENV = {"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "NBGRADER_EXECUTION"}
+KEEP_ENV |= {"CUDA_INJECTION64_PATH"}  # the judge's GPU activity library (grading.activity)
 KEEP_PREFIXES = ("COURSE_", "TRITON_", "OMP_", "MKL_", "CUDA_VISIBLE", "NVIDIA_")
 
 # Run inside the sandbox as root (bwrap gave it CAP_SETUID, CAP_SETGID and CAP_SETPCAP only),
@@ -152,32 +133,20 @@ class Spec:
         return Path(self.folder) / "seed"
 
 
-# -- slots: a uid per student graded at the same time on this host ---------------------------
-
-
-@contextmanager
-def slot() -> Iterator[int]:
-    """The lowest slot number that no grading on this host holds (of this batch or of another
-    running beside it), for as long as the block runs."""
-    with hostlock.numbered("uid-") as n:
-        yield n
+def slot() -> AbstractContextManager[int]:
+    """The lowest slot number (a uid per student graded at the same time on this host) that no
+    grading on this host holds, of this batch or of another beside it, while the block runs."""
+    return hostlock.numbered("uid-")
 
 
 # -- the trusted side: prepare a student's folder --------------------------------------------
 
 
-def _copy_runtime(target: Path) -> None:
-    """grader/__init__.py and grader/runtime/ (no caches), readable by everyone."""
-    package = Path(__file__).resolve().parents[1]
-    (target / "grader").mkdir(parents=True)
-    shutil.copy2(package / "__init__.py", target / "grader" / "__init__.py")
-    shutil.copytree(
-        package / "runtime",
-        target / "grader" / "runtime",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
-    for path in [target, *target.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+def _readable(folder: Path) -> None:
+    """Make `folder` and everything in it but links readable by everyone."""
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 @contextmanager
@@ -204,7 +173,11 @@ def prepared(
         spec.run.mkdir()
         os.chown(spec.run, uid, uid)
         spec.run.chmod(0o700)
-        _copy_runtime(spec.lib)
+        package = Path(__file__).resolve().parents[1]  # grader/__init__.py and grader/runtime/
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(package / "runtime", spec.lib / "grader" / "runtime", ignore=ignore)
+        shutil.copy2(package / "__init__.py", spec.lib / "grader")
+        _readable(spec.lib)
         path = folder / "spec.json"
         path.write_text(json.dumps(asdict(spec), indent=1))
         kernels = folder / "share" / "kernels" / KERNEL_NAME
@@ -217,13 +190,7 @@ def prepared(
             "interrupt_mode": "message",  # a cell's timeout: see this module's docstring
         }
         (kernels / "kernel.json").write_text(json.dumps(kernelspec))
-        yield (
-            path,
-            {
-                "JUPYTER_PATH": str(folder / "share"),
-                "JUPYTER_RUNTIME_DIR": str(spec.run),
-            },
-        )
+        yield path, {"JUPYTER_PATH": str(folder / "share"), "JUPYTER_RUNTIME_DIR": str(spec.run)}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -275,50 +242,28 @@ class _Args(list):
         self.made.add(str(dest))
 
 
-def _system(args: _Args) -> None:
-    """/usr read-only, with the host's top-level links to it (merged /usr) or binds."""
-    args.mount("--ro-bind", "/usr", "/usr")
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
-        if os.path.islink(top):
-            args.mount("--symlink", os.readlink(top), top)
-        elif os.path.isdir(top):
-            args.mount("--ro-bind", top, top)
-    for name in ETC:
-        args.mount("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")
-    args.mount("--ro-bind", "/sys", "/sys")
-
-
 def _prefixes(executable: str) -> list[str]:
     """The prefixes of the kernel's Python (a venv's and its base) outside /usr."""
-    prefixes = {
-        str(Path(executable).absolute().parent.parent),
-        str(Path(executable).resolve().parent.parent),
-    }
+    python = Path(executable)
+    prefixes = {str(p.parent.parent) for p in (python.absolute(), python.resolve())}
     return sorted(p for p in prefixes if not p.startswith("/usr"))
-
-
-def _python(args: _Args, executable: str) -> None:
-    """The prefixes of the kernel's Python, and the package folders it needs besides, read-only."""
-    for prefix in [*_prefixes(executable), *package_folders(executable)]:
-        args.mount("--ro-bind", prefix, prefix)
 
 
 def package_folders(executable: str) -> list[str]:
     """The folders outside the kernel's Python and /usr that hold what the kernel imports
-    (KERNEL_MODULES), found on this process's path: a `pip install --target` folder on
-    PYTHONPATH, as the offline wheelhouse is installed on a GPU image (.ci/gpu). Bound
-    read-only and put on the kernel's PYTHONPATH; a folder that holds the repository, or lies
-    in it, is refused (the solutions and the gradebook stay out of reach)."""
+    (KERNEL_MODULES), found on this process's path (a `pip install --target` folder on
+    PYTHONPATH, as .ci/gpu installs the offline wheelhouse), to be bound read-only and put on the
+    kernel's PYTHONPATH. One that holds the repository, or lies in it, is refused."""
     import importlib.util
 
     repository = Path(__file__).resolve().parents[2]
+    own = [*_prefixes(executable), *_prefixes(sys.executable)]  # site-packages, not a --target
     found = []
     for name in KERNEL_MODULES:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             continue
         folder = Path(next(iter(spec.submodule_search_locations))).resolve().parent
-        own = [*_prefixes(executable), *_prefixes(sys.executable)]  # site-packages, not a --target
         if str(folder).startswith("/usr") or any(folder.is_relative_to(p) for p in own):
             continue
         if folder.is_relative_to(repository) or repository.is_relative_to(folder):
@@ -356,29 +301,46 @@ def command(spec: Spec, cwd: str, connection_file: str, extra: Sequence[str] = (
     """bwrap's argv for the kernel of `spec` with working directory `cwd`; `extra` are the
     kernel's arguments from nbclient (its history file)."""
     kernel = [a.replace("{connection_file}", connection_file) for a in spec.kernel_argv]
-    kernel += extra
+    return sandboxed(spec, cwd, [*kernel, *extra])
+
+
+def sandboxed(
+    spec: Spec,
+    cwd: str,
+    program: Sequence[str],
+    *,
+    before: Sequence[str] = (),
+    binds: Sequence[str] = (),
+) -> list[str]:
+    """bwrap's argv that runs `program` in the sandbox of `spec` with working directory `cwd`, as
+    the sandbox's uid. `before`, a trusted program (Nsight Compute's ncu, as the judge runs it),
+    runs first as root within the sandbox and starts the dropping of rights that then runs
+    `program`: it can watch `program`, and `program` cannot reach it. `binds` are host folders
+    bound in read-write at their own paths (one only root may enter, for ncu's report)."""
     size = str(spec.scratch_bytes)
+    python = spec.kernel_argv[0]
     args = _Args(
-        BWRAP,
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--hostname",
-        "grading",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-        *("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"),
+        *(BWRAP, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"),
+        *("--unshare-cgroup-try", "--hostname", "grading", "--die-with-parent", "--new-session"),
+        *("--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"),
+        *("--cap-add", "CAP_SETPCAP"),
     )
-    _system(args)
+    args.mount("--ro-bind", "/usr", "/usr")
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):  # links to /usr (merged), or binds
+        if os.path.islink(top):
+            args.mount("--symlink", os.readlink(top), top)
+        elif os.path.isdir(top):
+            args.mount("--ro-bind", top, top)
+    for name in ETC.split():
+        args.mount("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")
+    args.mount("--ro-bind", "/sys", "/sys")
     args.mount("--proc", "/proc")
     args.mount("--dev", "/dev")
     for scratch in ("/dev/shm", "/tmp", HOME):
         args.mount("--size", size, "--tmpfs", scratch, perms="1777")
-    _python(args, kernel[0])  # after the scratch folders: a venv under /tmp stays visible
+    # the kernel's Python after the scratch folders: a virtual environment in /tmp stays visible
+    for prefix in [*_prefixes(python), *package_folders(python)]:
+        args.mount("--ro-bind", prefix, prefix)
     args.mount("--ro-bind", str(spec.lib), RUNTIME)
     args.mount("--ro-bind", str(spec.seed), SEED)
     args.mount("--bind", str(spec.run), str(spec.run))
@@ -388,22 +350,14 @@ def command(spec: Spec, cwd: str, connection_file: str, extra: Sequence[str] = (
             args.mount("--dev-bind-try", node, node)
     for tool in spec.tools:
         args.mount("--ro-bind", tool, tool)
+    for folder in binds:
+        args.mount("--bind", folder, folder)
     fsize = str(spec.scratch_bytes // 2)
-    drop = [kernel[0], "-I", "-c", DROP, str(spec.uid), str(spec.nproc), fsize, SEED]
-    return [*args, "--chdir", cwd, "--", *drop, *kernel]
+    drop = [python, "-I", "-c", DROP, str(spec.uid), str(spec.nproc), fsize, SEED]
+    return [*args, "--chdir", cwd, "--", *before, *drop, *program]
 
 
 # -- the launcher: nbgrader's kernel manager runs this in place of the kernel -----------------
-
-
-def _seed(cwd: Path, seed: Path) -> None:
-    """Copy the working directory nbgrader prepared, without notebooks, as the sandbox's."""
-    shutil.copytree(
-        cwd, seed, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints")
-    )
-    for path in [seed, *seed.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def launch(spec_path: Path, connection_file: str, extra: Sequence[str] = ()) -> None:
@@ -411,12 +365,32 @@ def launch(spec_path: Path, connection_file: str, extra: Sequence[str] = ()) -> 
     spec = read(spec_path)
     if Path(connection_file).parent != spec.run:
         raise JailError(f"{connection_file}: the connection file must be in {spec.run}")
-    cwd = os.getcwd()
-    _seed(Path(cwd), spec.seed)
+    cwd = os.getcwd()  # nbgrader's folder, copied without notebooks as the sandbox's
+    notebooks = shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints")
+    shutil.copytree(cwd, spec.seed, symlinks=True, ignore=notebooks)
+    _readable(spec.seed)
     os.chown(connection_file, spec.uid, spec.uid)
     argv = command(spec, cwd, connection_file, extra)
     os.chdir("/")
     os.execvpe(argv[0], argv, environment(spec, dict(os.environ)))
+
+
+def ncu_runner(spec_path: Path, cwd: str):
+    """A runner for grader.runtime.profile.collect that starts Nsight Compute in the sandbox of
+    the kernel whose spec is at `spec_path`: ncu as root, the profiled child dropped to the
+    sandbox's user, with the kernel's environment; the profile's folder bound in (its spec the
+    child reads; ncu's report in a subfolder only root enters)."""
+    from grader.runtime import profile
+
+    spec = read(spec_path)
+
+    def run(argv: list[str], *, folder: str, env: dict, timeout: float):
+        at = argv.index("--log-file") + 2  # ncu's options, then the child: python -m ...
+        program = [spec.kernel_argv[0], *argv[at + 1 :]]
+        bwrap = sandboxed(spec, cwd, program, before=argv[:at], binds=[folder])
+        return profile.run_ncu(bwrap, cwd="/", env=environment(spec, env), timeout=timeout)
+
+    return run
 
 
 if __name__ == "__main__":

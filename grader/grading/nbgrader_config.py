@@ -48,7 +48,7 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.Autograde.autograde_preprocessors = [
-    "grader.grading.notebook_guards.CappedExecute",
+    "grader.grading.notebook_guards.JudgedExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -66,16 +66,13 @@ c.IgnorePattern.pattern = nbgrader_policy.STDERR_NOISE
 # (grader/authoring/build.py); nbgrader's own locking would make that one non-editable too.
 c.LockCells.lock_readonly_cells = False
 
-# Feedback is made from the autograded notebook and keeps the hidden tests hidden, as course/
-# does: ClearHiddenTests clears them from the test cells' source, and FeedbackPage shows the
-# outputs only of the cells before the first hidden test, as CappedExecute copied them then; from
-# there on, the scores GetGrades read from the gradebook and the grader's own words on each
-# (see grader/grading/feedback.py).
+# Feedback is made from the autograded notebook: every output, the test cells' being the judge's
+# (grader.grading.judge), whose hidden tests never reached the student's process; ClearHiddenTests
+# clears them from the test cells' source, as course/ does.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "grader.grading.feedback.FeedbackPage",
 ]
 
 # LMS downloads (`nbgrader zip_collect`): the file-name pattern, Canvas's by default; see

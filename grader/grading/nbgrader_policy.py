@@ -14,7 +14,7 @@ IgnorePattern preprocessor drops such output before the cell is scored. Anything
 still costs the cell, and errors are never stderr: they are error outputs.
 
 Sizes: a notebook's outputs are kept up to `OUTPUT_LIMIT` bytes while it runs
-(grader.grading.notebook_guards.CappedExecute); past it, what a cell prints or displays is
+(grader.grading.notebook_guards.JudgedExecute); past it, what a cell prints or displays is
 dropped, and `OUTPUT_CUT` says so in the cell.
 
 Metadata: `grade_id_of` reads a cell's grade_id. nbgrader's own processes import this module and

@@ -45,46 +45,14 @@ class Finished:
         return self.killed is None and self.returncode == 0
 
 
-def _psutil():
-    try:
-        import psutil
-    except ImportError:  # it comes with IPython, so with nbgrader; said plainly if not
-        raise RuntimeError(
-            "the memory watchdog needs psutil: pip install psutil (IPython, which nbgrader "
-            "needs, normally brings it)"
-        ) from None
-    return psutil
-
-
-def _tree(process) -> list:
-    """`process` and its descendants, parents before children."""
-    try:
-        return [process, *process.children(recursive=True)]
-    except _psutil().NoSuchProcess:
-        return []
-
-
-def resident_bytes(processes) -> int:
-    """Resident memory of the psutil.Process objects in `processes` that still run."""
-    psutil = _psutil()
-    total = 0
-    for p in processes:
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
-
-
 def kill(processes) -> None:
-    """SIGKILL each process in `processes` (children listed after their parents: they go
-    first, so none is left orphaned); psutil refuses a pid that was reused meanwhile."""
-    psutil = _psutil()
+    """SIGKILL each of the psutil processes `processes`, children (listed after their parents)
+    first, so that none is left orphaned; psutil refuses a pid that was reused meanwhile."""
+    import psutil  # it comes with IPython, so with nbgrader
+
     for p in reversed(list(processes)):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
 
 
 def run(
@@ -102,14 +70,12 @@ def run(
     past `memory_limit` bytes resident; with `data_limit`, set RLIMIT_DATA on it first. With
     `zygote` (grader.grading.zygote), `command` is nbgrader's arguments, forked by the zygote
     rather than started afresh."""
-    psutil = _psutil()
+    import psutil
+
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    killed: list[str] = []
-    peak = 0
-    with contextlib.ExitStack() as stack:
-        if zygote is None:
-            out = stack.enter_context(open(log, "w", encoding="utf-8"))
+    if zygote is None:
+        with open(log, "w", encoding="utf-8") as out:  # the child writes to its own copy
             proc = subprocess.Popen(
                 list(command),
                 cwd=cwd,
@@ -118,42 +84,47 @@ def run(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-            if data_limit is not None:  # set before nbgrader starts the kernel, which inherits it
-                with contextlib.suppress(ProcessLookupError):  # it has already finished
-                    resource.prlimit(proc.pid, resource.RLIMIT_DATA, (data_limit, data_limit))
-            pid, wait = proc.pid, proc.wait
-        else:
-            where = Path(cwd) if cwd is not None else Path.cwd()
-            given = dict(env) if env is not None else dict(os.environ)
-            pid = zygote.start(command, cwd=where, env=given, log=log, data_limit=data_limit)
-            wait = zygote.wait  # the child stays the zygote's until then, so it can be watched
-        seen = {pid: psutil.Process(pid)}  # every process of the tree seen so far
-        done = threading.Event()
+        if data_limit is not None:  # set before nbgrader starts the kernel, which inherits it
+            with contextlib.suppress(ProcessLookupError):  # it has already finished
+                resource.prlimit(proc.pid, resource.RLIMIT_DATA, (data_limit, data_limit))
+        pid, wait = proc.pid, proc.wait
+    else:
+        env = os.environ if env is None else env
+        pid = zygote.start(command, cwd=cwd or Path.cwd(), env=env, log=log, data_limit=data_limit)
+        wait = zygote.wait  # the child stays the zygote's until then, so it can be watched
+    seen = {pid: psutil.Process(pid)}  # every process of the tree seen so far
+    killed: str | None = None
+    peak = 0
 
-        def watch():
-            nonlocal peak
-            while not done.wait(POLL_SECONDS):
-                tree = _tree(seen[pid])
-                seen.update((p.pid, p) for p in tree)
-                used = resident_bytes(tree)
-                peak = max(peak, used)
-                reason = "memory" if used > memory_limit else None
-                if time.monotonic() - start > timeout:
-                    reason = "timeout"
-                if reason:
-                    killed.append(reason)
-                    kill(tree)
-                    return
+    def watch():
+        nonlocal peak, killed
+        while not done.wait(POLL_SECONDS):
+            try:
+                tree = [seen[pid], *seen[pid].children(recursive=True)]
+            except psutil.NoSuchProcess:
+                tree = []
+            seen.update((p.pid, p) for p in tree)
+            used = 0
+            for p in tree:
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    used += p.memory_info().rss
+            peak = max(peak, used)
+            late = time.monotonic() - start > timeout
+            if late or used > memory_limit:
+                killed = "timeout" if late else "memory"
+                kill(tree)
+                return
 
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
-            returncode = wait()
-        finally:
-            done.set()
-            watcher.join()
-            kill(list(seen.values())[1:])  # a kernel a failed nbgrader left behind dies too
-    return Finished(returncode, time.monotonic() - start, peak, killed[0] if killed else None)
+    done = threading.Event()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        returncode = wait()
+    finally:
+        done.set()
+        watcher.join()
+        kill(list(seen.values())[1:])  # a kernel a failed nbgrader left behind dies too
+    return Finished(returncode, time.monotonic() - start, peak, killed)
 
 
 def default_memory_limit(jobs: int) -> int:

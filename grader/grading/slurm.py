@@ -1,40 +1,14 @@
-"""Grading beyond one host: each student of a batch graded by one task of a Slurm job array.
+"""Grading beyond one host: each student of a batch graded by one task of a Slurm job array
+(docs/instructors.md, "Beyond one host: Slurm", says what runs where and why).
 
-The trusted side (`python -m grader autograde ... --slurm`, on a host that can submit jobs)
-writes a job folder on a filesystem the compute nodes share: `job.json` (the assignment, the
-limits, the students by task index), `course/` (the assignment's source and release and a
-gradebook holding only the assignment) and `inbox/<student>/` (each submission as grading runs
-it, assembled here: grader.grading.assemble). It submits one array (`sbatch --array`), waits for
-it, and merges.
-
-Each task (`python -m grader.grading.slurm JOB_FOLDER`, its student from SLURM_ARRAY_TASK_ID)
-grades its one student exactly as a batch on one host does (grader.grading.autograde.grade_one:
-nbgrader, the student's kernel in the sandbox, on the task's GPU alone), in a course directory
-of its own, and leaves in `out/<student>/` the outcome (`result.json`), nbgrader's log and the
-graded notebooks.
-
-That course directory (the hidden tests and a gradebook) is `work/<task>/` in the job folder, not
-on the node's disk, because no task can be relied on to clean up after itself: Slurm ends a task
-past its time limit with SIGTERM and, KillWait seconds later, SIGKILL; the kernel's OOM killer or
-a failing node send nothing at all; and a folder that the node's next task would remove waits
-for a next task that may never come. In the job folder it sits beside the copy it was made from,
-under the same protection (mode 0700, the instructor's), whatever ends the task; the task removes
-it when it ends, and the trusted side removes what a killed task left once it has merged. On the
-node's disk a task keeps only the sandbox's folder while it runs (grader.grading.jail: the
-student runtime, the submission's own files, the kernel's Unix sockets, which need a short local
-path, and nothing of the hidden tests); the task turns Slurm's SIGTERM into an orderly exit, so
-that folder is removed too before the SIGKILL.
-
-How a task ended is Slurm's to say, not the task's: the trusted side reads each task's last
-state from `squeue` while it waits, and a task Slurm stopped at its time limit is reported as
-timed out.
-
-What a task leaves is data the trusted side checks before it uses any of it: `result.json` must
-name the task's student and an outcome it knows; a graded notebook must read as a notebook within
-the size limit, and hold each read-only and test cell as the gradebook has it. The trusted side
-alone writes the gradebook: it runs `nbgrader autograde` over the checked notebooks with the
-course's own configuration, minus the execution (the same preprocessors that scored the notebook
-in the task score it again), so scores, late penalties and feedback come out as a local batch's.
+The trusted side writes a job folder the nodes share (`job.json`, `course/`, `inbox/<student>/`),
+submits the array, follows it with `squeue` and merges. Each task (`python -m
+grader.grading.slurm JOB_FOLDER`, its student from SLURM_ARRAY_TASK_ID) grades its student in a
+course directory of its own, `work/<task>/` of the job folder, never on the node's disk (nothing
+ends a task cleanly every time: Slurm's SIGKILL, the OOM killer, a failing node), and leaves in
+`out/<student>/` the outcome (`result.json`), nbgrader's log and the graded notebooks: data that
+the trusted side checks (`read_result`, `checked_notebook`) before it records the scores itself
+(`rescore`), so that they come out as a local batch's.
 """
 
 from __future__ import annotations
@@ -64,30 +38,16 @@ MAX_TEXT = 2000  # characters of a task's outcome's detail
 SLACK_SECONDS = 600  # the array's default time limit: a student's --timeout and this
 KNOWN_STATUSES = {"ok", "failed", "timeout", "memory", "not-graded"}
 POLL_SECONDS = 5.0
-# the states of a task that has ended (squeue --states=all lists them for MinJobAge, 300 s)
-ENDED = {
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-    "PREEMPTED", "TIMEOUT",
-}  # fmt: skip
+# job.json: the students by task index, and these fields of the batch (autograde.Batch's names)
+JOB_FIELDS = "assignment mode cell_timeout speed_cell_timeout timeout memory_limit jailed".split()
 TIME_LIMIT = "TIMEOUT"
+# the states of a task that has ended (squeue --states=all lists them for MinJobAge, 300 s)
+ENDED = {TIME_LIMIT, "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL"}
+ENDED |= {"OUT_OF_MEMORY", "PREEMPTED"}
 
 
 class SlurmError(RuntimeError):
     """The array cannot be submitted or followed; the message says what to fix."""
-
-
-@dataclass
-class Job:
-    """What every task of the array reads (job.json)."""
-
-    assignment: str
-    mode: str
-    students: list[str]
-    cell_timeout: int
-    speed_cell_timeout: int
-    timeout: int
-    memory_limit: int
-    jailed: bool
 
 
 @dataclass(frozen=True)
@@ -107,13 +67,11 @@ class Options:
     sbatch: list[str] = field(default_factory=list)
     folder: Path | None = None
     throttle: int | None = None
-    poll: float = POLL_SECONDS
 
 
 def require() -> None:
     """Fail with the install command where Slurm's client commands are missing."""
-    missing = [c for c in (SBATCH, SQUEUE, SCANCEL) if shutil.which(c) is None]
-    if missing:
+    if missing := [c for c in (SBATCH, SQUEUE, SCANCEL) if shutil.which(c) is None]:
         raise SlurmError(
             f"{', '.join(missing)} not found: grading through Slurm submits from a host of the "
             f"cluster (a login node) with Slurm's commands ({INSTALL})"
@@ -136,9 +94,8 @@ def sbatch_command(batch: autograde.Batch, folder: Path, count: int, options: Op
     defaults = []
     if not _given(options.sbatch, "--time", "-t"):
         defaults.append(f"--time={math.ceil((batch.timeout + SLACK_SECONDS) / 60)}")
-    if batch.mode == "gpu" and not _given(
-        options.sbatch, "--gres", "--gpus", "-G", "--gpus-per-task", "--gpus-per-node"
-    ):
+    gpus = ("--gres", "--gpus", "-G", "--gpus-per-task", "--gpus-per-node")
+    if batch.mode == "gpu" and not _given(options.sbatch, *gpus):
         defaults.append("--gres=gpu:1")
     array = f"0-{count - 1}" + (f"%{options.throttle}" if options.throttle else "")
     task = [sys.executable, "-m", "grader.grading.slurm", str(folder)]
@@ -159,11 +116,11 @@ def sbatch_command(batch: autograde.Batch, folder: Path, count: int, options: Op
 # -- the trusted side: submit, wait, merge -------------------------------------------------
 
 
+@dataclass
 class Array:
     """An autograde.Grader: the students graded by a Slurm job array, merged here."""
 
-    def __init__(self, options: Options):
-        self.options = options
+    options: Options
 
     def __call__(
         self, batch: autograde.Batch, todo: list[str], given: dict[str, object]
@@ -179,7 +136,7 @@ class Array:
         job_id = submit(batch, folder, len(todo), self.options)
         print(f"Slurm job {job_id}: {len(todo)} tasks; job folder {folder}")
         try:
-            ended = wait(job_id, self.options.poll)
+            ended = wait(job_id)
         except KeyboardInterrupt:
             subprocess.run([SCANCEL, job_id], capture_output=True)
             print(f"interrupted: Slurm job {job_id} cancelled; run again to grade the rest")
@@ -200,17 +157,8 @@ def write_job(batch: autograde.Batch, todo: list[str], folder: Path) -> None:
     given = autograde.released(batch)
     for student in todo:  # what grading runs, assembled here: nothing else leaves this host
         assemble.stage(batch.folder("submitted", student), given, folder / "inbox" / student)
-    job = Job(
-        batch.assignment,
-        batch.mode,
-        todo,
-        batch.cell_timeout,
-        batch.speed_cell_timeout,
-        batch.timeout,
-        batch.memory_limit,
-        batch.jailed,
-    )
-    (folder / "job.json").write_text(json.dumps(asdict(job), indent=1))
+    job = {"students": todo, **{name: getattr(batch, name) for name in JOB_FIELDS}}
+    (folder / "job.json").write_text(json.dumps(job, indent=1))
 
 
 def submit(batch: autograde.Batch, folder: Path, count: int, options: Options) -> str:
@@ -226,25 +174,21 @@ def submit(batch: autograde.Batch, folder: Path, count: int, options: Options) -
     return done.stdout.strip().split(";")[0]
 
 
-def wait(job_id: str, poll: float) -> dict[int, Ended]:
+def wait(job_id: str) -> dict[int, Ended]:
     """Return once every task of the job has ended (or Slurm no longer knows the job), with the
     last state Slurm reported of each task it listed, by task index."""
     ended: dict[int, Ended] = {}
     while True:
-        done = subprocess.run(
-            [SQUEUE, "--noheader", "--array", "--states=all", f"--jobs={job_id}",
-             "--format=%K|%T|%l"],
-            capture_output=True,
-            text=True,
-        )  # fmt: skip
+        squeue = [SQUEUE, "--noheader", "--array", "--states=all", f"--jobs={job_id}"]
+        done = subprocess.run([*squeue, "--format=%K|%T|%l"], capture_output=True, text=True)
         if done.returncode != 0 and "Invalid job id" not in done.stderr:
             raise SlurmError(f"squeue failed: {done.stderr.strip()}")
-        tasks = [line.strip().split("|") for line in done.stdout.splitlines() if line.strip()]
-        tasks = [t for t in tasks if len(t) == 3]  # task index (or a pending range), state, limit
+        # task index (or a pending range), state, time limit
+        tasks = [t for line in done.stdout.splitlines() if len(t := line.strip().split("|")) == 3]
         ended.update((int(t[0]), Ended(t[1], t[2])) for t in tasks if t[0].isdigit())
         if done.returncode != 0 or all(t[1] in ENDED for t in tasks):
             return ended
-        time.sleep(poll)
+        time.sleep(POLL_SECONDS)
 
 
 def _regular_file(path: Path) -> bool:
@@ -272,16 +216,6 @@ def read_result(folder: Path, student: str) -> tuple[findings.Run | None, str]:
     return findings.Run(run["status"], seconds, *text), ""
 
 
-def locked_sources(url: str, assignment: str) -> dict[str, dict[str, str]]:
-    """{notebook: {grade_id: source}} of the read-only and test cells, as the gradebook has
-    them (with the hidden tests)."""
-    with gradebook.opened(url) as gb:
-        return {
-            nb.name: {c.name: c.source for c in nb.source_cells if c.locked}
-            for nb in gb.find_assignment(assignment).notebooks
-        }
-
-
 def checked_notebook(path: Path, locked: dict[str, str]):
     """(the graded notebook at `path`, None), or (None, why it is refused): it must be a
     notebook holding each read-only and test cell with the source the gradebook has."""
@@ -295,8 +229,7 @@ def checked_notebook(path: Path, locked: dict[str, str]):
         grade_id = findings.grade_id_of(c)
         if grade_id is not None:
             cells.setdefault(grade_id, []).append(c.source)
-    changed = sorted(g for g, source in locked.items() if cells.get(g) != [source])
-    if changed:
+    if changed := sorted(g for g, source in locked.items() if cells.get(g) != [source]):
         return None, (
             f"its graded {path.name} does not hold the assignment's cells as released "
             f"({', '.join(changed[:5])}): the task graded another version of the assignment "
@@ -315,7 +248,11 @@ def merge(
     """Read what each task left, check it, record the scores in the gradebook with nbgrader,
     and save each student's outcome as grade_one does. `states`: how Slurm reported each
     student's task as it ended (`wait`), which says why a task left no result."""
-    locked = locked_sources(batch.url, batch.assignment)
+    with gradebook.opened(batch.url) as gb:  # the read-only and test cells, hidden tests too
+        locked = {
+            nb.name: {c.name: c.source for c in nb.source_cells if c.locked}
+            for nb in gb.find_assignment(batch.assignment).notebooks
+        }
     inbox = folder / "merge" / "submitted"
     runs: dict[str, findings.Run] = {}
     for student in todo:
@@ -371,8 +308,7 @@ def _take(batch, student, given, locked, out: Path, inbox: Path, state: Ended | 
     if run.status != "ok":
         return run
     checked = {n: checked_notebook(out / "autograded" / f"{n}.ipynb", locked[n]) for n in given}
-    refused = [why for nb, why in checked.values() if nb is None]
-    if refused:
+    if refused := [why for nb, why in checked.values() if nb is None]:
         return findings.Run("failed", run.seconds, "; ".join(refused)[:MAX_TEXT])
     place = inbox / student / batch.assignment
     place.mkdir(parents=True)
@@ -386,27 +322,20 @@ def _take(batch, student, given, locked, out: Path, inbox: Path, state: Ended | 
 NO_KERNEL = "course-merge-runs-nothing"  # a kernel that does not exist: nothing can execute
 
 
-def merge_config(folder: Path) -> Path:
-    """nbgrader_config.py for recording graded notebooks, in `folder`: nbgrader reads it from its
-    working directory after the course's, so it overrides the course's preprocessors with the
-    same ones minus the execution, and sanitizes nothing (CheckCellMetadata alone)."""
+def rescore(batch: autograde.Batch, folder: Path, inbox: Path) -> None:
+    """`nbgrader autograde` over the checked notebooks in `inbox`, never running them: the
+    nbgrader_config.py written in `folder`, its working directory, which nbgrader reads after the
+    course's, leaves out the execution and sanitizes nothing (CheckCellMetadata alone), and the
+    kernel it would start does not exist."""
     from traitlets.config.loader import PyFileConfigLoader
 
     course = PyFileConfigLoader("nbgrader_config.py", path=str(build.CONFIG_DIR)).load_config()
     after = [p for p in course.Autograde.autograde_preprocessors if not p.endswith("Execute")]
-    path = folder / "nbgrader_config.py"
-    path.write_text(
+    (folder / "nbgrader_config.py").write_text(
         "c = get_config()  # noqa: F821\n"
         'c.Autograde.sanitize_preprocessors = ["nbgrader.preprocessors.CheckCellMetadata"]\n'
         f"c.Autograde.autograde_preprocessors = {json.dumps(after)}\n"
     )
-    return path
-
-
-def rescore(batch: autograde.Batch, folder: Path, inbox: Path) -> None:
-    """`nbgrader autograde` over the checked notebooks in `inbox`, never running them: its
-    preprocessors leave out the execution, and the kernel it would start does not exist."""
-    where = merge_config(folder).parent
     command = autograde.nbgrader_command(
         batch,
         "autograde",
@@ -416,7 +345,7 @@ def rescore(batch: autograde.Batch, folder: Path, inbox: Path) -> None:
         f"--Execute.kernel_name={NO_KERNEL}",
     )
     env = autograde.environment(batch)
-    done = subprocess.run(command, cwd=where, env=env, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     (folder / "merge.log").write_text(done.stdout + done.stderr)
 
 
@@ -433,8 +362,8 @@ def task(folder: Path, index: int) -> None:
     job folder (the module's docstring says why there), removed as the task ends; leave its
     outcome, log and graded notebooks in out/<student>/."""
     signal.signal(signal.SIGTERM, _stopped)
-    job = Job(**json.loads((folder / "job.json").read_text()))
-    student = job.students[index]
+    job = json.loads((folder / "job.json").read_text())
+    student = job["students"][index]
     out = folder / "out" / student
     out.mkdir(parents=True, exist_ok=True)
     work = folder / "work" / str(index)
@@ -442,18 +371,10 @@ def task(folder: Path, index: int) -> None:
     try:
         root = work / "course"
         shutil.copytree(folder / "course", root)
-        shutil.copytree(folder / "inbox" / student, root / "submitted" / student / job.assignment)
         batch = autograde.Batch(
-            job.assignment,
-            job.mode,
-            root=root,
-            out=work / "grading",
-            cell_timeout=job.cell_timeout,
-            speed_cell_timeout=job.speed_cell_timeout,
-            timeout=job.timeout,
-            memory_limit=job.memory_limit,
-            jailed=job.jailed,
+            **{name: job[name] for name in JOB_FIELDS}, root=root, out=work / "grading"
         )
+        shutil.copytree(folder / "inbox" / student, batch.folder("submitted", student))
         try:
             run = _grade(batch, student)
         except Exception as exc:  # the task's own trouble: said in the result

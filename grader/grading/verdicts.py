@@ -1,10 +1,8 @@
 """Speed verdicts read back as data: `grader.runtime.perf.publish_verdict` publishes each
 comparison of a speed cell as display data of type SPEED_MIMETYPE beside its line of text; the
 batch grader's report and bench/trust.py read them here. Printed text is never read as a verdict.
-
-A record is what the student's process displayed, so it is evidence, not a score: `doubts`
-compares the records of an autograded notebook with the scores nbgrader gives its cells, and says
-where they disagree."""
+At grading the records are the judge's (grader.grading.judge): the student's process never runs
+a speed cell."""
 
 from __future__ import annotations
 
@@ -50,7 +48,7 @@ def parse(data: object) -> Record | str:
     comparison, measured, needed = data.get("comparison"), data.get("measured"), data.get("needed")
     unit, passed, flags = data.get("unit"), data.get("passed"), data.get("flags", [])
     at_most = data.get("at_most", False)
-    numbers = (needed,) if measured is None and flags else (measured, needed)
+    numbers = (needed,) if measured is None else (measured, needed)
     if not isinstance(comparison, str) or not comparison:
         return "a speed record without a comparison name"
     if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or needed <= 0:
@@ -83,34 +81,3 @@ def worst(records: list[Record]) -> Record | None:
     """The record with a figure furthest short of (or least past) its threshold."""
     measured = [r for r in records if r.measured is not None]
     return min(measured, key=lambda r: r.margin, default=None)
-
-
-def doubts(
-    label: str, outputs: list, *, speed_cell: bool, grades_speed: bool, score: float | None
-) -> list[str]:
-    """Why the speed records of one autograded cell cannot be what the grader published: records
-    outside a speed cell or where speed is not graded, malformed or repeated records, and
-    records that contradict `score`, the points nbgrader gave the cell (None: not graded)."""
-    found = published(outputs)
-    if speed_cell and not grades_speed and score:
-        return [f"cell {label} scored {score:g} where speed is not graded"]
-    if not found:
-        if speed_cell and grades_speed and score:
-            return [f"cell {label} scored {score:g} without publishing a speed verdict"]
-        return []
-    if not speed_cell:
-        return [f"cell {label} publishes a speed verdict, but is no speed cell"]
-    if not grades_speed:
-        return [f"cell {label} publishes a speed verdict where speed is not graded"]
-    records = [r for r in found if isinstance(r, Record)]
-    said = [f"cell {label} publishes {r}" for r in found if isinstance(r, str)]
-    names = [r.comparison for r in records]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        said.append(f"cell {label} publishes the verdict on {', '.join(repeated)} twice")
-    errored = any(o.get("output_type") == "error" for o in outputs)
-    if score and not all(r.passed for r in records):
-        said.append(f"cell {label} scored {score:g} with a failed speed verdict")
-    elif score == 0 and records and all(r.passed for r in records) and not errored:
-        said.append(f"cell {label} scored 0 although every speed verdict it published passed")
-    return said

@@ -1,20 +1,18 @@
 """nbgrader, imported once and forked for each student: a grading slot's `nbgrader autograde` runs
-start about a second sooner each.
+start about a second sooner each (importing nbgrader, nbconvert, SQLAlchemy and jsonschema costs
+about 0.9 s of CPU, more than nbgrader's own work for one student).
 
-Importing nbgrader (its apps, nbconvert, SQLAlchemy, jsonschema) costs about 0.9 s of CPU, more
-than nbgrader's own work for one student. A `Zygote` is a process of the trusted side that has
-made those imports and nothing else: it starts no thread, opens no database and starts no kernel.
-For each run it is asked for, it forks; the child takes the run's working directory, environment,
-data limit and log, and runs nbgrader's `main` with the run's arguments, as
-`python -m grader.authoring.nbgrader_main ARGS` would. The child is the same trusted nbgrader as a
-fresh process: nothing of a student's reaches the zygote, which reads only the batch's requests.
-Its kernel is started, and sandboxed, as before.
+A `Zygote` is a process of the trusted side that has made those imports and nothing else: no
+database, no kernel, no thread but an idle one of torch's; nothing of a student's reaches it. For
+each run it forks a child that takes the run's working directory, environment, data limit and
+log and runs nbgrader's `main`, as `python -m grader.authoring.nbgrader_main ARGS` would; its
+kernel is started, and sandboxed, as before.
 
-The protocol, one JSON object a line on the zygote's stdin and stdout: {"run": {...}} is answered
-with {"pid": N} once the child is forked; {"wait": true} then with {"returncode": N} once it has
-ended (negative: the signal that ended it). The child stays the zygote's until then, so that the
-caller can watch it (grader.grading.sandbox) and kill it and what it starts. One run at a time: a
-grading slot owns its zygote (`Pool`).
+The protocol, one JSON object a line on stdin and stdout: {"run": {...}} is answered with
+{"pid": N} once the child is forked; {"wait": true} with {"returncode": N} once it has ended
+(negative: the signal that ended it). Until then the child is the zygote's, so that the caller can
+watch it (grader.grading.sandbox) and kill it and what it starts. One run at a time: a grading
+slot owns its zygote (`Pool`).
 """
 
 from __future__ import annotations
@@ -31,11 +29,14 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 
 # What a run needs that is worth importing once: nbgrader's apps (with nbconvert and
-# SQLAlchemy), the preprocessors and the course's own, which the configuration names.
+# SQLAlchemy), the preprocessors and the course's own, which the configuration names; and the
+# judge's shell and torch, which the release's cells import there (about 1.8 s a student;
+# importing torch starts no CUDA context, so each child starts its own, as torch's DataLoader
+# workers do). Not Triton: each run's environment says whether it interprets, before its import.
 PRELOAD = (
     "nbgrader.apps.nbgraderapp",
     "nbgrader.preprocessors",
@@ -43,7 +44,9 @@ PRELOAD = (
     "sqlalchemy.dialects.sqlite",
     "grader.grading.nbgrader_policy",
     "grader.grading.notebook_guards",
-    "grader.grading.feedback",
+    "grader.grading.judge",
+    "IPython.core.interactiveshell",
+    "torch",
 )
 READY = "ready"
 NBGRADER_MAIN = "nbgrader.apps.nbgraderapp:main"  # what a run runs: "module:function"
@@ -106,8 +109,7 @@ class Zygote:
         return int(self._read("returncode"))
 
     def close(self) -> None:
-        if self.process.stdin:
-            self.process.stdin.close()
+        self.process.stdin.close()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -143,13 +145,9 @@ class Pool:
             zygote.close()
 
 
-@contextmanager
-def pool(size: int, env: Mapping[str, str], cwd: Path) -> Iterator[Pool]:
-    zygotes = Pool(size, env, cwd)
-    try:
-        yield zygotes
-    finally:
-        zygotes.close()
+def pool(size: int, env: Mapping[str, str], cwd: Path) -> closing[Pool]:
+    """A Pool, closed as the `with` block ends."""
+    return closing(Pool(size, env, cwd))
 
 
 # -- the zygote's side ---------------------------------------------------------------------------
@@ -192,10 +190,8 @@ def _child(run: dict, main: Callable[[], object]) -> None:
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         os._exit(code)
 
 

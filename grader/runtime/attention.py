@@ -1,6 +1,6 @@
 """Attention for 08 · Trust, but verify: the float64 reference, the eager and SDPA baselines,
-tolerances, work and traffic, the audit's sweep of cases, the hidden fuzz cases, and the speed
-problem that grader.runtime.integrity measures in a separate process.
+tolerances, work, the audit's sweep of cases, the hidden fuzz cases, and the problem its speed
+cells time.
 
 Shapes are (batch, heads, N, D): N queries and N keys per head, head dimension D. The kernels
 under test are called as attention(q, k, v, causal=False, sm_scale=None) and return the output.
@@ -20,33 +20,28 @@ from grader.runtime import checks, device, verify
 # Sizes at which a kernel's offsets need 64 bits: 64 * 64 * 8192 * 128 = 2^32 elements per tensor,
 # 8 GiB in fp16. No laptop runs this; offset_review reasons about it instead.
 LARGE_SHAPES = ((64, 64, 8192, 128),)
+# Large, nearly flat values, where an fp16 accumulator loses the low digits.
+FLAT = {"scales": (0.01, 1.0, 100.0), "v_offset": 1000.0}
 
 
 def _scale(d: int, sm_scale: float | None) -> float:
     return 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
 
 
-def _future(n: int, where) -> torch.Tensor:
-    """(n, n) True above the diagonal: the keys a causal query i must not see (j > i)."""
-    return torch.ones(n, n, dtype=torch.bool, device=where).triu(1)
+def naive(q, k, v, causal=False, sm_scale=None):
+    """Eager PyTorch in the inputs' dtype: the N x N scores are written to memory and read back.
+    Traffic: writes and reads B*H*N*N scores several times (matmul, scale, softmax, matmul)."""
+    scores = (q @ k.transpose(-2, -1)) * _scale(q.shape[-1], sm_scale)  # (B, H, N, N)
+    if causal:  # query i sees keys j <= i
+        n = q.shape[-2]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
 
 
 def reference(q, k, v, causal=False, sm_scale=None):
     """softmax(Q Kᵀ · scale) V in float64; with `causal`, query i sees keys j <= i."""
-    q, k, v = (t.to(torch.float64) for t in (q, k, v))
-    scores = q @ k.transpose(-2, -1) * _scale(q.shape[-1], sm_scale)  # (B, H, N, N)
-    if causal:
-        scores = scores.masked_fill(_future(q.shape[-2], q.device), float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
-
-
-def naive(q, k, v, causal=False, sm_scale=None):
-    """Eager PyTorch in the inputs' dtype: the N x N scores are written to memory and read back.
-    Traffic: writes and reads B*H*N*N scores several times (matmul, scale, softmax, matmul)."""
-    scores = (q @ k.transpose(-2, -1)) * _scale(q.shape[-1], sm_scale)
-    if causal:
-        scores = scores.masked_fill(_future(q.shape[-2], q.device), float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    return naive(*(t.to(torch.float64) for t in (q, k, v)), causal, sm_scale)
 
 
 def sdpa(backend: str):
@@ -76,11 +71,6 @@ def flops(batch: int, heads: int, n: int, d: int, causal: bool = False) -> float
     causal mask (the FlashAttention papers count it so)."""
     total = 4.0 * batch * heads * n * n * d
     return total / 2 if causal else total
-
-
-def bytes_moved(batch: int, heads: int, n: int, d: int, itemsize: int) -> float:
-    """The least traffic: read Q, K, V and write O once."""
-    return 4.0 * batch * heads * n * d * itemsize
 
 
 def tolerance(dtype: torch.dtype, dev: device.Device | None = None) -> tuple[float, float]:
@@ -149,12 +139,9 @@ def inputs(
 
 
 def _case(name, shape, dtype, dev, catches=(), causal=False, sm_scale=None, **inputs_kw):
-    b, h, n, d = shape
     rtol, atol = tolerance(dtype, dev)
     kwargs = {"causal": causal} if sm_scale is None else {"causal": causal, "sm_scale": sm_scale}
-    return verify.Case(
-        name, inputs(b, h, n, d, dtype, **inputs_kw), kwargs, tuple(catches), rtol, atol
-    )
+    return verify.Case(name, inputs(*shape, dtype, **inputs_kw), kwargs, tuple(catches), rtol, atol)
 
 
 def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[verify.Case]:
@@ -167,71 +154,40 @@ def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[
     t = tile or dev.pick(gpu=128, interpreter=32)
     d = dev.pick(gpu=64, interpreter=16)
     wide = dev.pick(gpu=128, interpreter=32)
-    f32, f16 = torch.float32, torch.float16
-    base = dev.pick(gpu=f16, interpreter=f32)
+    f16 = torch.float16
+    base = dev.pick(gpu=f16, interpreter=torch.float32)
+
+    def case(name, n, catches="", heads=2, dim=d, dtype=base, **kw):
+        """Batch 1; `catches`: the defect ids, separated by spaces."""
+        return _case(name, (1, heads, n, dim), dtype, dev, catches.split(), **kw)
+
     out = [
-        _case("N=1", (1, 1, 1, d), base, dev, ["missing-mask", "uninit-read", "torch-fallback"]),
-        _case(f"N={2 * t}, whole tiles", (1, 2, 2 * t, d), base, dev, ["address-cache"]),
-        _case(
-            f"ragged N={t + 13}",
-            (1, 2, t + 13, d),
-            base,
-            dev,
-            ["missing-mask", "zero-fill", "uninit-read", "torch-fallback"],
-        ),
-        _case(
-            f"causal N={t}, one tile",
-            (1, 2, t, d),
-            base,
-            dev,
-            ["causal-off-by-one", "zero-fill"],
-            causal=True,
-        ),
-        _case(
+        case("N=1", 1, "missing-mask uninit-read torch-fallback", heads=1),
+        case(f"N={2 * t}, whole tiles", 2 * t, "address-cache"),
+        case(f"ragged N={t + 13}", t + 13, "missing-mask zero-fill uninit-read torch-fallback"),
+        case(f"causal N={t}, one tile", t, "causal-off-by-one zero-fill", causal=True),
+        case(
             f"causal ragged N={t + 7}",
-            (1, 2, t + 7, d),
-            base,
-            dev,
-            ["causal-off-by-one", "uninit-read", "torch-fallback"],
+            t + 7,
+            "causal-off-by-one uninit-read torch-fallback",
             causal=True,
         ),
-        _case(
-            f"rising scores N={3 * t}",
-            (1, 1, 3 * t, d),
-            base,
-            dev,
-            ["no-rescale"],
-            key_ramp=(0.5, 2.5),
-        ),
-        _case(
-            f"sm_scale=0.3 N={2 * t}", (1, 1, 2 * t, d), base, dev, ["wrong-scale"], sm_scale=0.3
-        ),
-        _case(
+        case(f"rising scores N={3 * t}", 3 * t, "no-rescale", heads=1, key_ramp=(0.5, 2.5)),
+        case(f"sm_scale=0.3 N={2 * t}", 2 * t, "wrong-scale", heads=1, sm_scale=0.3),
+        case(
             f"strided views N={2 * t}",
-            (1, 2, 2 * t, d),
-            base,
-            dev,
-            ["assumes-contiguous"],
+            2 * t,
+            "assumes-contiguous",
             layouts=("bnhd", "sliced", "bnhd"),
         ),
-        _case(f"fp16 ragged N={t + 5} D={wide}", (1, 2, t + 5, wide), f16, dev, ["missing-mask"]),
-        _case(
-            f"fp16 |V|~1000 flat N={3 * t}",
-            (1, 1, 3 * t, d),
-            f16,
-            dev,
-            ["fp16-accum"],
-            scales=(0.01, 1.0, 100.0),
-            v_offset=1000.0,
-        ),
-        _case(f"fp16 large scores N={2 * t}", (1, 1, 2 * t, d), f16, dev, scales=(4.0, 4.0, 1.0)),
+        case(f"fp16 ragged N={t + 5} D={wide}", t + 5, "missing-mask", dim=wide, dtype=f16),
+        case(f"fp16 |V|~1000 flat N={3 * t}", 3 * t, "fp16-accum", heads=1, dtype=f16, **FLAT),
+        case(f"fp16 large scores N={2 * t}", 2 * t, heads=1, dtype=f16, scales=(4.0, 4.0, 1.0)),
     ]
     if dev.is_gpu:
-        out.append(_case(f"fp32 N={2 * t} D=32", (1, 2, 2 * t, 32), f32, dev))
+        out.append(case(f"fp32 N={2 * t} D=32", 2 * t, dim=32, dtype=torch.float32))
     if dev.supports("bf16"):
-        out.append(
-            _case(f"bf16 causal N={2 * t}", (1, 2, 2 * t, d), torch.bfloat16, dev, causal=True)
-        )
+        out.append(case(f"bf16 causal N={2 * t}", 2 * t, dtype=torch.bfloat16, causal=True))
     return out
 
 
@@ -258,7 +214,7 @@ def fuzz_cases(
         causal = i % 2 == 1
         dtype = torch.float16 if flat else rng.choice(dtypes)
         layout = rng.choice(("contiguous", "bnhd"))
-        large = {"scales": (0.01, 1.0, 100.0), "v_offset": 1000.0} if flat else {}
+        large = FLAT if flat else {}
         name = (
             f"fuzz B={b} H={h} N={n} D={d} {str(dtype)[6:]}{' causal' if causal else ''}"
             f"{' ' + layout if layout != 'contiguous' else ''}{' |V|~1000 flat' if large else ''}"
@@ -271,17 +227,14 @@ def fuzz_cases(
 
 @dataclass
 class SpeedProblem:
-    """Attention at one size, for grader.runtime.integrity.measure_isolated: fp16 (by default)
-    inputs, a float32 reference computed a few heads at a time, and the baselines to time
-    against."""
+    """Attention at one size, for 08's speed cells: inputs of `dtype`, and a float32 reference
+    computed a few heads at a time."""
 
     batch: int
     heads: int
     n: int
     d: int
     dtype: torch.dtype
-
-    variants = {"non-causal": {"causal": False}, "causal": {"causal": True}}
 
     def inputs(self, gen: torch.Generator):
         shape = (self.batch, self.heads, self.n, self.d)
@@ -290,35 +243,18 @@ class SpeedProblem:
     def reference(self, q, k, v, causal=False):
         out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         qf, kf, vf, of = (t.reshape(-1, self.n, self.d) for t in (q, k, v, out))
-        scale = _scale(self.d, None)
-        future = _future(self.n, q.device) if causal else None
         chunk = max(1, (1 << 28) // (self.n * self.n))  # at most 1 GiB of fp32 scores at once
         for i in range(0, qf.shape[0], chunk):
-            s = qf[i : i + chunk].float() @ kf[i : i + chunk].float().transpose(-2, -1) * scale
-            if future is not None:
-                s = s.masked_fill(future, float("-inf"))
-            of[i : i + chunk] = torch.softmax(s, dim=-1) @ vf[i : i + chunk].float()
+            part = slice(i, i + chunk)
+            of[part] = naive(qf[part].float(), kf[part].float(), vf[part].float(), causal)
         return out
 
     def compare(self, actual, expected):
         rtol, atol = tolerance(self.dtype)
         checks.compare(actual, expected, rtol=rtol, atol=atol)
 
-    @property
-    def baselines(self):
-        return {
-            "naive": ("non-causal", lambda q, k, v: naive(q, k, v)),
-            "flash": ("non-causal", lambda q, k, v: flash(q, k, v)),
-            "flash causal": ("causal", lambda q, k, v: flash(q, k, v, causal=True)),
-        }
-
     def flops(self, variant: str) -> float:
         return flops(self.batch, self.heads, self.n, self.d, causal=variant == "causal")
-
-    @property
-    def bytes_moved(self) -> float:
-        itemsize = torch.empty((), dtype=self.dtype).element_size()
-        return bytes_moved(self.batch, self.heads, self.n, self.d, itemsize)
 
 
 def speed_problem(

@@ -1,51 +1,32 @@
 """Out-of-bounds loads and stores, on the laptop: in interpreter mode, a launch that a graded call
-makes (`grader.runtime.launches` records every one) fails when one of its loads reads, or one of
-its stores writes, outside the tensor arguments it was given, masked lanes excepted. The message
-names the pointer argument, how many elements past its end (or before its start) the access
-went, the line of a load, and the likely fix. On a GPU such a read returns whatever memory holds
-there, or stops the kernel with an illegal address; in the interpreter it reads the laptop's
-memory, and a kernel whose store is masked but whose load is not gives the right output: without
-this check it passes every test. On a GPU nothing changes here (compute-sanitizer's memcheck
-covers it in the GPU tests, tests/test_bounds_gpu.py).
+makes fails when a load or store outside its tensor arguments is not masked off, with a message
+naming the argument, how many elements past its end (or before its start), a load's line and the
+likely fix. Without it, a kernel whose store is masked but whose load is not reads the laptop's
+memory and passes every test. On a GPU nothing changes (tests/test_bounds_gpu.py runs memcheck).
 
-How. Around one `kernel[grid](...)`, each tensor argument is moved into a guarded copy: the bytes
-from its lowest to its highest element (the union of them, for arguments whose bytes overlap), with
-guard bytes before and after, all of value 0xA5; the kernel is launched on the copies, which are
-copied back afterwards, exception or not. A store outside its tensor lands in a guard and changes
-it. A load cannot change memory, so every name bound to `triton.language` in the kernel's module
-is, during the launch, a stand-in module whose `load` calls `triton.language.load` and then looks
-at what came back: lanes that the mask lets through and that hold the guard's bytes may have
-read a guard. Whether any lane did is one masked store into a flag tensor, read back at once
-(the stand-in is Python, run by the interpreter like the kernel). Only then (rare: data seldom
-holds 0xA5A5...) does it keep the lowest and highest address of those lanes per call site, with
-`tl` operations, in a report tensor; after the launch, an address inside a guard is out of
-bounds, and the guard says whose. Every step uses Triton's public language (`tl.load`,
-`tensor.to(..., bitcast=True)`, a pointer cast to int64 and back) and Python's own name lookup;
-nothing of the interpreter's internals. It runs under Triton 3.6 and 3.9.
+How. Around one `kernel[grid](...)`, the tensor arguments are moved into guarded copies (the bytes
+from an argument's lowest to its highest element, shared where arguments overlap) between guards
+of bytes 0xA5, and copied back afterwards. A store outside its tensor changes a guard. For loads,
+the names bound to `triton.language` in the kernel's module are, during the launch, a stand-in
+whose `load` tests, with one masked store into a flag, whether a lane the mask lets through holds
+the guard's bytes; only then (rare) does it keep the lowest and highest such address per call
+site, which after the launch says whose guard it read. Only Triton's public language is used.
 
-Why not triton-viz (PyPI, 3.0, the newest release): its sanitizer reaches into the interpreter's
-internals (`interpreter_builder`, `_patch_lang`, `TensorHandle`) and does not import under
-Triton 3.9 (`InterpreterBuilder` has no `create_make_block_ptr` there); under Triton 3.6 it works,
-but evaluates the kernel symbolically with z3 instead of running it (the output stays unwritten,
-so it would be a second pass over every launch), replaces `triton.jit` while it is imported,
-prints its report in colour and exits the process (`SystemExit`) on a violation, and brings about
-230 MB of dependencies (pyarrow, z3-solver, flask, cairocffi, pre-commit).
+Why not triton-viz (3.0, the newest release): its sanitizer reaches into the interpreter's
+internals and does not import under Triton 3.9; under 3.6 it evaluates the kernel symbolically
+with z3 instead of running it, replaces `triton.jit` while imported, exits the process on a
+violation, and brings about 230 MB of dependencies.
 
-How far. A read further past a tensor than its guard (as large as the tensor, at least 64 KiB,
-and at least the memory around it in its own allocation) is not seen: it reads whatever memory
-lies there, as without the check. Nor is a read through `triton` spelled out
-(`triton.language.load`), a block pointer or a tensor descriptor, a load in a `@triton.jit`
-helper of another module than the kernel's, or a read whose place depends on the tensors' values
-alone (a gather with bad indices) after one launch of the same shapes passed.
-A launch given a tensor descriptor or a tuple of tensors is not checked. A store of bytes equal
-to the guard's is not seen. Stores are reported by argument, without their line.
+Not seen: a read further past a tensor than its guard (as large as the tensor, at least 64 KiB,
+and at least the memory around it in its own allocation); a read through `triton.language.load`
+spelled out, a block pointer, a tensor descriptor or a `@triton.jit` helper of another module; a
+read whose place depends on the tensors' values alone after a launch of the same shapes passed; a
+store of the guard's bytes; launches given a tensor descriptor or a tuple of tensors.
 
 Cost. Each distinct launch (program, dtypes, shapes, strides, other arguments) is checked once
-per process; a launch found in bounds runs plainly afterwards (a second trial of a check, the
-same cell run again). A checked launch copies each tensor argument in and out and adds four `tl`
-operations to each load: on a 2-core CPU, 1.7 to 1.9 times the interpreter's own time for
-load-bound kernels (a ReLU over 100k elements: 198 ms against 106 ms; 64 row sums of 1000
-columns, 8 loads per program: 726 ms against 436 ms).
+per process, at 1.7 to 1.9 times the interpreter's own time for load-bound kernels on a 2-core
+CPU (a ReLU over 100k elements: 198 ms against 106 ms; 64 row sums of 1000 columns, 8 loads per
+program: 726 ms against 436 ms).
 """
 
 from __future__ import annotations
@@ -65,13 +46,8 @@ MIN_GUARD = 64 * 1024  # bytes on each side of a tensor, at least
 MAX_GUARD = 64 * 1024 * 1024
 SITES = 256  # load call sites reported per launch
 _INT64_MAX = 2**63 - 1
-# The guard's bytes read as a signed integer of each width.
-_SENTINEL = {
-    8: -0x5B,
-    16: -0x5A5B,
-    32: -0x5A5A_5A5B,
-    64: -0x5A5A_5A5A_5A5A_5A5B,
-}
+# The guard's bytes read as a signed integer of each width (in either byte order).
+_SENTINEL = {w: int.from_bytes(bytes([BYTE] * (w // 8)), signed=True) for w in (8, 16, 32, 64)}
 
 
 class OutOfBoundsError(hints.HintedError):
@@ -100,7 +76,7 @@ class _Arena:
         guard = max(MIN_GUARD, min(stop - start, MAX_GUARD))
         self.guard = max(guard, start - storage.data_ptr())
         self.guard_after = max(guard, storage.data_ptr() + storage.nbytes() - stop)
-        self.arguments: list[_Argument] = []
+        self.arguments: dict[int, _Argument] = {}  # by the id of the tensor
 
     def size(self) -> int:
         return self.guard + self.stop - self.start + self.guard_after + 64
@@ -112,8 +88,6 @@ class _Arena:
         self.offset = self.guard + (shift - buffer.data_ptr() - self.guard) % 64
         self.base = buffer.data_ptr() + self.offset  # where `start` lands
         self._region().copy_(self._original())
-        self.before = buffer[: self.offset]
-        self.after = buffer[self.offset + self.stop - self.start :]
 
     def _original(self) -> torch.Tensor:
         bytes_ = torch.empty(0, dtype=torch.uint8, device=self.storage.device)
@@ -136,31 +110,25 @@ class _Arena:
     def owner(self, address: int) -> tuple[_Argument, int] | None:
         """The argument nearest `address` if it lies in a guard, and how many elements past its
         end (positive) or before its start (negative) it lies."""
-        low, high = self.base - self.offset, self.base - self.offset + self.buffer.numel()
-        if not low <= address < high:
+        if not 0 <= address - self.buffer.data_ptr() < self.buffer.numel():
             return None
         original = address - self.base + self.start
         if original >= self.stop:
-            arg = max(self.arguments, key=lambda a: a.stop)
+            arg = max(self.arguments.values(), key=lambda a: a.stop)
             return arg, (original - arg.stop) // arg.tensor.element_size() + 1
         if original < self.start:
-            arg = min(self.arguments, key=lambda a: a.start)
-            return arg, -(
-                (arg.start - original + arg.tensor.element_size() - 1) // arg.tensor.element_size()
-            )
+            arg = min(self.arguments.values(), key=lambda a: a.start)
+            return arg, (original - arg.start) // arg.tensor.element_size()
         return None
 
     def written(self) -> list[tuple[_Argument, int]]:
         """For each guard that a store changed, the argument and how far the furthest change
         lies (elements past its end, or negative: before its start)."""
-        found = []
-        changed = (self.before != BYTE).nonzero()
-        if changed.numel():
-            found.append(self.owner(self.base - self.offset + int(changed[0])))
-        changed = (self.after != BYTE).nonzero()
-        if changed.numel():
-            found.append(self.owner(self.base + self.stop - self.start + int(changed[-1])))
-        return [f for f in found if f is not None]
+        end = self.offset + self.stop - self.start
+        before = (self.buffer[: self.offset] != BYTE).nonzero()[:1]
+        after = (self.buffer[end:] != BYTE).nonzero()[-1:] + end
+        low = self.buffer.data_ptr()
+        return [f for i in [*before, *after] if (f := self.owner(low + int(i)))]
 
 
 def _span(t: torch.Tensor) -> tuple[int, int] | None:
@@ -170,10 +138,11 @@ def _span(t: torch.Tensor) -> tuple[int, int] | None:
     return t.data_ptr(), t.data_ptr() + (high + 1) * t.element_size()
 
 
-def _guarded(params: list[str], args: tuple, kwargs: dict):
-    """(args, kwargs) with every tensor replaced by its guarded copy, and the arenas; None where
-    an argument holds memory this check cannot copy (a descriptor, a tuple of tensors)."""
-    named = [*zip(params, args, strict=False), *kwargs.items()]
+def _guarded(fn, args: tuple, kwargs: dict):
+    """(args, kwargs) of a launch of `fn` with every tensor replaced by its guarded copy, and the
+    arenas; None where no argument is a tensor, or one holds memory this check cannot copy (a
+    descriptor, a tuple of tensors)."""
+    named = [*zip(inspect.signature(fn).parameters, args, strict=False), *kwargs.items()]
     for _, value in named:
         if isinstance(value, tuple | list) or isinstance(
             getattr(value, "base", None), torch.Tensor
@@ -203,28 +172,22 @@ def _guarded(params: list[str], args: tuple, kwargs: dict):
             arenas.append(arena)
             for name, value, (first, last) in cluster:
                 made[id(value)] = arena
-                same = next((a for a in arena.arguments if a.tensor is value), None)
-                if same is None:
-                    arena.arguments.append(_Argument([name], value, first, last))
-                else:
-                    same.names.append(name)
+                argument = arena.arguments.setdefault(id(value), _Argument([], value, first, last))
+                argument.names.append(name)
+    if not arenas:
+        return None
 
-    whole = torch.full((sum(a.size() for a in arenas),), BYTE, dtype=torch.uint8)
-    at = 0
-    for arena in arenas:
-        arena.place(whole[at : at + arena.size()])
-        at += arena.size()
+    sizes = [a.size() for a in arenas]
+    whole = torch.full((sum(sizes),), BYTE, dtype=torch.uint8)
+    for arena, buffer in zip(arenas, whole.split(sizes), strict=True):
+        arena.place(buffer)
 
     def swap(value):
         if isinstance(value, torch.Tensor) and _span(value) is not None:
             return made[id(value)].copy(value)
         return value
 
-    return (
-        tuple(swap(a) for a in args),
-        {k: swap(v) for k, v in kwargs.items()},
-        arenas,
-    )
+    return tuple(map(swap, args)), {k: swap(v) for k, v in kwargs.items()}, arenas
 
 
 # -- the loads ------------------------------------------------------------------------------------
@@ -237,17 +200,13 @@ class _Report:
     def __init__(self):
         self.flag = torch.zeros(1, dtype=torch.int8)
         self.flags: dict = {}  # a block of pointers to the flag, per shape
-        self.addresses = torch.empty((SITES, 2), dtype=torch.int64)  # per site: lowest, highest
-        self.addresses[:, 0] = _INT64_MAX
-        self.addresses[:, 1] = -1
+        self.addresses = torch.tensor([_INT64_MAX, -1]).repeat(SITES, 1)  # lowest, highest
         self.sites: dict[tuple[str, int], int] = {}
 
     def slot(self, where: tuple[str, int]) -> int | None:
-        if where not in self.sites:
-            if len(self.sites) == SITES:
-                return None
+        if where not in self.sites and len(self.sites) < SITES:
             self.sites[where] = len(self.sites)
-        return self.sites[where]
+        return self.sites.get(where)
 
 
 _REPORTS: list[_Report] = []
@@ -329,9 +288,8 @@ def _line(filename: str, lineno: int) -> str:
 def _how_far(arg: _Argument, elements: int) -> str:
     names = " and ".join(f"`{n}`" for n in arg.names)
     shape = f"{str(arg.tensor.dtype).removeprefix('torch.')}{list(arg.tensor.shape)}"
-    if elements > 0:
-        return f"{elements} element{'s' * (elements != 1)} past the end of {names} ({shape})"
-    return f"{-elements} element{'s' * (elements != -1)} before the start of {names} ({shape})"
+    where = "past the end" if elements > 0 else "before the start"
+    return f"{abs(elements)} element{'s' * (abs(elements) != 1)} {where} of {names} ({shape})"
 
 
 def _verdict(name: str, arenas: list[_Arena], report: _Report) -> OutOfBoundsError | None:
@@ -382,36 +340,27 @@ def launch(kernel, run, args: tuple, kwargs: dict):
     or stores went outside them."""
     __tracebackhide__ = True
     inner = None if device.current().is_gpu else gpu_compile.interpreted(kernel)
-    fn = None if inner is None else inner.fn
-    if fn is None or _REPORTS:  # a GPU, a compiled kernel, or a launch inside a checked one
+    if inner is None or _REPORTS:  # a GPU, a compiled kernel, or a launch inside a checked one
         return run(*args, **kwargs)
     import triton.language
 
+    fn = inner.fn
     key = _key(fn, args, kwargs)
-    if key in _CHECKED:
-        return run(*args, **kwargs)
     scope = fn.__globals__
     names = [k for k, v in scope.items() if v is triton.language]
-    params = list(inspect.signature(fn).parameters)
-    guarded = _guarded(params, args, kwargs) if names else None
-    if guarded is None:
+    guarded = None if key in _CHECKED or not names else _guarded(fn, args, kwargs)
+    if guarded is None:  # found in bounds before, or nothing this check can watch
         return run(*args, **kwargs)
     new_args, new_kwargs, arenas = guarded
-    if not arenas:
-        return run(*args, **kwargs)
     report = _Report()
     _REPORTS.append(report)
-    had_real = _REAL in scope
-    for n in names:
-        scope[n] = _LANGUAGE
+    scope.update(dict.fromkeys(names, _LANGUAGE))
     scope[_REAL] = triton.language
     try:
         result = run(*new_args, **new_kwargs)
     finally:
-        for n in names:
-            scope[n] = triton.language
-        if not had_real:
-            del scope[_REAL]
+        scope.update(dict.fromkeys(names, triton.language))
+        del scope[_REAL]
         _REPORTS.remove(report)
         for arena in arenas:
             arena.back()

@@ -1,24 +1,19 @@
 """A census of the GPU's work during a speed cell's calls: every kernel, copy and fill the device
-ran for the code under test, with its name, read from torch's profiler (Kineto, over CUPTI's
-activity records).
+ran for the code under test, by name, read from torch's profiler (Kineto, over CUPTI's activity
+records). The timed calls must run the exercise's Triton kernels and nothing else: a library
+computing the result while the student's kernel only copies it (cuDNN's attention, cuBLAS's
+matmul) keeps every value right and every launch check happy, and shows here, by name.
 
-A speed cell proves its speed is its own kernel's: the timed calls must run the exercise's Triton
-kernels and nothing else. A library computing the result while the student's kernel only copies
-it (cuDNN's attention, cuBLAS's matmul) keeps every value right and every launch check happy; it
-shows here, by name: "`cudnn_generated_fort_native_sdpa_...` ran inside the timed calls".
+Each call of the code under test is a window on the host's timeline (`record_function`); each GPU
+activity carries the correlation id of the host call that launched it (`cudaLaunchKernel`, or
+`cuLaunchKernelEx` for Triton's launches) and belongs to the window its launch happened in,
+whatever the thread or stream: the harness's own work between calls (new inputs, the L2 flush,
+the output checks) falls outside every window. The trace is read as data (`export_chrome_trace`).
 
-How a kernel is attributed: the profiler records each call of the code under test as a window on
-the host's timeline (`record_function`), and each GPU activity with the correlation id of the
-host call that launched it (`cudaLaunchKernel`, or `cuLaunchKernelEx` for Triton's launches). An
-activity belongs to a window when its launch happened inside it, whatever the thread or stream:
-the harness's own work between calls (new inputs, the L2 flush, the output checks) falls outside
-every window. Read from the trace as data (`export_chrome_trace`), never from printed tables.
-
-The profiler is torch's public API; it runs in the notebook's own process, so code that looks for
-it can tell it is on. That is why the census covers the timed calls themselves, not a rehearsal
-of them, and why a census that saw none of the exercise's kernels cannot vouch for anything. It
-is taken in sessions around the code under test alone (the baselines are not profiled), so that
-its trace stays small.
+The profiler runs in the notebook's own process, so code that looks for it can tell it is on:
+hence the census covers the timed calls themselves, not a rehearsal, and one that saw none of the
+exercise's kernels vouches for nothing. Only the code under test is profiled (not the baselines),
+so that the trace stays small.
 """
 
 from __future__ import annotations
@@ -48,6 +43,7 @@ class Seen:
     name: str  # a kernel's name, or the profiler's "Memcpy DtoD (Device -> Device)", "Memset"
     window: str  # the window's label
     call: int  # which window: its index among all windows, in the order they opened
+    us: float = 0.0  # how long it ran on the device, in microseconds
 
 
 def windows(trace: dict) -> list[tuple[str, float, float]]:
@@ -79,7 +75,8 @@ def attribute(trace: dict) -> list[Seen]:
         at = launched.get(e.get("args", {}).get("correlation"))
         call = -1 if at is None else bisect.bisect_right(starts, at) - 1
         if call >= 0 and at <= opened[call][2]:
-            found.append((at, Seen(str(e["name"]), opened[call][0], call)))
+            us = float(e.get("dur", 0.0))
+            found.append((at, Seen(str(e["name"]), opened[call][0], call, us)))
     return [seen for _, seen in sorted(found, key=lambda pair: pair[0])]
 
 
@@ -97,8 +94,7 @@ class Census:
         from torch.profiler import ProfilerActivity, profile
 
         try:
-            with warnings.catch_warnings():  # its notes on how it keeps events are not ours
-                warnings.simplefilter("ignore")
+            with warnings.catch_warnings(action="ignore"):  # its notes on keeping events
                 running = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 running.__enter__()
         except Exception as exc:  # CUPTI missing, or taken by another profiler in this process
@@ -110,8 +106,7 @@ class Census:
         try:
             yield
         finally:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with warnings.catch_warnings(action="ignore"):
                 running.__exit__(None, None, None)
         with tempfile.TemporaryDirectory(prefix="census-") as tmp:
             path = Path(tmp) / "trace.json"
@@ -119,14 +114,13 @@ class Census:
             trace = json.loads(path.read_text())
         first = len(self.calls)
         self.calls += [label for label, _, _ in windows(trace)]
-        self.seen += [Seen(s.name, s.window, first + s.call) for s in attribute(trace)]
+        self.seen += [Seen(s.name, s.window, first + s.call, s.us) for s in attribute(trace)]
 
-    @contextmanager
-    def window(self, label: str) -> Iterator[None]:
+    def window(self, label: str):
+        """A block that is a window named `label`."""
         from torch.profiler import record_function
 
-        with record_function(PREFIX + label):
-            yield
+        return record_function(PREFIX + label)
 
     def watch(self, fn: Callable[[], object], label: str) -> Callable[[], object]:
         """`fn`, each of its calls a window named `label`."""
@@ -136,6 +130,12 @@ class Census:
                 return fn()
 
         return watched
+
+    def durations(self, label: str) -> list[float]:
+        """How long the device worked in each window named `label` (microseconds, the sum of
+        what it ran there), in the order the windows opened."""
+        calls = [i for i, window in enumerate(self.calls) if window == label]
+        return [sum(s.us for s in self.seen if s.call == i) for i in calls]
 
     def names(self, label: str) -> list[str]:
         """What the device ran in the windows named `label`, in order, repeats included."""

@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 
+import numpy as np
 import torch
 
 from grader.runtime import device, handin, launches, precision, stubs
@@ -56,78 +57,57 @@ def new_seed() -> int:
 
 
 def generator(seed: int, where: str | None = None) -> torch.Generator:
-    gen = torch.Generator(device=where or device.current().torch_device)
-    gen.manual_seed(seed)
-    return gen
+    return torch.Generator(device=where or device.current().torch_device).manual_seed(seed)
 
 
 def randn(shape, *, gen: torch.Generator, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
     """Normal random numbers of `dtype`, on the generator's device."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
     values = torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32) * scale
     return values.to(dtype)
 
 
 def poisoned(shape, dtype: torch.dtype, where: str | None = None) -> torch.Tensor:
     """A tensor whose every element is the grader's poison value."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    int_dtype, bits = _POISON_BITS.get(dtype, (dtype, _INT_POISON))
     where = where or device.current().torch_device
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if dtype in _POISON_BITS:
-        int_dtype, bits = _POISON_BITS[dtype]
-        return torch.full(shape, bits, dtype=int_dtype, device=where).view(dtype)
-    return torch.full(shape, _INT_POISON, dtype=dtype, device=where)
+    return torch.full(shape, bits, dtype=int_dtype, device=where).view(dtype)
 
 
-def guarded(shape, dtype: torch.dtype, where: str | None = None, guard: int | None = None):
-    """A poisoned output with `guard` poisoned elements before and after it in the same buffer.
-
-    Returns (out, check): check() raises KernelCheckError if anything was written into the
-    guards, which is where a missing or wrong mask writes past the end of `out`. By default the
-    guard is as large as the output (up to 4 Mi elements), so that a tile's missing row mask,
-    which writes whole rows past the end, lands in it too.
-    """
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+def guarded(shape: torch.Size, dtype: torch.dtype, where: str):
+    """A poisoned output with poisoned guards before and after it in the same buffer, as large as
+    the output (GUARD to 4 Mi elements), so that a tile's missing row mask, which writes whole
+    rows past the end, lands in them too. Returns (out, check): check(name, context) raises
+    KernelCheckError if anything was written into the guards."""
     numel = math.prod(shape)
-    guard = max(GUARD, min(numel, 1 << 22)) if guard is None else guard
+    guard = max(GUARD, min(numel, 1 << 22))
     buffer = poisoned(numel + 2 * guard, dtype, where)
-    out = buffer[guard : guard + numel].view(shape)
 
-    def check(name: str = "out", context: str = "") -> None:
+    def check(name: str, context: str) -> None:
         __tracebackhide__ = True
         before = int((~poison_mask(buffer[:guard])).sum())
         after = int((~poison_mask(buffer[guard + numel :])).sum())
         if before or after:
-            where_text = f" ({context})" if context else ""
             raise KernelCheckError(
                 f"your kernel wrote outside `{name}`: {after} elements past its end and "
-                f"{before} before its start were overwritten{where_text}.",
+                f"{before} before its start were overwritten ({context}).",
                 [hints_.out_of_bounds(loads=False)],
             )
 
-    return out, check
+    return buffer[guard : guard + numel].view(shape), check
 
 
 def poison_mask(t: torch.Tensor) -> torch.Tensor:
     """True where `t` still holds the poison value, compared bit for bit."""
-    if t.dtype in _POISON_BITS:
-        int_dtype, bits = _POISON_BITS[t.dtype]
-        return t.contiguous().view(int_dtype) == bits
-    return t == _INT_POISON
+    int_dtype, bits = _POISON_BITS.get(t.dtype, (t.dtype, _INT_POISON))
+    return t.contiguous().view(int_dtype) == bits
 
 
 def unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
-    """The index of element `flat` of a contiguous tensor of `shape`, in plain Python
-    (torch.unravel_index imports sympy on its first call: a third of a second, in every kernel
-    that reports a mismatch)."""
-    index = []
-    for size in reversed(shape):
-        flat, i = divmod(flat, size)
-        index.append(i)
-    return tuple(reversed(index))
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.6g}"
+    """The index of element `flat` of a contiguous tensor of `shape` (not torch.unravel_index,
+    which imports sympy on its first call: a third of a second, in every kernel that reports a
+    mismatch)."""
+    return tuple(int(i) for i in np.unravel_index(flat, tuple(shape)))
 
 
 def compare(
@@ -174,22 +154,10 @@ def compare(
     if bool(ok.all()):
         return
 
-    shape = tuple(actual.shape)
-    if hint is not None:
-        found = [hint]
-    else:
-        found = hints_.diagnose(
-            got.view(shape),
-            want.view(shape),
-            ok.view(shape),
-            untouched.view(shape),
-            actual.dtype,
-            rtol,
-            atol,
-        )
+    views = (t.view(actual.shape) for t in (got, want, ok, untouched))
+    found = [hint] if hint is not None else hints_.diagnose(*views, actual.dtype, rtol, atol)
     bad = (~ok).nonzero().flatten()
-    total = got.numel()
-    lines = [f"`{name}` is wrong at {len(bad)} of {total} elements{where}."]
+    lines = [f"`{name}` is wrong at {len(bad)} of {got.numel()} elements{where}."]
     if bool(untouched.any()):
         first = int(untouched.nonzero()[0])
         lines.append(
@@ -201,23 +169,28 @@ def compare(
     if bool(finite_bad.any()):
         worst = int(torch.where(finite_bad, error, torch.zeros_like(error)).argmax())
         lines.append(
-            f"max abs error {_fmt(float(error[worst]))} at {list(unravel(worst, actual.shape))} "
-            f"(expected {_fmt(float(want[worst]))}, got {_fmt(float(got[worst]))}; "
+            f"max abs error {float(error[worst]):.6g} at {list(unravel(worst, actual.shape))} "
+            f"(expected {float(want[worst]):.6g}, got {float(got[worst]):.6g}; "
             f"tolerance atol={atol:g} + rtol={rtol:g}*|expected|)."
         )
     listed = ", ".join(
-        f"{list(unravel(int(i), actual.shape))}: expected {_fmt(float(want[i]))}, got "
-        + ("poison (never written)" if untouched[i] else _fmt(float(got[i])))
+        f"{list(unravel(int(i), actual.shape))}: expected {float(want[i]):.6g}, got "
+        + ("poison (never written)" if untouched[i] else f"{float(got[i]):.6g}")
         for i in bad[:MAX_LISTED]
     )
     lines.append(f"first mismatches: {listed}")
     raise KernelCheckError("\n".join(lines), found)
 
 
-def _upcast(value):
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.to(torch.float64)
-    return value
+def _floats(args, fn) -> tuple:
+    """`args` with `fn` applied to each floating-point tensor."""
+    return tuple(
+        fn(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args
+    )
+
+
+def _upcast(args) -> tuple:
+    return _floats(args, lambda t: t.to(torch.float64))
 
 
 def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
@@ -230,25 +203,17 @@ def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
 
 def refill(old, new):
     """`new`'s values in `old`'s memory, when the two are tensors of one shape and dtype."""
-    if (
-        isinstance(old, torch.Tensor)
-        and isinstance(new, torch.Tensor)
-        and old.shape == new.shape
-        and old.dtype == new.dtype
-    ):
-        return old.copy_(new)
+    if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+        if (old.shape, old.dtype) == (new.shape, new.dtype):
+            return old.copy_(new)
     return new
 
 
-def _describe(args) -> str:
-    parts = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            layout = "" if a.is_contiguous() else f" strides {tuple(a.stride())}"
-            parts.append(f"{str(a.dtype).removeprefix('torch.')}{list(a.shape)}{layout}")
-        else:
-            parts.append(repr(a))
-    return ", ".join(parts)
+def _describe(a) -> str:
+    if not isinstance(a, torch.Tensor):
+        return repr(a)
+    layout = "" if a.is_contiguous() else f" strides {tuple(a.stride())}"
+    return f"{str(a.dtype).removeprefix('torch.')}{list(a.shape)}{layout}"
 
 
 def expect_count(
@@ -310,27 +275,18 @@ def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
         ) from exc
 
 
-def _run(candidate, args, *, expected, dtype, writes_out, name, context, kernels=()):
+def _run(candidate, args, *, expected, dtype, writes_out, context, kernels=()):
     """The candidate's output for `args` (its guards checked), and the launches it made."""
     __tracebackhide__ = True
     with launches.recording() as seen:
         if not writes_out:
             return call_graded(candidate, *args), seen.launches
-        out, check_guards = guarded(expected.shape, dtype, where=expected.device.type)
+        out, check_guards = guarded(expected.shape, dtype, expected.device.type)
         who = launches.who(candidate)
         with launches.kernel_work(kernels, args, out, who) if kernels else nullcontext():
             call_graded(candidate, *args, out=out)
-    check_guards(name, context)
+    check_guards("out", context)
     return out, seen.launches
-
-
-def _right_again(again, args, expected, rtol, atol) -> bool:
-    """Whether the call `again` makes is right on `args` (a probe for a hint: any failure,
-    an exception included, is a no)."""
-    try:
-        return _passes(again(args)[0], expected, rtol, atol)
-    except Exception:
-        return False
 
 
 def _passes(actual, expected, rtol, atol, loosen: float = 1.0) -> bool:
@@ -345,26 +301,21 @@ def _passes(actual, expected, rtol, atol, loosen: float = 1.0) -> bool:
     return True
 
 
+def _right_again(again, args, expected, rtol, atol) -> bool:
+    """Whether the call `again` makes is right on `args` (a probe for a hint: any failure,
+    an exception included, is a no)."""
+    try:
+        return _passes(again(args)[0], expected, rtol, atol)
+    except Exception:
+        return False
+
+
 def _padded_contiguous(t):
     """A contiguous copy of tensor `t`, followed by zeros for reads past its end."""
     if not isinstance(t, torch.Tensor) or t.is_contiguous():
         return t
     buffer = torch.zeros(t.numel() + GUARD, dtype=t.dtype, device=t.device)
     return buffer[: t.numel()].view(t.shape).copy_(t)
-
-
-def _largest_first(t):
-    """Floating-point tensor `t` with every row (its last axis) sorted largest first."""
-    if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim:
-        return t.sort(dim=-1, descending=True).values
-    return t
-
-
-def _low_copy(t, low):
-    """Floating-point tensor `t` with its values rounded to `low`, in `t`'s dtype."""
-    if isinstance(t, torch.Tensor) and t.is_floating_point():
-        return t.to(low).to(t.dtype)
-    return t
 
 
 def _probed(failure, again, args, reference, rtol, atol) -> KernelCheckError | None:
@@ -374,22 +325,17 @@ def _probed(failure, again, args, reference, rtol, atol) -> KernelCheckError | N
     store)."""
     patterns = [h.pattern for h in failure.hints]
     if patterns == ["row-normalisation"]:
-        probe, hint = tuple(_largest_first(a) for a in args), hints_.largest_first()
+        probe = _floats(args, lambda t: t.sort(dim=-1, descending=True).values)
+        hint = hints_.largest_first()
     elif patterns == ["store-dtype"]:
         low = torch.bfloat16 if "bfloat16" in failure.hints[0].evidence else torch.float16
-        probe = tuple(_low_copy(a, low) for a in args)
+        probe = _floats(args, lambda t: t.to(low).to(t.dtype))
         hint = hints_.computed_in_low_precision(str(low).removeprefix("torch."))
     else:
         return None
-    if not _right_again(again, probe, reference(*(_upcast(a) for a in probe)), rtol, atol):
+    if not _right_again(again, probe, reference(*_upcast(probe)), rtol, atol):
         return None
     return KernelCheckError(failure.detail, [hint])
-
-
-def _tf32_copy(t):
-    if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
-        return precision.tf32_copy(t)
-    return t
 
 
 def check(
@@ -402,7 +348,6 @@ def check(
     writes_out: bool = True,
     rtol: float | None = None,
     atol: float | None = None,
-    name: str = "out",
     seed: int | None = None,
     kernels: Sequence[str] = (),
 ) -> None:
@@ -422,8 +367,7 @@ def check(
     inputs is checked again with its float32 inputs rounded to TF32, as a GPU's tensor cores
     round them (`grader.runtime.precision`). A failure on strided inputs is tried again on
     contiguous copies, and the message says when that is right; so is a failure whose hint
-    another run can confirm or correct (`_probed`: rows sorted largest first, inputs rounded to
-    float16).
+    another run can confirm or correct (`_probed`).
     """
     __tracebackhide__ = True
     if kernels and not writes_out:
@@ -437,22 +381,16 @@ def check(
             first_args = args
         else:
             args = tuple(refill(old, new) for old, new in zip(first_args, args, strict=True))
-        expected = reference(*(_upcast(a) for a in args))
+        expected = reference(*_upcast(args))
         dtype = out_dtype or next(
             (a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()),
             expected.dtype,
         )
-        context = f"inputs {_describe(args)}, seed {trial_seed}"
+        context = f"inputs {', '.join(map(_describe, args))}, seed {trial_seed}"
 
         saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         again = functools.partial(
-            _run,
-            candidate,
-            expected=expected,
-            dtype=dtype,
-            writes_out=writes_out,
-            name=name,
-            context=context,
+            _run, candidate, expected=expected, dtype=dtype, writes_out=writes_out, context=context
         )
         actual, launched = again(args, kernels=kernels)
         if not writes_out:
@@ -463,7 +401,7 @@ def check(
                 )
             if actual.dtype != dtype:
                 raise KernelCheckError(
-                    f"`{name}` has dtype {actual.dtype}, expected {dtype} ({context})"
+                    f"`out` has dtype {actual.dtype}, expected {dtype} ({context})"
                 )
         for position, (before, after) in enumerate(zip(saved, args, strict=True)):
             if isinstance(before, torch.Tensor) and not _unchanged(before, after):
@@ -474,7 +412,7 @@ def check(
         tf32 = sorted({d.function for launch in launched for d in launch.tf32_dots})
 
         try:
-            compare(actual, expected, rtol=rtol, atol=atol, name=name, context=context)
+            compare(actual, expected, rtol=rtol, atol=atol, context=context)
         except KernelCheckError as failure:
             __tracebackhide__ = True
             strided = any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args)
@@ -488,9 +426,11 @@ def check(
                 raise probed from None
             raise
         if tf32 and not on_gpu:
-            rounded = again(tuple(_tf32_copy(a) for a in args))[0]
+            rounded = again(
+                _floats(args, lambda t: precision.tf32_copy(t) if t.dtype == torch.float32 else t)
+            )[0]
             try:
-                compare(rounded, expected, rtol=rtol, atol=atol, name=name, context=context)
+                compare(rounded, expected, rtol=rtol, atol=atol, context=context)
             except KernelCheckError as failure:
                 raise KernelCheckError(
                     "on a GPU, "

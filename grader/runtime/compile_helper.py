@@ -1,15 +1,11 @@
 """The helper process of `grader.runtime.gpu_compile`: `python -m grader.runtime.compile_helper`
-imports Triton without the interpreter and answers requests, one JSON object per line on stdin,
-one answer per line on stdout. A request holds a program (the sources of a kernel and of the
-`@triton.jit` functions it reaches, with the globals each names), the launch's signature,
-constants, attributes and options, and the targets; the answer says, per target, whether Triton's
-front end compiles the kernel, and if not, the compiler's message.
-
-The helper defines each function anew from its source (with its line numbers, registered in
-linecache, so triton.jit reads the same text as on a GPU), wraps it in `triton.jit`, and runs
-`triton.compile(ASTSource(...), target=GPUTarget("cuda", capability, 32))` through TTIR and
-TTGIR; a stage hook (`knobs.runtime.add_stages_inspection_hook`) ends the pipeline there. It
-imports nothing of the course but this module, and nothing heavy but Triton.
+imports Triton without the interpreter and answers requests, one JSON line each on stdin and
+stdout. A request holds a program (the sources of a kernel and of the `@triton.jit` functions it
+reaches, with the globals each names), the launch's signature, constants, attributes, options
+and targets; the answer says, per target, whether Triton's front end compiles the kernel, and if
+not, the compiler's message. Each function is defined anew at its own line numbers (registered
+in linecache, so triton.jit reads the same text as on a GPU); a stage hook ends the pipeline after
+TTGIR.
 """
 
 from __future__ import annotations
@@ -21,30 +17,31 @@ import importlib.metadata
 import json
 import linecache
 import os
+import pkgutil
 import re
 import sys
 import traceback
 import types
 
-WARP_SIZE = 32
+import triton
+import triton.language as tl
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime import cache
 
 
 class _Done(Exception):
-    """Raised by the stage after TTGIR: the front end is through."""
-
-
-_TTGIR: list[str] = []  # the TTGIR of the latest compile that got through
-_NUM_WARPS = re.compile(r'"ttg.num-warps" = (\d+)')
-_PARTITION_WARPS = re.compile(r"\bnum_warps\((\d+)\)")
+    """Raised by the stage after TTGIR, with the TTGIR: the front end is through."""
 
 
 def _warps(ttgir: str) -> int | None:
     """The warps a program of the compiled kernel runs: the module's, plus those of each
     partition that warp specialization added (`ttg.warp_specialize ... num_warps(n)`)."""
-    found = _NUM_WARPS.search(ttgir)
+    found = re.search(r'"ttg.num-warps" = (\d+)', ttgir)
     if found is None:
         return None
-    return int(found.group(1)) + sum(int(n) for n in _PARTITION_WARPS.findall(ttgir))
+    return int(found.group(1)) + sum(map(int, re.findall(r"\bnum_warps\((\d+)\)", ttgir)))
 
 
 def _stop_after_ttgir(*args):
@@ -58,31 +55,26 @@ def _stop_after_ttgir(*args):
         del stages[name]
 
     def done(module, metadata):
-        _TTGIR[:] = [str(module)]
-        raise _Done
+        raise _Done(str(module))
 
     stages["llir"] = done
 
 
-def _no_files():
-    """A Triton cache manager (knobs.cache.manager_class) that keeps nothing: a front-end compile
-    never finishes a kernel, so none of its IR is worth a file."""
-    from triton.runtime.cache import CacheManager
+class _NoFiles(cache.CacheManager):
+    """A Triton cache manager that keeps nothing: a front-end compile never finishes a kernel,
+    so none of its IR is worth a file."""
 
-    class NoFiles(CacheManager):
-        def get_file(self, filename):
-            return None
+    def get_file(self, filename):
+        return None
 
-        def put(self, data, filename, binary=True):
-            return filename
+    def put(self, data, filename, binary=True):
+        return filename
 
-        def get_group(self, filename):
-            return None
+    def get_group(self, filename):
+        return None
 
-        def put_group(self, filename, group):
-            return None
-
-    return NoFiles
+    def put_group(self, filename, group):
+        return None
 
 
 class _Opaque:
@@ -99,8 +91,7 @@ class _Opaque:
 def _define(fid: str, spec: dict, scope: dict):
     """The Python function of one sent spec, defined in `scope` at its source's line numbers and
     registered in linecache, so that triton.jit reads the same source."""
-    lines = spec["source"].splitlines(keepends=True)
-    padded = ["\n"] * (spec["first"] - 1) + lines
+    padded = ["\n"] * (spec["first"] - 1) + spec["source"].splitlines(keepends=True)
     filename = f"<{fid}: {spec['name']}>"
     linecache.cache[filename] = (sum(map(len, padded)), None, padded, filename)
     tree = ast.parse(spec["source"])
@@ -111,41 +102,35 @@ def _define(fid: str, spec: dict, scope: dict):
     return scope[node.name]
 
 
+def _resolve(sent: dict, made: dict):
+    """The value of a global as gpu_compile.program sent it; `made` holds the jit functions."""
+    if "module" in sent:
+        return importlib.import_module(sent["module"])
+    if "namespace" in sent:
+        namespace = types.ModuleType(sent["name"])
+        for attr, value in sent["namespace"].items():
+            setattr(namespace, attr, _resolve(value, made))
+        return namespace
+    if "constexpr" in sent:
+        return tl.constexpr(_resolve(sent["constexpr"], made))
+    if "dtype" in sent:
+        return tl.dtype(sent["dtype"])
+    if "value" in sent:
+        return sent["value"]
+    if "import" in sent:
+        return pkgutil.resolve_name(":".join(sent["import"]))  # [module, qualified name]
+    if "jit" in sent:
+        return made[sent["jit"]]
+    return _Opaque(sent["other"])
+
+
 def _build(program: dict):
     """The kernel of a sent program, as a JITFunction whose globals are rebuilt."""
-    import triton
-    import triton.language as tl
-
     made: dict[str, object] = {}
-
-    def resolve(sent: dict):
-        if "module" in sent:
-            return importlib.import_module(sent["module"])
-        if "namespace" in sent:
-            namespace = types.ModuleType(sent["name"])
-            for attr, value in sent["namespace"].items():
-                setattr(namespace, attr, resolve(value))
-            return namespace
-        if "constexpr" in sent:
-            return tl.constexpr(resolve(sent["constexpr"]))
-        if "dtype" in sent:
-            return tl.dtype(sent["dtype"])
-        if "value" in sent:
-            return sent["value"]
-        if "import" in sent:
-            module, qualname = sent["import"]
-            found = importlib.import_module(module)
-            for part in qualname.split("."):
-                found = getattr(found, part)
-            return found
-        if "jit" in sent:
-            return made[sent["jit"]]
-        return _Opaque(sent["other"])
-
     scopes = {}
     for fid, spec in program["functions"].items():
         scope = scopes[fid] = {"__builtins__": builtins, "__name__": spec["module"]}
-        scope.update({n: resolve(g) for n, g in spec["globals"].items() if "jit" not in g})
+        scope.update({n: _resolve(g, made) for n, g in spec["globals"].items() if "jit" not in g})
         made[fid] = triton.jit(_define(fid, spec, scope), **spec["jit"])
     for fid, spec in program["functions"].items():  # calls among them, once all exist
         scopes[fid].update({n: made[g["jit"]] for n, g in spec["globals"].items() if "jit" in g})
@@ -167,27 +152,18 @@ def _said(error: BaseException) -> str:
 def compile_request(request: dict) -> list[dict]:
     """Per target, {"target": capability, "error": None or {"type", "message"}, "warps": the
     warps of a program, warp-specialized partitions included, where it compiled}."""
-    import triton
-    import triton.language as tl
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     kernel = _build(request["program"])
-    constexprs = {
-        name: tl.dtype(sent["dtype"]) if "dtype" in sent else sent["value"]
-        for name, sent in request["constexprs"].items()
-    }
+    constexprs = {name: _resolve(sent, {}) for name, sent in request["constexprs"].items()}
     attrs = {(index,): value for index, value in request["attrs"]}
     results = []
     for capability in request["targets"]:
         source = ASTSource(kernel, request["signature"], constexprs, attrs)
-        target = GPUTarget("cuda", capability, WARP_SIZE)
+        target = GPUTarget("cuda", capability, 32)
         error, warps = None, None
-        _TTGIR.clear()
         try:
             triton.compile(source, target=target, options=dict(request["options"]))
-        except _Done:
-            warps = _warps(_TTGIR[0]) if _TTGIR else None
+        except _Done as done:
+            warps = _warps(done.args[0])
         except Exception as refused:
             error = {"type": type(refused).__name__, "message": _said(refused)}
         results.append({"target": capability, "error": error, "warps": warps})
@@ -196,16 +172,12 @@ def compile_request(request: dict) -> list[dict]:
 
 def serve() -> None:
     """Answer requests until stdin closes."""
-    from triton import knobs
-
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever else prints (the compiler's diagnostics) goes to stderr
-    knobs.cache.manager_class = _no_files()
+    knobs.cache.manager_class = _NoFiles
     # triton.compile keys that cache by a hash of Triton's own files, its 500 MB library
-    # included: 0.4 s of CPU in every helper, for a key NoFiles never files anything under.
+    # included: 0.4 s of CPU in every helper, for a key _NoFiles never files anything under.
     # Triton's own compile workers set the key the same way.
-    from triton.runtime import cache
-
     version = importlib.metadata.version("triton")
     cache.triton_key = lambda: f"{version}-front-end-only"
     knobs.runtime.add_stages_inspection_hook = _stop_after_ttgir

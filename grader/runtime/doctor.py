@@ -7,25 +7,18 @@ import importlib.metadata as metadata
 import os
 import platform
 import re
+import sys
 from dataclasses import dataclass
 
 from grader.runtime import device
 
-PACKAGES = (
-    "torch",
-    "triton",
-    "numpy",
-    "matplotlib",
-    "ipywidgets",
-    "jupyterlab_widgets",
-    "jupyterlab",
-    "nbgrader",
-    "papermill",
-    "jupytext",
-)
 # The course build's and batch grading's tools, which students do not install (the student kit
 # has none): listed only where they are.
 AUTHOR_TOOLS = ("nbgrader", "papermill", "jupytext")
+PACKAGES = (
+    *"torch triton numpy matplotlib ipywidgets jupyterlab_widgets jupyterlab".split(),
+    *AUTHOR_TOOLS,
+)
 # The releases the course is tested on (docs/versions.md: the GPU image's and the newest with a
 # CPU build), and the oldest it supports (pyproject.toml's ranges). Others in between are
 # supported but untested.
@@ -50,9 +43,7 @@ def version(package: str) -> str | None:
 
 
 def _tuple(v: str | None) -> tuple[int, ...]:
-    if not v:
-        return ()
-    return tuple(int(p) for p in re.findall(r"\d+", v.split("+")[0])[:3])
+    return tuple(int(p) for p in re.findall(r"\d+", v.split("+")[0])[:3]) if v else ()
 
 
 def support(package: str, installed: str | None) -> tuple[str, str]:
@@ -99,91 +90,71 @@ def findings(
 ) -> list[Finding]:
     """Known-bad combinations, from facts passed in (so each rule is testable)."""
     out: list[Finding] = []
+
+    def problem(message: str) -> None:
+        out.append(Finding("problem", message))
+
+    def note(message: str) -> None:
+        out.append(Finding("note", message))
+
     triton_v = _tuple(versions.get("triton"))
     for package in ("torch", "triton"):
         status, message = support(package, versions.get(package))
         if status != "tested":
-            out.append(Finding("note" if status == "untested" else "problem", message))
+            (note if status == "untested" else problem)(message)
     if (
         not dev.is_gpu
         and () < triton_v < INTERPRETER_NUMPY_FIX["triton"]
         and _tuple(versions.get("numpy")) >= INTERPRETER_NUMPY_FIX["numpy"]
     ):
-        out.append(
-            Finding(
-                "problem",
-                f"triton {versions['triton']} with numpy {versions['numpy']} in interpreter "
-                "mode: Triton's interpreter before 3.7 cannot take a loop bound from a kernel "
-                "argument under NumPy 2.4 or newer (TypeError: only 0-dimensional arrays can be "
-                "converted to Python scalars). Install numpy==2.3.5 or triton 3.7 or newer.",
-            )
+        problem(
+            f"triton {versions['triton']} with numpy {versions['numpy']} in interpreter "
+            "mode: Triton's interpreter before 3.7 cannot take a loop bound from a kernel "
+            "argument under NumPy 2.4 or newer (TypeError: only 0-dimensional arrays can be "
+            "converted to Python scalars). Install numpy==2.3.5 or triton 3.7 or newer."
         )
     if triton_for_torch and versions.get("triton") and (_tuple(triton_for_torch) != triton_v):
-        out.append(
-            Finding(
-                "problem",
-                f"torch {versions['torch']} was built against triton "
-                f"{triton_for_torch}, but triton {versions['triton']} is installed: "
-                "torch.compile and Triton kernels may fail. Reinstall the pair.",
-            )
+        problem(
+            f"torch {versions['torch']} was built against triton {triton_for_torch}, but triton "
+            f"{versions['triton']} is installed: torch.compile and Triton kernels may fail. "
+            "Reinstall the pair."
         )
     if _tuple(versions.get("numpy")) >= (2,) and () < _tuple(versions.get("torch")) < (2, 3):
-        out.append(
-            Finding(
-                "problem",
-                f"numpy {versions['numpy']} with torch "
-                f"{versions['torch']}: torch older than 2.3 was built against NumPy 1 "
-                "and fails to convert tensors. Install numpy<2 or a newer torch.",
-            )
+        problem(
+            f"numpy {versions['numpy']} with torch {versions['torch']}: torch older than 2.3 was "
+            "built against NumPy 1 and fails to convert tensors. Install numpy<2 or a newer torch."
         )
     widgets = _tuple(versions.get("ipywidgets"))
     lab_widgets = _tuple(versions.get("jupyterlab_widgets"))
     if widgets and lab_widgets and (widgets[0] - 5) != lab_widgets[0]:
-        out.append(
-            Finding(
-                "problem",
-                f"ipywidgets {versions['ipywidgets']} needs "
-                f"jupyterlab_widgets {widgets[0] - 5}.x, found "
-                f"{versions['jupyterlab_widgets']}: widgets will not render in the "
-                "lab.",
-            )
+        problem(
+            f"ipywidgets {versions['ipywidgets']} needs jupyterlab_widgets {widgets[0] - 5}.x, "
+            f"found {versions['jupyterlab_widgets']}: widgets will not render in the lab."
         )
     if env.get("TRITON_INTERPRET") == "1" and cuda_visible:
-        out.append(
-            Finding(
-                "problem",
-                "TRITON_INTERPRET=1 is set although a CUDA GPU is visible: "
-                "kernels run on the CPU and nothing can be timed. Unset it.",
-            )
+        problem(
+            "TRITON_INTERPRET=1 is set although a CUDA GPU is visible: kernels run on the CPU and "
+            "nothing can be timed. Unset it."
         )
     if torch_cuda and not cuda_visible:
-        out.append(
-            Finding(
-                "note",
-                f"torch is a CUDA {torch_cuda} build but sees no GPU: check "
-                "`nvidia-smi` and the driver. Interpreter mode is used meanwhile.",
-            )
+        note(
+            f"torch is a CUDA {torch_cuda} build but sees no GPU: check `nvidia-smi` and the "
+            "driver. Interpreter mode is used meanwhile."
         )
     if dev.is_gpu and not dev.grades_speed:
-        out.append(
-            Finding(
-                "problem",
-                f"{dev.describe()} is older than sm_80: correctness runs, "
-                "but bf16, TF32 and speed grading need sm_80 or newer.",
-            )
+        problem(
+            f"{dev.describe()} is older than sm_80: correctness runs, but bf16, TF32 and speed "
+            "grading need sm_80 or newer."
         )
     if dev.is_gpu and dev.capability and dev.capability < (9, 0):
-        out.append(Finding("note", "Hopper-only (sm_90) sections will be skipped here."))
+        note("Hopper-only (sm_90) sections will be skipped here.")
     if not dev.is_gpu:
-        out.append(Finding("note", "interpreter mode: no bfloat16, no timing; use small sizes."))
+        note("interpreter mode: no bfloat16, no timing; use small sizes.")
     if triton_v >= (3, 9) and "TRITON_DEFAULT_FP_FUSION" not in env:
-        out.append(
-            Finding(
-                "note",
-                "triton 3.9+ warns on stderr at the first compile unless "
-                "TRITON_DEFAULT_FP_FUSION is set, and nbgrader scores a test cell "
-                "with stderr output 0. grader.runtime.device.setup() sets it to 1.",
-            )
+        note(
+            "triton 3.9+ warns on stderr at the first compile unless TRITON_DEFAULT_FP_FUSION is "
+            "set, and nbgrader scores a test cell with stderr output 0. "
+            "grader.runtime.device.setup() sets it to 1."
         )
     return out
 
@@ -191,8 +162,6 @@ def findings(
 def collect(env: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], list[Finding]]:
     """Rows of facts about this machine, and the findings about them. `env` is the environment
     as the user set it (before device.setup() adjusted it); by default, the current one."""
-    import sys
-
     env_before = dict(os.environ if env is None else env)
     dev = device.current()
     import torch
@@ -248,10 +217,7 @@ def report(env: dict[str, str] | None = None) -> tuple[str, list[Finding]]:
     rows, found = collect(env)
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
-    problems = [f for f in found if f.level == "problem"]
-    lines.append("")
-    lines.append(
-        "known-bad combinations: " + ("none found" if not problems else f"{len(problems)} found")
-    )
+    count = sum(f.level == "problem" for f in found)
+    lines += ["", "known-bad combinations: " + (f"{count} found" if count else "none found")]
     lines += [f"  {f.level.upper()}: {f.message}" for f in found]
     return "\n".join(lines), found

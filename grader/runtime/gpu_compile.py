@@ -1,47 +1,22 @@
 """The GPU's compiler, on the laptop: in interpreter mode, every kernel that a graded call launches
-is also compiled by Triton's front end for the GPUs the course supports (sm_80 and sm_90), from
-the launch itself, and a kernel that the compiler refuses fails the check with the compiler's
-message and a hint. The interpreter runs a kernel as Python and accepts code that no GPU
-compiles, such as a variable that a loop reassigns with another dtype or shape; without this
-check such a kernel passes every test on a laptop and fails them all at grading. On a GPU nothing
-changes: the real compiler runs at every launch.
+is also compiled by Triton's front end for sm_80 and sm_90, and a kernel that the compiler
+refuses fails the check with the compiler's message and a hint. The interpreter accepts code that
+no GPU compiles (a variable that a loop reassigns with another dtype or shape), which would pass
+every test on a laptop and fail them all at grading. On a GPU nothing changes.
 
-How. `checking(kernel)` wraps one `kernel[grid](...)` (grader.runtime.launches calls it for every
-launch it records): each time the interpreted kernel under it runs, through any autotuner or
-heuristics wrapper and with the configuration it runs with, its arguments become the signature a
-GPU launch compiles (`triton.runtime.jit.mangle_type` per argument: tensors give pointer types
-from their dtypes, integers i32 or i64, an integer equal to 1 and None constants; constexpr
-values as given; 16-byte alignment and divisibility by 16 marked as the launcher marks them), and
-its options (`num_warps`, `num_stages`, ...) go along. The source of the kernel and of every
-`@triton.jit` function it reaches, with the globals they name, goes to a helper process
-(`grader.runtime.compile_helper`), which imports Triton without the interpreter, defines the
-functions anew and runs `triton.compile(ASTSource(...), target=GPUTarget("cuda", 80 or 90, 32))`.
-Why a second process: in interpreter mode `triton.jit` makes every kernel, the student's and
-`triton.language`'s own (`tl.zeros`, `tl.sum`, ...), a Python function that the compiler cannot
-read, and runs them with `triton.language` patched.
+How. `checking(kernel)` wraps one `kernel[grid](...)`: each run of the interpreted kernel under
+it (through any autotuner or heuristics wrapper) becomes the signature, constants and options a
+GPU launcher would compile, sent with the source of every `@triton.jit` function it reaches and
+the globals they name to a helper process (`grader.runtime.compile_helper`) that imports Triton
+without the interpreter. The helper stops after TTGIR, where compile errors arise, skipping LLVM
+IR, PTX and ptxas, which take most of the time (for a 128x256x64 float16 matmul tile, 0.1 s to
+TTGIR against 2 to 3 s to a cubin, on one CPU core). Each new launch costs tens of milliseconds
+per target; its verdict is kept in the process and in a file beside Triton's cache.
 
-How far. No stage of compilation needs a GPU: Triton's wheel brings `ptxas`, and on a CPU the
-whole pipeline runs, to a cubin. The check stops after the IR stages, TTIR (the front end:
-types, shapes, loop-carried variables, constexpr rules, unsupported Python) and TTGIR (layouts
-for the target), where a kernel's compile errors arise. It skips LLVM IR, PTX and ptxas, which
-take most of the time (for a 128x256x64 float16 matmul tile, 0.1 s to TTGIR against 2 to 3 s to
-a cubin, on one CPU core), and gives Triton a stand-in for ptxas's version string, which it
-reads only for a hash, so no NVIDIA tool runs. Not seen: what only a launch finds (too much
-shared memory for the device, addresses out of bounds) and errors of the later stages.
-
-A kernel that only some GPUs can run (09's float8 e4m3 matmul: sm_80 has no e4m3 tensor-core
-instruction, and Triton refuses the type for it) is declared with `needs(name, "sm_90")` and
-compiled for those targets alone; the notebook gates its tests on the device the same way.
-`compiled_warps` reads, from the same compile, how many warps a program runs, so that a notebook
-in interpreter mode can tell whether warp specialization took effect for sm_90.
-
-Not checked: a launch whose constexpr arguments are not numbers, strings, booleans, None or
-dtypes (a function passed as a constant), or that takes tuples; launches outside graded calls.
-
-Cost. Each new combination of program, signature, constants and options costs one front-end
-compile per target (tens of milliseconds each), in a helper started at the first one; its verdict
-is kept, in the process and in a file beside Triton's cache (keyed by the request, Triton's
-release and this check's code), so a repeated check, or a notebook run again, compiles nothing.
+Not seen: what only a launch finds (too much shared memory, addresses out of bounds), errors of
+later stages, launches with tuples or with constexprs other than numbers, strings, booleans, None
+or dtypes, and launches outside graded calls. A kernel that only some GPUs can run (09's float8
+matmul, which Triton refuses for sm_80) is declared with `needs`.
 """
 
 from __future__ import annotations
@@ -65,10 +40,8 @@ from pathlib import Path
 
 from grader.runtime import device, hints, stubs
 
-# The GPUs the course supports: (name, compute capability) for triton's GPUTarget.
-TARGETS = (("sm_80", 80), ("sm_90", 90))
-# Kernels that only some targets can run, by kernel name: the capabilities they are compiled for
-# (`needs`). Every other kernel is compiled for every target.
+TARGETS = (80, 90)  # the compute capabilities of the GPUs the course supports
+# Per kernel name, the capabilities of the only targets it is compiled for (`needs`).
 NEEDS: dict[str, tuple[int, ...]] = {}
 # Modules a kernel may name that the helper imports by name; any other module a kernel reaches
 # into is sent as the attributes the kernel names.
@@ -93,15 +66,12 @@ def interpreted(kernel):
     forward `fn`), or None for a compiled one."""
     from triton.runtime import JITFunction, KernelInterface
 
-    obj = kernel
     for _ in range(8):
-        inner = getattr(obj, "fn", None)
+        inner = getattr(kernel, "fn", None)
         if inspect.isfunction(inner):
-            ok = isinstance(obj, KernelInterface) and not isinstance(obj, JITFunction)
-            return obj if ok else None
-        if inner is None:
-            return None
-        obj = inner
+            ok = isinstance(kernel, KernelInterface) and not isinstance(kernel, JITFunction)
+            return kernel if ok else None
+        kernel = inner
     return None
 
 
@@ -114,16 +84,12 @@ def _jit_options(kernel) -> dict:
     return {k: given[k] for k in _JIT_OPTIONS if given.get(k) is not None}
 
 
-_PARAMS: dict = {}  # code object -> the kernel's parameters, as triton.jit reads them
-
-
+@functools.cache
 def _params(kernel):
+    """The kernel's parameters, as triton.jit reads them."""
     from triton.runtime import JITFunction
 
-    code = kernel.fn.__code__
-    if code not in _PARAMS:
-        _PARAMS[code] = JITFunction(kernel.fn, **_jit_options(kernel)).params
-    return _PARAMS[code]
+    return JITFunction(kernel.fn, **_jit_options(kernel)).params
 
 
 def _value(v):
@@ -147,12 +113,10 @@ def specialization(kernel, args, kwargs):
 
     params = _params(kernel)
     names = [p.name for p in params]
-    bound = dict(zip(names, args, strict=False))  # the rest come as keywords
-    options = {k: v for k, v in kwargs.items() if k not in names}
-    bound.update({k: v for k, v in kwargs.items() if k in names})
+    bound = {**dict(zip(names, args, strict=False)), **kwargs}  # the rest come as keywords
     signature, constexprs, attrs = {}, {}, []
     for index, p in enumerate(params):
-        value = bound[p.name] if p.name in bound else p.default
+        value = bound.get(p.name, p.default)
         kind = "constexpr" if p.is_constexpr else mangle_type(value, not p.do_not_specialize)
         if not isinstance(kind, str):
             return None  # a tuple argument: not checked
@@ -171,29 +135,26 @@ def specialization(kernel, args, kwargs):
             mark = ""
         if mark:
             attrs.append([index, BaseBackend.parse_attr(mark)])
-    options = {k: v for k, v in options.items() if isinstance(v, _PLAIN)}
+    options = {k: v for k, v in kwargs.items() if k not in names and isinstance(v, _PLAIN)}
     return signature, constexprs, attrs, options
 
 
 # -- the program: the kernel's source and everything it names --------------------------------------
 
-_SOURCES: dict = {}  # code object -> (dedented source, first line, names it uses)
 
-
-def _source(fn):
-    code = fn.__code__
-    if code not in _SOURCES:
-        lines, first = inspect.getsourcelines(fn)
-        text = textwrap.dedent("".join(lines))
-        names = set()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Name):
-                names.add(node.id)
-            elif isinstance(node, ast.Attribute):
-                names.add(node.attr)
-        names -= set(inspect.signature(fn).parameters)  # a parameter hides any global
-        _SOURCES[code] = (text, first, sorted(names))
-    return _SOURCES[code]
+@functools.cache
+def _source(fn) -> tuple[str, int, list[str]]:
+    """The dedented source of `fn`, its first line, and the names it uses."""
+    lines, first = inspect.getsourcelines(fn)
+    text = textwrap.dedent("".join(lines))
+    names = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+    names -= set(inspect.signature(fn).parameters)  # a parameter hides any global
+    return text, first, sorted(names)
 
 
 def program(kernel) -> dict:
@@ -208,17 +169,14 @@ def program(kernel) -> dict:
         fid = ids[id(obj)] = f"f{len(ids)}"
         fn = obj.fn
         text, first, names = _source(fn)
-        scope = dict(fn.__globals__)
-        cells = fn.__closure__ or ()
-        scope.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in cells), strict=True))
-        spec = {
+        scope = {**fn.__globals__, **inspect.getclosurevars(fn).nonlocals}
+        functions[fid] = spec = {
             "name": fn.__name__,
             "module": fn.__module__,
             "first": first,
             "source": text,
             "jit": _jit_options(obj),
         }
-        functions[fid] = spec
         spec["globals"] = {n: describe(scope[n], names) for n in names if n in scope}
         return fid
 
@@ -264,25 +222,8 @@ class _Helper:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.process = None
-        self.log = None
+        self.process = self.log = None
         atexit.register(self.stop)
-
-    def _start(self):
-        root = str(Path(__file__).resolve().parents[2])  # where `grader` is
-        env = dict(os.environ)
-        env.pop("TRITON_INTERPRET", None)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "grader.runtime.compile_helper"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            cwd=tempfile.gettempdir(),  # no file beside the notebook shadows a module there
-            env=env,
-            text=True,
-        )
 
     def stop(self):
         if self.process is not None:
@@ -290,10 +231,24 @@ class _Helper:
             self.process.wait()
             self.process = None
 
-    def ask(self, request: dict) -> dict:
+    def ask(self, request: dict) -> list[dict]:
+        """The helper's verdict per target for `request`."""
         with self.lock:
             if self.process is None:
-                self._start()
+                root = str(Path(__file__).resolve().parents[2])  # where `grader` is
+                env = dict(os.environ)
+                env.pop("TRITON_INTERPRET", None)
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+                self.log = tempfile.TemporaryFile(mode="w+")
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "grader.runtime.compile_helper"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self.log,
+                    cwd=tempfile.gettempdir(),  # no file beside the notebook shadows a module there
+                    env=env,
+                    text=True,
+                )
             try:
                 self.process.stdin.write(json.dumps(request) + "\n")
                 self.process.stdin.flush()
@@ -301,7 +256,13 @@ class _Helper:
             except BrokenPipeError:
                 reply = ""
             if reply:
-                return json.loads(reply)
+                answer = json.loads(reply)
+                if "internal" in answer:
+                    raise CheckUnavailable(
+                        "the GPU compile check failed; report this message with the output of "
+                        f"`python -m grader doctor`: {answer['internal']}"
+                    )
+                return answer["results"]
             status = self.process.wait()
             self.process = None
             self.log.seek(0)
@@ -337,85 +298,62 @@ def _kept(digest: str) -> Path:
 
 def _keep(digest: str, results: list) -> None:
     path = _kept(digest)
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}")
         partial.write_text(json.dumps(results))
         os.replace(partial, path)
     except OSError:
         pass  # a cache that cannot be written costs a compile next time, nothing else
 
 
-def _recall(digest: str) -> list | None:
-    try:
-        return json.loads(_kept(digest).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def needs(kernel_name: str, feature: str) -> None:
-    """Declare that the kernel called `kernel_name` needs `feature` (a name of
-    grader.runtime.device.FEATURE_CAPABILITY, such as "sm_90": float8 e4m3 tensor-core dots),
-    so that the check compiles it only for the targets that have it; a notebook says so in a
-    given cell beside the kernel, and gates its tests on the device the same way."""
+    """Declare that the kernel called `kernel_name` needs `feature` (a key of
+    device.FEATURE_CAPABILITY, such as "sm_90" for float8 e4m3 dots), so that the check compiles
+    it only for the targets that have it, as the notebook gates its tests on the device."""
     least = device.FEATURE_CAPABILITY[feature]
-    NEEDS[kernel_name] = tuple(c for _, c in TARGETS if (c // 10, c % 10) >= least)
+    NEEDS[kernel_name] = tuple(c for c in TARGETS if divmod(c, 10) >= least)
 
 
 def targets(kernel_name: str) -> list[int]:
     """The capabilities a launch of `kernel_name` is compiled for."""
-    return list(NEEDS.get(kernel_name, [c for _, c in TARGETS]))
+    return list(NEEDS.get(kernel_name, TARGETS))
 
 
 def verdicts(kernel, args, kwargs, only: list[int] | None = None) -> list[dict] | None:
     """Per target, {"target", "error", "warps"} for a launch of interpreted `kernel` (error None
-    where it compiles); None where the launch cannot be checked. `only` narrows the targets to
-    those capabilities. A verdict is kept per program and launch, in this process and on disk
-    for later ones."""
+    where it compiles), for the targets in `only` if given; None where the launch cannot be
+    checked. A verdict is kept per program and launch, in this process and on disk."""
     spec = specialization(kernel, args, kwargs)
     if spec is None:
         return None
-    signature, constexprs, attrs, options = spec
     request = {
         "program": program(kernel),
-        "signature": signature,
-        "constexprs": constexprs,
-        "attrs": attrs,
-        "options": options,
+        **dict(zip(("signature", "constexprs", "attrs", "options"), spec, strict=True)),
         "targets": [t for t in targets(kernel.fn.__name__) if only is None or t in only],
     }
     text = json.dumps(request, sort_keys=True) + _version()
     digest = hashlib.sha256(text.encode()).hexdigest()
     if digest not in _VERDICTS:
-        results = _recall(digest)
+        try:
+            results = json.loads(_kept(digest).read_text())
+        except (OSError, ValueError):  # not kept by an earlier process
+            results = None
         if results is None:
-            reply = _HELPER.ask(request)
-            if "internal" in reply:
-                raise CheckUnavailable(
-                    "the GPU compile check failed; report this message with the output of "
-                    f"`python -m grader doctor`: {reply['internal']}"
-                )
-            results = reply["results"]
+            results = _HELPER.ask(request)
             _keep(digest, results)
         _VERDICTS[digest] = results
         names = [f["name"] for f in request["program"]["functions"].values()]
-        for result in results:
-            COMPILED.append({"kernel": names[0], "functions": names, **result})
+        COMPILED.extend({"kernel": names[0], "functions": names, **r} for r in results)
     return _VERDICTS[digest]
 
 
 def compiled_warps(kernel, args, kwargs, capability: int = 90) -> int | None:
-    """The warps one program of interpreted `kernel` runs with on a GPU of `capability`, for
-    the launch `kernel[grid](*args, **kwargs)` (compiled to TTGIR, not run): `num_warps`, plus
-    the warps that warp specialization added where the compiler applied it. None where the
-    launch cannot be checked or does not compile for that target."""
+    """The warps one program of `kernel[grid](*args, **kwargs)` (interpreted) runs on a GPU of
+    `capability`, read from its TTGIR: `num_warps`, plus those warp specialization added. None
+    where the launch cannot be checked or does not compile for that target."""
     results = verdicts(kernel, args, kwargs, only=[capability])
-    found = [r for r in results or () if r["target"] == capability and r["error"] is None]
-    return found[0].get("warps") if found else None
-
-
-def _target_name(capability: int) -> str:
-    return next(name for name, c in TARGETS if c == capability)
+    return next((r["warps"] for r in results or () if r["error"] is None), None)
 
 
 _LOOP = [
@@ -430,30 +368,10 @@ def _hint(message: str) -> hints.Hint:
         found = pattern.search(message)
         if found:
             return hints.loop_carried(*found.groups())
-    found = hints.compile_error(message)  # a dtype an operation refuses, shapes that clash
-    if found is not None:
-        return found
     where = re.search(r"^at (\d+):\d+:", message, re.MULTILINE)
-    return hints.gpu_compile(int(where.group(1)) if where else None)
-
-
-def refusal(kernel_name: str, results: list[dict]) -> GPUCompileError | None:
-    """The error for a launch that some target refuses, or None."""
-    failed = [r for r in results if r["error"] is not None]
-    if not failed:
-        return None
-    names = " and ".join(_target_name(r["target"]) for r in failed)
-    first = failed[0]["error"]["message"]
-    shown = [f"The compiler's message ({_target_name(failed[0]['target'])}):", first.strip()]
-    for other in failed[1:]:
-        if other["error"]["message"] != first:
-            shown += [f"For {_target_name(other['target'])}:", other["error"]["message"].strip()]
-    return GPUCompileError(
-        f"Triton's compiler refuses `{kernel_name}` for the GPU ({names}): the interpreter runs "
-        "it, but on such a GPU this launch does not compile, and the test fails at grading.\n"
-        + "\n".join(shown),
-        (_hint(first),),
-    )
+    line = int(where.group(1)) if where else None
+    # a dtype an operation refuses or shapes that clash, else the line the compiler points at
+    return hints.compile_error(message) or hints.gpu_compile(line)
 
 
 def check_launch(kernel, args, kwargs) -> None:
@@ -461,16 +379,24 @@ def check_launch(kernel, args, kwargs) -> None:
     refuses it. A kernel that still holds the exercise stub is left to the interpreter, whose
     error names the stub."""
     __tracebackhide__ = True
-    results = verdicts(kernel, args, kwargs)
-    if results is None:
+    failed = [r for r in verdicts(kernel, args, kwargs) or () if r["error"] is not None]
+    if not failed:
         return
-    error = refusal(kernel.fn.__name__, results)
-    if error is None:
+    first = failed[0]["error"]["message"]
+    shown = [f"The compiler's message (sm_{failed[0]['target']}):", first.strip()]
+    for other in failed[1:]:
+        if other["error"]["message"] != first:
+            shown += [f"For sm_{other['target']}:", other["error"]["message"].strip()]
+    said = "\n".join(shown)
+    if "Raise" in said and stubs.STUB_LINE.removesuffix("()") in said:
         return
-    message = error.detail
-    if "Raise" in message and stubs.STUB_LINE.removesuffix("()") in message:
-        return
-    raise error
+    names = " and ".join(f"sm_{r['target']}" for r in failed)
+    raise GPUCompileError(
+        f"Triton's compiler refuses `{kernel.fn.__name__}` for the GPU ({names}): the interpreter "
+        "runs it, but on such a GPU this launch does not compile, and the test fails at grading.\n"
+        + said,
+        (_hint(first),),
+    )
 
 
 @contextmanager

@@ -8,15 +8,13 @@ saved notebook and says where that matters:
 - an answer cell that uses a name (a helper, an import, a constant) defined only in a cell that
   grading does not run: your answer would fail there, so move that code into the answer cell;
 - given cells you edited, and added cells: fine for trying things out, but they do not run;
-- answer cells missing or repeated.
+- an answer cell repeated.
 
 The course's checks call `advise()` each time they call your code: in JupyterLab it prints, once,
-anything `check()` would ask you to fix, so a visible test tells you before you hand in.
-
-The notebook is found through JupyterLab (the variable `JPY_SESSION_NAME` it gives the kernel),
-or from the path you pass. Given cells are recognised by the checksum nbgrader stored in their
-metadata when the notebook was released (the same recipe as `nbgrader.utils.compute_checksum`,
-which the course's tests hold this module to). Nothing here runs your code or changes a grade.
+anything `check()` would ask you to fix. The notebook is found through JupyterLab (the variable
+`JPY_SESSION_NAME` it gives the kernel), or from the path you pass. Given cells are recognised by
+the checksum nbgrader stored in their metadata at release (`nbgrader.utils.compute_checksum`'s
+recipe). Nothing here runs your code or changes a grade.
 """
 
 from __future__ import annotations
@@ -66,15 +64,9 @@ def checksum(cell: dict) -> str:
     meta = cell.get("metadata", {}).get("nbgrader", {})
     solution, grade = bool(meta.get("solution")), bool(meta.get("grade"))
     locked = False if solution else True if grade else bool(meta.get("locked", False))
-    m = hashlib.md5()
-    for part in (_text(cell.get("source", "")), cell.get("cell_type", ""), str(grade)):
-        m.update(part.encode("utf-8"))
-    m.update(str(solution).encode("utf-8"))
-    m.update(str(locked).encode("utf-8"))
-    m.update(str(meta["grade_id"]).encode("utf-8"))
-    if grade:
-        m.update(str(float(meta["points"])).encode("utf-8"))
-    return m.hexdigest()
+    parts = [_text(cell.get("source", "")), cell.get("cell_type", ""), grade, solution, locked]
+    parts += [meta["grade_id"], *([float(meta["points"])] if grade else [])]
+    return hashlib.md5("".join(map(str, parts)).encode("utf-8")).hexdigest()
 
 
 def cells(nb: dict) -> list[Cell]:
@@ -148,10 +140,8 @@ def used(source: str) -> set[str]:
 def review(nb: dict) -> tuple[list[str], list[str]]:
     """(what to fix, what to know) of a notebook's JSON, as sentences."""
     found = cells(nb)
-    runs = set()  # names that the cells grading runs define (as you wrote them, for answers)
-    for c in found:
-        if c.kind in ("answer", "given"):
-            runs |= defined(c.source)
+    # names that the cells grading runs define (as you wrote them, for answers)
+    runs = set().union(*(defined(c.source) for c in found if c.kind in ("answer", "given")))
     added: dict[str, list[int]] = {}
     edited: dict[str, list[int]] = {}
     for c in found:
@@ -192,7 +182,7 @@ def review(nb: dict) -> tuple[list[str], list[str]]:
 
 
 def _cells(indices: list[int]) -> str:
-    return ", ".join(str(i) for i in indices)
+    return ", ".join(map(str, indices))
 
 
 def _notebook(path: str | os.PathLike | None) -> Path | None:

@@ -1,18 +1,10 @@
 """Where a wrong output is wrong, and what that usually means: a small diagnosis of a mismatch
 between a kernel's output and its float64 reference, for the messages of `grader.runtime.checks`.
 
-Each `Hint` names a pattern (a stable id, the one the tests look for), the evidence seen in the
-data, and the likely cause. `diagnose` reads the output alone: where the wrong elements sit (the
-end of an axis, the first row of each head), how they relate to the reference (a constant factor,
-a factor per row, the right values in other places, float16 rounding, inf or NaN where the
-reference is finite, numbers where it is NaN). `checks.check`, which can call the kernel again,
-adds the patterns that need another run: right on contiguous copies of strided inputs, TF32's
-rounding in `tl.dot`, right when every row is sorted largest first (a running sum not rescaled),
-right on float16 inputs (float16 arithmetic rather than a float16 store). A caller that knows
-more than the output passes its own hint to `checks.compare` (`unrescaled_merge`), and
-`raised` reads the errors of Triton's type checks (a dtype an operation refuses, shapes that do
-not broadcast), from the interpreter or the compiler, for `checks.call_graded` and
-`grader.runtime.gpu_compile`.
+A `Hint` names a pattern of PATTERNS (a stable id, the one the tests look for), the evidence seen
+and the likely cause. `diagnose` reads the output alone; `checks.check`, which can call the
+kernel again, adds the patterns that need another run; `raised` reads the errors of Triton's type
+checks, from the interpreter or the compiler.
 """
 
 from __future__ import annotations
@@ -69,17 +61,14 @@ class Hint:
         return f"Likely cause [{self.pattern}]: {self.evidence}; {self.cause}"
 
 
-def render(hints: Sequence[Hint]) -> str:
-    return "".join(f"\n{h}" for h in hints)
-
-
 class HintedError(AssertionError):
     """A failed check whose message carries, after its first line, the likely cause of each
     pattern in `hints`; `detail` is the message without them."""
 
     def __init__(self, message: str, hints: Sequence[Hint] = ()):
         first, _, rest = message.partition("\n")
-        super().__init__(first + render(hints) + ("\n" + rest if rest else ""))
+        causes = "".join(f"\n{h}" for h in hints)
+        super().__init__(first + causes + ("\n" + rest if rest else ""))
         self.detail = message
         self.hints = tuple(hints)
 
@@ -87,10 +76,9 @@ class HintedError(AssertionError):
 def out_of_bounds(loads: bool) -> Hint:
     """A load or store outside a tensor: seen in the interpreter by runtime.bounds, and a store
     into the poisoned guards around an output by runtime.checks."""
-    what = "read" if loads else "wrote"
     return Hint(
         "missing-mask",
-        f"the kernel {what} outside a tensor it was given",
+        f"the kernel {'read' if loads else 'wrote'} outside a tensor it was given",
         "a lane past the tensor's end that no mask switches off still reads (or writes) memory: "
         "mask the load as well as the store with the tensor's bounds, `offsets < n`",
     )
@@ -304,8 +292,7 @@ def _suffix(mask: torch.Tensor, axis: int) -> int | None:
     hit = mask.any(dim=others) if others else mask
     if not bool(hit.any()):
         return None
-    first = int(hit.nonzero()[0])
-    return first or None
+    return int(hit.nonzero()[0]) or None
 
 
 # Wrong elements in the last part of an axis point at a mask only after this many clean indices:
@@ -353,11 +340,10 @@ def _first_row_nan(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> 
     nan_first = (got[..., 0, :].isnan() & want[..., 0, :].isfinite()).all()
     if not bool(nan_first) or bool(got[..., 1:, :].isnan().any()):
         return None
-    rest = bad[..., 1:, :]
     return Hint(
         "causal-off-by-one",
         "row 0 of every head is NaN and no other row is"
-        + (", and the other rows are wrong too" if bool(rest.any()) else ""),
+        + (", and the other rows are wrong too" if bool(bad[..., 1:, :].any()) else ""),
         "query 0 sees no key at all: a causal mask must let query i see keys j <= i "
         "(`rows >= cols`, the diagonal included)",
     )
@@ -393,27 +379,19 @@ def _expected_nan(want: torch.Tensor, bad: torch.Tensor) -> Hint | None:
     )
 
 
-def _constant_ratio(
-    got: torch.Tensor, want: torch.Tensor, spread: float, atol: float
-) -> float | None:
-    """The factor f with got = f * want everywhere (within atol + spread * |f * want|), if any."""
+def _scale(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
+    """A factor f other than 1 and 0 (an output of zeros) with got = f * want everywhere, within
+    atol + spread * |f * want|."""
     if got.numel() < 2:
         return None
     big = want.abs() > 1e-3 * float(want.abs().max())
     ratio = got[big] / want[big]
     if ratio.numel() < 2 or not bool(ratio.isfinite().all()):
         return None
-    factor = float(ratio.median())
+    factor, spread = float(ratio.median()), max(10 * rtol, 1e-4)
     scaled = factor * want
-    if not bool(((got - scaled).abs() <= atol + spread * scaled.abs()).all()):
-        return None
-    return factor
-
-
-def _scale(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> Hint | None:
-    spread = max(10 * rtol, 1e-4)
-    factor = _constant_ratio(got, want, spread, atol)
-    if factor is None or factor == 0 or abs(factor - 1) <= spread:  # 0: an output of zeros
+    fits = bool(((got - scaled).abs() <= atol + spread * scaled.abs()).all())
+    if not fits or factor == 0 or abs(factor - 1) <= spread:
         return None
     evidence = f"every output is {factor:.6g} times the expected value"
     for known, name in ((LOG2E, "log2(e)"), (1 / LOG2E, "1/log2(e) = ln(2)")):
@@ -452,7 +430,7 @@ def _row_factor(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float)
     if not bool(((g - scaled).abs() <= atol + spread * scaled.abs()).all()):
         return None
     factors = factor.flatten().tolist()
-    off = [f for f in factors if abs(f - 1) > spread]
+    off = any(abs(f - 1) > spread for f in factors)
     if not off or len(factors) < 2 or max(factors) - min(factors) <= spread * max(factors):
         return None  # no row off, or one factor for all rows (a scale, or an output of zeros)
     return Hint(
@@ -504,12 +482,7 @@ def _low_precision(
         if bool(exact.all()) and not bool((want.to(low).to(want.dtype) == want).all()):
             if _rounded_once(got, want, low):
                 return rounded_at_the_store(name)
-            return Hint(
-                "low-precision",
-                f"every value the kernel wrote is a {name} number",
-                f"the kernel computes in {name}: keep the arithmetic (and any accumulator) in "
-                "float32, converting only loads and the final store",
-            )
+            return _computes_in(name, f"every value the kernel wrote is a {name} number")
     relative = float((error / (want.abs() + atol)).max())
     if relative > 2e-3:
         return None
@@ -538,7 +511,7 @@ def _rounded_once(got: torch.Tensor, want: torch.Tensor, low: torch.dtype) -> bo
     return bool(((got - want).abs() <= unit).all())
 
 
-def rounded_at_the_store(name: str = "float16") -> Hint:
+def rounded_at_the_store(name: str) -> Hint:
     """A float32 result converted to float16 before it is stored into a float32 output."""
     return Hint(
         "store-dtype",
@@ -549,14 +522,21 @@ def rounded_at_the_store(name: str = "float16") -> Hint:
     )
 
 
-def computed_in_low_precision(name: str = "float16") -> Hint:
-    """The kernel converts its inputs (or its arithmetic) to float16."""
+def _computes_in(name: str, evidence: str) -> Hint:
     return Hint(
         "low-precision",
-        f"every value the kernel wrote is a {name} number, and it is right when the inputs are "
-        f"{name} numbers",
+        evidence,
         f"the kernel computes in {name}: keep the arithmetic (and any accumulator) in float32, "
         "converting only loads and the final store",
+    )
+
+
+def computed_in_low_precision(name: str) -> Hint:
+    """The kernel converts its inputs (or its arithmetic) to `name`, a float16 type."""
+    return _computes_in(
+        name,
+        f"every value the kernel wrote is a {name} number, and it is right when the inputs are "
+        f"{name} numbers",
     )
 
 

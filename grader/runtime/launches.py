@@ -3,30 +3,26 @@
 compared, bit for bit, before and after each launch of the exercise's kernels. Afterwards:
 
 - the exercise's kernels were launched at least once;
-- every input tensor's memory was handed to some Triton launch (a dummy tensor or a copy is not
-  the input);
-- every element of the output holds what one of the exercise's launches wrote there: an element
-  that the kernel did not change, but that is no longer what it held before the call, was written
-  by something else (torch, before the kernel ran or after it); an element the kernel wrote and
-  something changed later was overwritten. Elements nobody wrote are left to the value check,
-  which reports them as never written (the output starts poisoned).
+- every input tensor's memory was handed to some Triton launch (not a dummy tensor or a copy);
+- every element of the output holds what one of the exercise's launches wrote there: one changed
+  outside them was written by something else (torch, before the kernel ran or after it). Elements
+  nobody wrote are left to the value check, which reports them as never written.
 
 Launches are seen through `triton.runtime.KernelInterface.__getitem__`, which every Triton kernel
 (compiled, interpreted, autotuned) uses for `kernel[grid]`; it is patched only while a recording
 is open, and an autotuner's own benchmarking runs are not recorded. In interpreter mode each
-recorded launch is also compiled for the GPU (`grader.runtime.gpu_compile`), its autotuner's
-trials included: a kernel that Triton's compiler refuses fails there, as it would on a GPU; and
-it runs on guarded copies of its tensor arguments, so that a load or store outside them fails
+recorded launch, its autotuner's trials included, is also compiled for the GPU, so that a kernel
+Triton's compiler refuses fails as on a GPU (`grader.runtime.gpu_compile`), and runs on guarded
+copies of its tensor arguments, so that a load or store outside them fails
 (`grader.runtime.bounds`).
 
-Limits. A launch through `kernel.run(...)` is not seen (the call counts as not launched). An
-element that the kernel rewrites with the value already there counts as not written by it, so
-outputs must start poisoned (checks.check poisons them) and launchers must not write them with
-anything else first. Not caught: a launch given the real inputs beside another that copies a
-result made elsewhere into the output, and pointer arithmetic aimed at memory other than the
-arguments'. When the output is only known once the call returns (`integrity.checked_call`), the
-check is weaker: the returned tensor must have been handed to a launch of the exercise's kernels.
-What a kernel computes from what it was given is the value check's business, not this module's.
+Limits. A launch through `kernel.run(...)` is not seen. An element that the kernel rewrites with
+the value already there counts as not written by it, so outputs must start poisoned (checks.check
+poisons them) and launchers must not write them with anything else first. Not caught: a launch
+given the real inputs beside another that copies a result made elsewhere into the output, and
+pointer arithmetic aimed at memory other than the arguments'. When the output is only known once
+the call returns (`integrity.checked_call`), the returned tensor need only have been handed to a
+launch of the exercise's kernels. What a kernel computes is the value check's business.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.runtime import bounds, gpu_compile, precision
+from grader.runtime import bounds, gpu_compile, precision, watches
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -91,12 +87,13 @@ def who(fn) -> str:
     return "the launcher" if name == "<lambda>" else f"`{name}`"
 
 
-def _tensors(values: Iterable) -> Iterator[torch.Tensor]:
+def tensors(values: Iterable) -> Iterator[torch.Tensor]:
+    """The tensors among `values`, in nested tuples and lists too."""
     for v in values:
         if isinstance(v, torch.Tensor):
             yield v
         elif isinstance(v, tuple | list):
-            yield from _tensors(v)
+            yield from tensors(v)
         elif isinstance(getattr(v, "base", None), torch.Tensor):  # tensor descriptors, wrappers
             yield v.base
 
@@ -109,7 +106,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return copy
 
 
-@dataclass
+@dataclass(eq=False)  # one recording is equal only to itself: they hold tensors
 class Recording:
     """What one graded call launched, and, for `out`, which elements the exercise's kernels
     changed (`written`) and to what (`left`)."""
@@ -127,7 +124,7 @@ class Recording:
 
     def _launched(self, kernel, args, kwargs) -> torch.Tensor | None:
         name = kernel_name(kernel)
-        spans = [s for t in _tensors([*args, *kwargs.values()]) if (s := Span.of(t))]
+        spans = [s for t in tensors([*args, *kwargs.values()]) if (s := Span.of(t))]
         self.launches.append(Launch(name, spans, tuple(precision.tf32_dots(kernel, args, kwargs))))
         if self.out is not None and name in self.kernels:
             return bits(self.out)
@@ -143,6 +140,26 @@ class Recording:
 
     def ours(self) -> list[Launch]:
         return [launch for launch in self.launches if launch.kernel in self.kernels]
+
+    # a watch (grader.runtime.watches): at grading the call may run in the notebook's process
+
+    def remote(self, codec) -> dict:
+        out = None if self.out is None else codec.encode(self.out)
+        return {"kind": "launches", "kernels": sorted(self.kernels), "out": out}
+
+    def absorb(self, report: dict, context) -> None:
+        """Add what the same recording saw in the other process: its launches (their spans as
+        addresses of this process's tensors, where they were mirrors of them) and, for `out`,
+        what its kernels wrote there."""
+        for seen in report.get("launches", []):
+            spans = [Span(*s) for found in seen.get("spans", []) if (s := context.span(found))]
+            dots = tuple(precision.Dot(*d) for d in seen.get("tf32", []) if len(d) == 4)
+            self.launches.append(Launch(str(seen.get("kernel")), spans, dots))
+        if self.out is not None and "written" in report:
+            written = context.tensor(report["written"], torch.bool, self.out.shape, self.out.device)
+            left = context.tensor(report["left"], self.left.dtype, self.out.shape, self.out.device)
+            self.written |= written
+            self.left = torch.where(written, left, self.left)
 
 
 _ACTIVE: list[Recording] = []
@@ -176,7 +193,8 @@ def recording(kernels: Iterable[str] = (), out: torch.Tensor | None = None):
         KernelInterface.__getitem__ = _recording_getitem
     _ACTIVE.append(rec)
     try:
-        yield rec
+        with watches.opened(rec):
+            yield rec
     finally:
         _ACTIVE.remove(rec)
         if not _ACTIVE:
@@ -210,17 +228,15 @@ def verify(
             f"{who} returned without launching {names}: the result must come from your kernel. "
             "Did the launcher compute it with torch, or return a result kept from earlier?"
         )
-    final = None if rec.out is None else bits(rec.out)
-    foreign = None if final is None else final != rec.left
+    foreign = None if rec.out is None else bits(rec.out) != rec.left
     if foreign is not None and bool(foreign.any()):
         later = int((foreign & rec.written).sum())
         instead = int((foreign & ~rec.written).sum())
-        total = rec.out.numel()
         what = []
         if instead:
             what.append(
-                f"{instead} of its {total} elements were not written by {names}, yet changed "
-                "during the call"
+                f"{instead} of its {rec.out.numel()} elements were not written by {names}, yet "
+                "changed during the call"
             )
         if later:
             what.append(f"{later} elements that {names} wrote were changed afterwards")

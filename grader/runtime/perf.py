@@ -1,96 +1,53 @@
-"""Speed, graded one way: every speed cell of the course calls `grade` (08's isolated measurement
-calls `measure` in its own process and scores with `score`); no cell times by another route
-(tests/test_lint.py fails on one that does).
+"""Speed, graded one way: every speed cell calls `grade` (tests/test_lint.py fails on one that
+times by another route). At grading the judge measures each case (grader.grading.judge, asked
+through grader.runtime.watches.elsewhere); in a student's own notebook `measure` does.
 
 A cell describes one or more `Case`s: the call under test, the exercise's kernels it must run,
 its inputs and output, a check of the output against the inputs as they are, and the baselines
-to beat, each with its threshold, a ratio measured in the same run on the same device, never an
-absolute time. `measure` then, for each case, on a GPU:
+to beat, each with its threshold: a ratio measured in the same run on the same device, never an
+absolute time. On a GPU `measure`, for each case:
 
 1. calls it once (a first call may tune), and once more with `out` poisoned inside a census of
-   the GPU's work (grader.runtime.census), checking the output: with nothing but the exercise's
-   kernels run in that call, every element is their work (`checked_flags`);
+   the GPU's work (grader.runtime.census), checking the output: with only the exercise's kernels
+   run in that call, every element is their work (`checked_flags`);
 2. times the call and the baselines alternately (`compare_all`), every input drawn afresh before
-   every timed call (`Redraw`: independent draws, in the same memory), the output checked after
-   calls drawn at random, the host clock beside the CUDA events, each timed call of the
-   candidate inside the census;
+   every timed call (`Redraw`), the output checked after calls drawn at random, each timed call
+   of the candidate inside the census;
 3. checks the call's own work again after timing, as in 1;
 4. reads the census: a kernel, copy or fill in a checked or timed call that is not one of the
-   exercise's kernels is named, another Triton kernel included (a released side module's, say:
-   the launchers are the release's, and launch the exercise's kernels alone), and so is a timed
-   call that launched none of the exercise's kernels (`census_flags`);
+   exercise's kernels is named, another Triton kernel included (the release's launchers launch
+   the exercise's kernels alone), and so is a timed call that launched none (`census_flags`);
 5. compares the output, bit for bit, with each baseline marked `distinct` (a library whose result
    no Triton kernel reproduces exactly on these shapes: cuDNN's and SDPA's attention);
 6. flags a bandwidth above a copy of the same bytes timed now, and a FLOP rate above cuBLAS's.
 
-Anything found is a flag: a line beginning with FLAGGED in the cell, the reasons in its published
-verdicts, and 0 points. No figure is scored that the device cannot produce. The grader's own
-tests time on the CPU, where the call's own work is checked by recording its Triton launches
+Anything found is a flag (a line beginning with FLAGGED, the reasons in the published verdicts)
+and 0 points: no figure is scored that the device cannot produce. The grader's own tests time on
+the CPU, where the call's own work is checked by recording its Triton launches
 (`own_work_flags`) instead of a census."""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
-from grader.runtime import census, checks, device, launches, profile, recorded, timing
-from grader.runtime.published import SPEED_MIMETYPE
+from grader.runtime import census, checks, device, launches, profile, recorded, timing, watches
+from grader.runtime.published import SPEED_MIMETYPE, Verdict
 
-# How a speed cell off the supported GPU class begins its message.
-NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"
-# How each printed reason for not scoring a speed cell begins (the records carry them as data).
-FLAGGED = "SPEED FLAGGED"
+NOT_GRADED_HERE = "Speed is graded on an NVIDIA GPU"  # begins the message off the GPU class
+FLAGGED = "SPEED FLAGGED"  # begins each printed reason a speed cell is not scored
 # A kernel may beat the copy's bandwidth or cuBLAS's FLOP rate measured in the same run by this
 # much at most; beyond, the figure is not one this device produces.
 BANDWIDTH_MARGIN = 0.10
 FLOP_MARGIN = 0.15
-# A call may move this many times the fewest DRAM bytes it needs, as Nsight Compute counts them.
-DRAM_MARGIN = 1.1
+DRAM_MARGIN = 1.1  # times the fewest DRAM bytes a call needs, as Nsight Compute counts them
 CEILING_SIZES = (4096, 8192)  # the square matmuls whose best FLOP rate is the ceiling
 COPY = "copy bandwidth"  # a baseline of this name is a copy of the case's bytes, in percent
 TIMED, CHECKED = "timed", "checked"  # the census's windows
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One comparison of a speed cell, published as data. `measured` and `needed` are in `unit`:
-    "x" (a speedup over `comparison`) or "%" (a share of the copy bandwidth); `measured` is None
-    where the measurement stopped. `flags` say why the figure cannot be trusted: a
-    flagged verdict never passes."""
-
-    comparison: str
-    measured: float | None
-    needed: float
-    unit: str = "x"
-    flags: tuple[str, ...] = ()
-    at_most: bool = False  # `needed` is a ceiling: the DRAM bytes counted over the fewest
-
-    @property
-    def passed(self) -> bool:
-        if self.measured is None or self.flags:
-            return False
-        return self.measured <= self.needed if self.at_most else self.measured >= self.needed
-
-    def line(self) -> str:
-        """The verdict for people: "1.53x eager (needs 1.2x)", "71% of copy bandwidth (needs
-        80%)", "1.02x the fewest DRAM bytes (at most 1.1x)"."""
-        bound = "at most" if self.at_most else "needs"
-        if self.measured is None:
-            return f"no figure against {self.comparison} ({bound} {self.needed:g}{self.unit})"
-        if self.at_most:
-            return f"{self.measured:.2f}x {self.comparison} (at most {self.needed:g}x)"
-        if self.unit == "%":
-            return f"{self.measured:.0f}% of {self.comparison} (needs {self.needed:g}%)"
-        return f"{self.measured:.2f}x {self.comparison} (needs {self.needed:g}x)"
-
-    def record(self) -> dict:
-        """The JSON published under SPEED_MIMETYPE."""
-        return {**asdict(self), "flags": list(self.flags), "passed": self.passed}
 
 
 def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
@@ -117,10 +74,9 @@ def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
 
 @dataclass(frozen=True)
 class Baseline:
-    """What the call under test is timed against. `at_least`: the speedup it needs (a fraction
-    of the bandwidth for COPY), None for a comparison shown but not graded. `distinct`: the
-    call's output must differ, bit for bit, from this baseline's on the same inputs (a library no
-    Triton kernel reproduces exactly on the case's shapes; equal outputs mean it computed it)."""
+    """What the call under test is timed against. `at_least`: the speedup it needs (for COPY, a
+    fraction of its bandwidth), None where only shown; `distinct`: the call's output must differ
+    from this baseline's, bit for bit (`identity_flags`)."""
 
     name: str
     fn: Callable[[], object]
@@ -134,18 +90,16 @@ class Baseline:
 
 
 def copy_bandwidth(bytes_moved: int, at_least: float | None) -> Baseline:
-    """A device-to-device copy of `bytes_moved` bytes (read and written), as a baseline: the
-    call then needs `at_least` of its bandwidth."""
+    """A copy of `bytes_moved` bytes (read and written) as a baseline: the call needs `at_least`
+    of its bandwidth."""
     return Baseline(COPY, copy_baseline(bytes_moved), at_least, bytes_moved=bytes_moved)
 
 
 @dataclass(frozen=True)
 class Traffic:
-    """The DRAM bytes a case's call may move, counted on a GPU by Nsight Compute
-    (grader.runtime.profile): `factory(**params)`, a function of the notebook, makes the same
-    call on inputs of its own in a process of its own (`profile.of`); what the case's kernels
-    read and write there must be at most `margin` times `fewest`. A count of bytes does not
-    drift with the clocks, and no timer patched in the notebook changes it."""
+    """The DRAM bytes a case's call may move, counted by Nsight Compute (grader.runtime.profile)
+    in a process of its own, where `factory(**params)`, of the notebook, makes the same call: at
+    most `margin` times `fewest`. A count of bytes drifts neither with clocks nor patched timers."""
 
     factory: Callable[..., Callable[[], object]]
     params: Mapping[str, object]
@@ -157,12 +111,11 @@ class Traffic:
 
 @dataclass(frozen=True)
 class Case:
-    """One problem a speed cell times. `candidate()` is the graded call; it must run `kernels`
-    (the exercise's Triton kernels) on `inputs` and write `out` (or return its result where
-    `out` is None); `verify()` checks the output against the inputs as they are now (they change
-    before every timed call). `bytes_moved` and `flops` set the ceilings; `dtype` is the inputs'
-    for cuBLAS's FLOP rate. `name` tells cases of one cell apart ("D=64, causal"). `traffic`,
-    where given, adds a graded verdict: the DRAM bytes the call moves, counted."""
+    """One problem a speed cell times. `candidate()`, the graded call, must run `kernels` (the
+    exercise's Triton kernels) on `inputs` and write `out` (or return its result: `out` None);
+    `verify()` checks the output against the inputs as they are now (redrawn before every timed
+    call). `bytes_moved` and `flops` set the ceilings, `dtype` (the inputs') cuBLAS's FLOP rate;
+    `name` tells cases of a cell apart ("D=64, causal"); `traffic` adds a graded DRAM count."""
 
     candidate: Callable[[], object]
     kernels: Sequence[str]
@@ -196,9 +149,9 @@ class Case:
 
 @dataclass(frozen=True)
 class Measured:
-    """What `measure` found for one case, as data: the medians in milliseconds of the call
-    (None where the measurement stopped) and of each baseline by name; why the figures cannot be
-    trusted; the timings as lines for people; the DRAM bytes counted, or why not."""
+    """What `measure` found for one case: the medians in milliseconds of the call (None where the
+    measurement stopped) and of each baseline; flags, why the figures cannot be trusted; lines
+    for people; the DRAM bytes counted, or why not."""
 
     case: str
     candidate_ms: float | None = None
@@ -207,6 +160,8 @@ class Measured:
     lines: tuple[str, ...] = ()
     dram_bytes: float | None = None  # read and written, counted (Case.traffic)
     uncounted: str | None = None  # why the DRAM bytes of a case with traffic were not counted
+    countable: bool = False  # the host can count them: the count missing fails the case
+    unavailable: str | None = None  # why nothing could be measured here: 0 points, no flag
 
     def speedup(self, baseline: str) -> float | None:
         """The call's speedup over `baseline` (None where either was not timed)."""
@@ -241,10 +196,9 @@ class Comparison:
 
 
 class Redraw:
-    """A `before` hook: draws every floating-point tensor of `inputs` afresh, in place, from a
-    normal distribution with the mean and standard deviation its values had when given, so that
-    no timed call sees values a call has seen before (a result kept from an earlier call, or a
-    call skipped because its inputs look like the last one's, is wrong at the next check)."""
+    """A `before` hook: every floating-point tensor of `inputs` drawn afresh, in place, from a
+    normal distribution of the mean and std its values had, so that a result kept from an earlier
+    call, or a call skipped because its inputs look like the last one's, is wrong when checked."""
 
     def __init__(self, inputs: Sequence[torch.Tensor]):
         self.inputs = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
@@ -255,14 +209,19 @@ class Redraw:
         self.generator.manual_seed(timing.randbelow(2**62))
 
     def __call__(self) -> None:
-        for t, (mean, std) in zip(self.inputs, self.moments, strict=True):
-            if t.element_size() == 1:  # float8: torch draws no normal numbers in it
-                drawn = torch.empty(t.shape, device=t.device)
-                drawn.normal_(mean, std, generator=self.generator)
-                limit = torch.finfo(t.dtype).max
-                t.copy_(drawn.clamp_(-limit, limit))
-            else:
-                t.normal_(mean, std, generator=self.generator)
+        draw(self.inputs, self.moments, self.generator)
+
+
+def draw(inputs: Sequence[torch.Tensor], moments: Sequence, generator: torch.Generator) -> None:
+    """Each tensor of `inputs` drawn afresh, in place, from a normal distribution of its (mean,
+    std) in `moments`: the same `generator` state on a device draws the same, in either process."""
+    for t, (mean, std) in zip(inputs, moments, strict=True):
+        if t.element_size() == 1:  # float8: torch draws no normal numbers in it
+            drawn = torch.empty(t.shape, device=t.device).normal_(mean, std, generator=generator)
+            limit = torch.finfo(t.dtype).max
+            t.copy_(drawn.clamp_(-limit, limit))
+        else:
+            t.normal_(mean, std, generator=generator)
 
 
 def compare_all(
@@ -272,26 +231,22 @@ def compare_all(
     name: str = "yours",
     verify: Callable[[], None] | None = None,
     before: Callable[[], None] | None = None,
-    passes: int = 2,
     sampler: timing.Sampler | None = None,
     session: Callable[[], AbstractContextManager] = nullcontext,
 ) -> list[Comparison]:
-    """Time candidate and each baseline alternately (A B C A B C ...) so drift affects all alike.
-    Each timing of the candidate runs inside `session()` (a census's, in `measure`).
-
-    `before()` runs before every call, outside the timed region, to change the inputs (`Redraw`);
-    `verify`, when given, must check the output against the inputs as they are now. It runs after
-    a few timed calls drawn at random, after the last timed call of each pass, and after each
-    pass. A wrong output there, a timer that disagrees with the host clock, or a replaced timer
-    is listed in every comparison's `flags`. `sampler` goes to timing.bench (the GPU's
-    device_sampler by default)."""
+    """Time candidate and each baseline alternately (A B C A B C ...), in two passes, so drift
+    affects all alike; each timing of the candidate inside `session()` (a census's, in `measure`).
+    `before()` runs before every call, untimed, to change the inputs (`Redraw`); `verify` checks
+    the output against the inputs as they are, after a few timed calls drawn at random, the last
+    of each pass, and each pass: a wrong output is in every comparison's `flags`. `sampler` goes
+    to timing.bench (the GPU's device_sampler by default)."""
     if sampler is None:
         timing.require_gpu("Comparing speed")
     checks.call_graded(candidate, what="the timed code")  # an unfilled stub, said plainly
     mine, theirs = None, dict.fromkeys(baselines)
     empty = timing.Timing((float("nan"),), 0, False)
     try:
-        for _ in range(passes):
+        for _ in range(2):
             with session():
                 t = timing.bench(candidate, sampler=sampler, before=before, check=verify)
             mine = t if mine is None else mine.pooled(t)
@@ -301,27 +256,15 @@ def compare_all(
                 t = timing.bench(fn, sampler=sampler, before=before)
                 theirs[label] = t if theirs[label] is None else theirs[label].pooled(t)
     except checks.KernelCheckError as wrong:
-        first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
         reason = (
-            f"the output of a timed call is wrong for the inputs of that call ({first}): is the "
-            "output cached or reused between timed calls, or written on another stream?"
+            f"the output of a timed call is wrong for the inputs of that call ({_first(wrong)}): "
+            "is the output cached or reused between timed calls, or written on another stream?"
         )
         return [
             Comparison(name, mine or empty, label, theirs[label] or empty, (reason,))
             for label in baselines
         ]
-    flags = [
-        f"{who}: {why}"
-        for who, t in [(name, mine), *theirs.items()]
-        if (why := timing.clock_disagreement(t))
-    ]
-    swapped = timing.replaced()
-    if swapped:
-        flags.append(
-            f"{', '.join(swapped)} replaced while timing: these times are not the course's "
-            "timer's; is a timer patched?"
-        )
-    return [Comparison(name, mine, label, t, tuple(flags)) for label, t in theirs.items()]
+    return [Comparison(name, mine, label, t) for label, t in theirs.items()]
 
 
 def compare(
@@ -329,22 +272,22 @@ def compare(
     baseline: Callable[[], object],
     *,
     names: tuple[str, str] = ("yours", "baseline"),
-    verify: Callable[[], None] | None = None,
-    before: Callable[[], None] | None = None,
-    passes: int = 2,
-    sampler: timing.Sampler | None = None,
+    **options,
 ) -> Comparison:
-    """`compare_all` against one baseline (the benchmarks' figures; speed cells use `grade`)."""
-    (result,) = compare_all(
-        candidate,
-        {names[1]: baseline},
-        name=names[0],
-        verify=verify,
-        before=before,
-        passes=passes,
-        sampler=sampler,
-    )
+    """`compare_all` against one baseline (the benchmarks' figures; speed cells use `grade`):
+    `options` are its `verify`, `before` and `sampler`."""
+    (result,) = compare_all(candidate, {names[1]: baseline}, name=names[0], **options)
     return result
+
+
+def _first(wrong: Exception) -> str:
+    """The first line of a failed check's message, or its type's name."""
+    said = str(wrong).strip()
+    return said.splitlines()[0] if said else type(wrong).__name__
+
+
+def _not_their_work(kernels: Sequence[str], wrong: Exception) -> list[str]:
+    return [f"the timed code's result is not the work of {' or '.join(kernels)}: {_first(wrong)}"]
 
 
 # -- the checks around timing --------------------------------------------------------------------
@@ -355,13 +298,12 @@ def own_work_flags(
     kernels: Sequence[str],
     inputs: Sequence[torch.Tensor],
     out: torch.Tensor | None,
-    verify: Callable[[], None] | None = None,
+    verify: Callable[[], None],
 ) -> list[str]:
     """Why the timed code's result is not the work of `kernels` (empty when it is), where no
-    census can be taken: one untimed call on the case's own inputs, recorded as the correctness
-    checks record theirs (`launches.kernel_work`), then `verify`. With `out`, it is poisoned
-    first and every element must be written by `kernels`; without, the tensor the call returns
-    must have been handed to one of their launches."""
+    census can be taken: one untimed call, its launches recorded as the correctness checks record
+    them, then `verify`. `out`, poisoned first, must be written by `kernels` in every element;
+    without it, the tensor the call returns must have been handed to one of their launches."""
     try:
         if out is not None:
             out.copy_(checks.poisoned(out.shape, out.dtype, out.device.type))
@@ -369,17 +311,14 @@ def own_work_flags(
             result = checks.call_graded(candidate, what="the timed code")
         returned = result if out is None and isinstance(result, torch.Tensor) else None
         launches.verify(rec, inputs, "the timed code", returned=returned)
-        if verify is not None:
-            verify()
+        verify()
     except (launches.IntegrityError, checks.KernelCheckError) as wrong:
-        first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
-        return [f"the timed code's result is not the work of {' or '.join(kernels)}: {first}"]
+        return _not_their_work(kernels, wrong)
     return []
 
 
 def identity_flags(case: Case) -> list[str]:
-    """The baselines marked `distinct` whose output equals the call's, bit for bit, on the same
-    inputs (drawn afresh once more)."""
+    """The `distinct` baselines whose output equals the call's bit for bit on fresh inputs."""
     distinct = [b for b in case.baselines if b.distinct]
     if not distinct:
         return []
@@ -405,10 +344,9 @@ def identity_flags(case: Case) -> list[str]:
 
 
 def checked_flags(seen: census.Census, case: Case) -> list[str]:
-    """One untimed call inside a census session, its window CHECKED: `out` poisoned first (by
-    the harness, outside the window), the output checked against the inputs afterwards. With the
-    census saying that nothing but the exercise's kernels ran in the window (`census_flags`),
-    every element of `out` is their work: nothing else touched the device."""
+    """One untimed call in the census's CHECKED window, `out` poisoned before it and the output
+    checked after it: with the census showing only the exercise's kernels ran in the window
+    (`census_flags`), every element of `out` is their work."""
     if case.out is not None:
         case.out.copy_(checks.poisoned(case.out.shape, case.out.dtype, case.out.device.type))
     with seen.session():
@@ -416,22 +354,18 @@ def checked_flags(seen: census.Census, case: Case) -> list[str]:
     try:
         case.verify()
     except checks.KernelCheckError as wrong:
-        first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else type(wrong).__name__
-        return [f"the timed code's result is not the work of {' or '.join(case.kernels)}: {first}"]
+        return _not_their_work(case.kernels, wrong)
     return []
 
 
 def census_flags(seen: census.Census, case: Case) -> list[str]:
     """What the census of the timed and checked calls says against the case: GPU work other than
-    the exercise's kernels, or calls that ran none of them (a census that saw none vouches for
-    nothing)."""
-    ran = seen.names(TIMED) + seen.names(CHECKED)
-    allowed = set(case.kernels)
+    the exercise's kernels, or calls that ran none (a census that saw none vouches for nothing)."""
     kernels = " or ".join(case.kernels)
     found = [
         f"`{name}` ran inside the timed calls: only the exercise's Triton kernels may run "
         "there. Did a library compute the result?"
-        for name in census.foreign(ran, allowed)
+        for name in census.foreign(seen.names(TIMED) + seen.names(CHECKED), set(case.kernels))
     ]
     calls, idle = seen.without(TIMED, case.kernels)
     if not calls or idle == calls:
@@ -517,10 +451,9 @@ def copy_baseline(bytes_moved: int) -> Callable[[], object]:
 # -- the one path ------------------------------------------------------------------------------
 
 
-def _ceilings(case: Case, comparisons: dict[str, Comparison]) -> list[str]:
-    """The case's ceiling flags: its bandwidth against a copy of its bytes (the COPY baseline's
-    timing when there is one, else a copy timed now), its FLOP rate against the higher of
-    cuBLAS's and each baseline's on the same problem."""
+def ceiling_flags_of(case: Case, comparisons: dict[str, Comparison]) -> list[str]:
+    """The case's ceiling flags: its bandwidth against its COPY baseline, else a copy timed now;
+    its FLOP rate against the higher of cuBLAS's and each baseline's on the same problem."""
     mine = next(iter(comparisons.values())).candidate
     copy = None
     if case.moved:
@@ -540,72 +473,66 @@ def _ceilings(case: Case, comparisons: dict[str, Comparison]) -> list[str]:
 
 def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
     """One case through every check of the module's docstring, timed; never scores. `sampler`
-    replaces the GPU's: the grader's own tests time on the CPU, where no census can be taken
-    and the call's own work is checked by recording its Triton launches (`own_work_flags`)."""
+    replaces the GPU's (the grader's own tests, on the CPU: `own_work_flags`, no census)."""
+    label = case.name or "this problem"
+    baselines = {b.name: b.fn for b in case.baselines}
     if sampler is not None:
-        return _measured(case, *_timed_on_the_cpu(case, sampler))
+        own = (case.candidate, case.kernels, case.inputs, case.out, case.verify)
+        flags = own_work_flags(*own)
+        if flags:
+            return Measured(label, flags=tuple(flags))
+        results = compare_all(case.candidate, baselines, verify=case.verify,
+                              before=Redraw(case.inputs), sampler=sampler)  # fmt: skip
+        flags = list(results[0].flags)
+        if not flags and not _stopped(results):
+            flags += own_work_flags(*own)
+            if not flags:
+                flags += identity_flags(case)
+        return measured_from(case, results, flags)
+    away = watches.elsewhere()  # at grading, the judge: the call may run in another process
+    found = away.measure(case) if away is not None else None
+    if found is not None:
+        return found
     checks.call_graded(case.candidate, what="the timed code")  # the first call, which may tune
     seen = census.Census()
     try:
         flags = checked_flags(seen, case)
         if flags:
-            return Measured(case.name or "this problem", flags=tuple(flags))
-        results = compare_all(
-            seen.watch(case.candidate, TIMED),
-            {b.name: b.fn for b in case.baselines},
-            verify=case.verify,
-            before=Redraw(case.inputs),
-            session=seen.session,
-        )
+            return Measured(label, flags=tuple(flags))
+        results = compare_all(seen.watch(case.candidate, TIMED), baselines, verify=case.verify,
+                              before=Redraw(case.inputs), session=seen.session)  # fmt: skip
         flags = list(results[0].flags)
         if not flags:
             flags += checked_flags(seen, case)
     except census.CensusUnavailable as unavailable:
-        return Measured(case.name or "this problem", flags=(str(unavailable),))
+        return Measured(label, flags=(str(unavailable),))
     if _stopped(results):
-        return Measured(case.name or "this problem", flags=tuple(flags))
+        return Measured(label, flags=tuple(flags))
     flags += census_flags(seen, case)
     if not flags:
         flags += identity_flags(case)
     if not flags:
-        flags += _ceilings(case, {c.baseline_name: c for c in results})
-    measured = _measured(case, results, flags)
+        flags += ceiling_flags_of(case, {c.baseline_name: c for c in results})
+    measured = measured_from(case, results, flags)
     if case.traffic is None or flags:
         return measured
-    return dataclasses.replace(measured, **_counted(case.traffic, case.kernels))
+    return dataclasses.replace(measured, **counted(case.traffic, case.kernels))
 
 
-def _counted(traffic: Traffic, kernels: Sequence[str]) -> dict:
-    """Measured's `dram_bytes` (what the kernels read and wrote), or `uncounted`: why not (no
-    ncu, no permission: the ProfileError's message)."""
+def counted(traffic: Traffic, kernels: Sequence[str], **options) -> dict:
+    """Measured's `dram_bytes` (what the kernels read and wrote), or `uncounted`: why not, with
+    `countable` where the failure is the call's, not the host's (it then fails the case).
+    `options` go to profile.each (the judge's sources and runner)."""
+    call = profile.Call(traffic.factory, list(kernels), dict(traffic.params))
     try:
-        found = profile.of(traffic.factory, kernels=list(kernels), params=dict(traffic.params))
+        found = profile.each({"": call}, **options)[""]
     except profile.ProfileError as failed:
-        return {"uncounted": str(failed)}
+        return {"uncounted": str(failed), "countable": failed.reason not in profile.HOST_CANNOT}
     read = profile.total(found, "dram_bytes_read")
     written = profile.total(found, "dram_bytes_written")
     if read is None or written is None:
-        return {"uncounted": "Nsight Compute returned no DRAM bytes"}
+        return {"uncounted": "Nsight Compute returned no DRAM bytes", "countable": True}
     return {"dram_bytes": read + written}
-
-
-def _timed_on_the_cpu(case: Case, sampler: timing.Sampler) -> tuple[list[Comparison], list[str]]:
-    flags = own_work_flags(case.candidate, case.kernels, case.inputs, case.out, case.verify)
-    if flags:
-        return [], flags
-    results = compare_all(
-        case.candidate,
-        {b.name: b.fn for b in case.baselines},
-        verify=case.verify,
-        before=Redraw(case.inputs),
-        sampler=sampler,
-    )
-    flags = list(results[0].flags)
-    if not flags and not _stopped(results):
-        flags += own_work_flags(case.candidate, case.kernels, case.inputs, case.out, case.verify)
-    if not flags and not _stopped(results):
-        flags += identity_flags(case)
-    return results, flags
 
 
 def _stopped(results: list[Comparison]) -> bool:
@@ -613,7 +540,7 @@ def _stopped(results: list[Comparison]) -> bool:
     return not (results[0].candidate.rounds and all(c.baseline.rounds for c in results))
 
 
-def _measured(case: Case, results: list[Comparison], flags: list[str]) -> Measured:
+def measured_from(case: Case, results: list[Comparison], flags: list[str]) -> Measured:
     label = case.name or "this problem"
     if not results or _stopped(results):
         return Measured(label, flags=tuple(flags))
@@ -626,8 +553,7 @@ def _measured(case: Case, results: list[Comparison], flags: list[str]) -> Measur
 
 
 def verdicts_of(case: Case, measured: Measured) -> tuple[list[Verdict], list[str]]:
-    """The graded verdicts of a measured case, its flags on each, and lines for the baselines
-    shown but not graded."""
+    """A measured case's graded verdicts, its flags on each, and lines for those shown only."""
     graded, shown = [], []
     for b in case.baselines:
         speedup = measured.speedup(b.name)
@@ -640,22 +566,26 @@ def verdicts_of(case: Case, measured: Measured) -> tuple[list[Verdict], list[str
         graded.append(Verdict(case.label(b), figure, needed, b.unit, measured.flags))
     if case.traffic is None or measured.flags:  # flagged: no count was taken, and 0 points
         return graded, shown
-    if measured.dram_bytes is None:
+    label = f"{case.name}: {Traffic.comparison}" if case.name else Traffic.comparison
+    if measured.dram_bytes is None and measured.countable:  # failing closed: the count is owed
+        graded.append(Verdict(label, None, case.traffic.margin, at_most=True))
+        shown.append(f"DRAM bytes not counted: {measured.uncounted}")
+    elif measured.dram_bytes is None:
         why = measured.uncounted or "no GPU to count them on"
         shown.append(f"DRAM bytes not counted, so not graded: {why}")
     else:
-        label = f"{case.name}: {Traffic.comparison}" if case.name else Traffic.comparison
         ratio = measured.dram_bytes / case.traffic.fewest
         graded.append(Verdict(label, ratio, case.traffic.margin, at_most=True))
     return graded, shown
 
 
 def score(verdicts: Sequence[Verdict], points: float) -> float:
-    """Publish every verdict of a speed cell with its mark, then the cell's score: full points
-    when each passed; 0 with every reason printed when any is flagged; else 0."""
+    """Publish every verdict of a speed cell with its mark; the cell's score: full points when
+    each passed, else 0 (with every reason printed where any is flagged)."""
     reasons = list(dict.fromkeys(f for v in verdicts for f in v.flags))
     for v in verdicts:
         mark = "FLAGGED" if v.flags else "ok" if v.passed else "TOO SLOW"
+        mark = "NOT MEASURED" if v.measured is None and not v.flags else mark
         publish_verdict(v, f"{v.line()} {mark}")
     if reasons:
         for reason in reasons:
@@ -672,9 +602,8 @@ def score(verdicts: Sequence[Verdict], points: float) -> float:
 
 def grade(*cases: Case, points: float, needs: str | None = None) -> float:
     """The score of a speed cell: `points` when every graded comparison of every case passes
-    untouched by any flag (see the module's docstring), else 0; off the supported GPU class, or
-    on a GPU without `needs` (a feature of grader.runtime.device, such as "sm_90"), 0 with a
-    message that says why."""
+    untouched by any flag, else 0; off the supported GPU class, or on a GPU without `needs` (a
+    grader.runtime.device feature, such as "sm_90"), 0 with a message that says why."""
     dev = device.current()
     if not dev.grades_speed or (needs is not None and not dev.supports(needs)):
         return not_graded_here(points, needs)
@@ -682,6 +611,9 @@ def grade(*cases: Case, points: float, needs: str | None = None) -> float:
         verdicts = []
         for case in cases:
             measured = measure(case)
+            if measured.unavailable:
+                print(f"NOT SCORED: {measured.unavailable}: 0 of {points:g} points")
+                return 0.0
             graded, shown = verdicts_of(case, measured)
             for line in (*measured.lines, *shown):
                 print(line)
@@ -690,8 +622,8 @@ def grade(*cases: Case, points: float, needs: str | None = None) -> float:
 
 
 def not_graded_here(points: float, needs: str | None = None) -> float:
-    """The score of a speed cell off the supported GPU class (or, with `needs`, on a GPU that
-    lacks the feature the cell measures), said out loud."""
+    """The score of a speed cell off the supported GPU class (or on a GPU that lacks `needs`),
+    said out loud."""
     dev = device.current()
     lacks = needs is not None and dev.grades_speed  # a GPU of the class, without `needs`
     where = f" with {device.FEATURE_NAMES[needs]}" if lacks else ", sm_80 or newer"
@@ -703,23 +635,3 @@ def not_graded_here(points: float, needs: str | None = None) -> float:
     )
     recorded.show_speed()
     return 0.0
-
-
-timing.watch(
-    sys.modules[__name__],
-    [
-        "compare_all",
-        "grade",
-        "measure",
-        "score",
-        "ceiling_flags",
-        "own_work_flags",
-        "census_flags",
-        "checked_flags",
-        "identity_flags",
-        "matmul_ceiling",
-    ],
-    "grader.runtime.perf",
-)
-timing.watch(launches, ["kernel_work", "recording", "verify"], "grader.runtime.launches")
-timing.watch(census, ["attribute", "foreign", "Census"], "grader.runtime.census")

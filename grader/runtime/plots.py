@@ -13,12 +13,6 @@ from grader.runtime import recorded
 REFERENCE_STYLES = ("--", ":", "-.")
 
 
-def _pyplot():
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 @recorded.replayable("grader.runtime.plots:curves")
 def curves(
     x: Sequence[float],
@@ -31,19 +25,17 @@ def curves(
     dashed: Sequence[str] = (),
     log_y: bool = False,
     from_zero: bool = False,
-    size: tuple[float, float] = (7, 4),
 ) -> None:
     """One marked line per entry of `ys` against `x` (log2 scale); the lines named in `dashed`
     are drawn grey and dashed, without markers (a model to compare with); `references` are
     horizontal grey lines (label: value), dashed, then dotted. `from_zero` starts the y axis
     at 0, `log_y` makes it logarithmic."""
-    plt = _pyplot()
-    _, ax = plt.subplots(figsize=size)
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=(7, 4))
     for label, y in ys.items():
-        if label in dashed:
-            ax.plot(x, list(y), ls="--", color="gray", label=label)
-        else:
-            ax.plot(x, list(y), marker="o", label=label)
+        line = {"ls": "--", "color": "gray"} if label in dashed else {"marker": "o"}
+        ax.plot(x, list(y), label=label, **line)
     for (label, value), style in zip((references or {}).items(), REFERENCE_STYLES, strict=False):
         ax.axhline(value, color="gray", ls=style, lw=1, label=label)
     ax.set_xscale("log", base=2)
@@ -73,7 +65,8 @@ def bars(
 ) -> None:
     """One bar per entry of `values` (label: value), coloured by `colors` if given; horizontal
     bars run top to bottom in the order given. `references` are dashed grey lines."""
-    plt = _pyplot()
+    import matplotlib.pyplot as plt
+
     _, ax = plt.subplots(figsize=size)
     labels, heights = list(values), list(values.values())
     if horizontal:
@@ -101,13 +94,12 @@ def heatmap(
     xlabel: str,
     ylabel: str,
     title: str,
-    size: tuple[float, float] = (6, 2.8),
 ) -> None:
     """A table of numbers as colours, each written in its cell (NaN as n/a)."""
+    import matplotlib.pyplot as plt
     import numpy as np
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=size)
+    fig, ax = plt.subplots(figsize=(6, 2.8))
     data = np.asarray(values, dtype=float)
     image = ax.imshow(data, cmap="viridis")
     for (i, j), value in np.ndenumerate(data):
@@ -129,24 +121,17 @@ def launch_orders(
     """One panel per launch order (title: the (pid_m, pid_n) of each program id in turn): each
     tile of C coloured and numbered by the program that computes it, the first `wave` programs
     outlined, and the distinct row blocks of A and column blocks of B they read counted."""
+    import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.patches import Rectangle
 
-    plt = _pyplot()
     fig, axes = plt.subplots(1, len(orders), figsize=(4.5 * len(orders), 4.5), squeeze=False)
     for ax, (name, order) in zip(axes[0], orders.items(), strict=True):
         grid = np.zeros((num_pid_m, num_pid_n))
         for pid, (m, n) in enumerate(order):
             grid[m, n] = pid
-            ax.text(
-                n,
-                m,
-                str(pid),
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="white" if pid < len(order) * 0.6 else "black",
-            )
+            color = "white" if pid < len(order) * 0.6 else "black"
+            ax.text(n, m, str(pid), ha="center", va="center", fontsize=7, color=color)
             if pid < wave:
                 ax.add_patch(Rectangle((n - 0.5, m - 0.5), 1, 1, fill=False, lw=2, ec="red"))
         ax.imshow(grid, cmap="viridis")
@@ -176,12 +161,12 @@ def tile_tradeoff(
     """Two panels against the square tile side: the intensity of a tile per dtype, with one
     tile `marked` (x, y, label) and the `ridges` (label: FLOP/B); and its shared memory per dtype,
     with the `limit` (KB, label)."""
-    plt = _pyplot()
+    import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    for name, y in intensity.items():
-        left.plot(sides, list(y), marker="o", label=name)
-    for name, y in shared_kb.items():
-        right.plot(sides, list(y), marker="o", label=name)
+    for ax, series in ((left, intensity), (right, shared_kb)):
+        for name, y in series.items():
+            ax.plot(sides, list(y), marker="o", label=name)
     x, y, label = marked
     left.scatter([x], [y], color="C0", marker="*", s=120, zorder=3, label=label)
     for (label, value), style in zip(ridges.items(), REFERENCE_STYLES, strict=False):

@@ -1,73 +1,61 @@
 """The hardware counters that explain a kernel, read by NVIDIA Nsight Compute in a child process.
 
-`profile(target, kernels)` runs the code `target` names in a fresh Python process under Nsight
-Compute's command-line profiler (`ncu`) and returns a `Profile`: one `KernelProfile` per profiled
-launch of the Triton kernels named in `kernels` (its duration; DRAM bytes read and written; L1
-and L2 sectors per request for global loads and stores, which say how well the accesses
-coalesce; the L2 hit rate; achieved occupancy; tensor-pipe utilization; the stall reasons that
-held its warps most, with their share), and the `Conditions` they were measured under: the
-device, ncu's version, clocks locked to base (`--clock-control base`), caches flushed before each
-replayed pass (`--cache-control all`), and what that means for the figures. `show(profile)`
-prints it, and is kept by a recorded cell (grader.runtime.recorded) as its data, so a laptop
-replays the same table. `canary()` profiles a vector add whose traffic is known and says whether
-the counters can be believed on this machine; run it first on a new GPU box. `METRICS` is the
-table of what is read: ncu's metric name, the field it fills, its unit and its meaning.
+`profile(target, kernels)` runs `target` in a fresh Python process under Nsight Compute's
+command-line profiler (`ncu`) and returns a `Profile`: a `KernelProfile` per profiled launch of
+the Triton kernels named (duration; DRAM bytes read and written; L1 and L2 sectors per request,
+which say how well the accesses coalesce; L2 hit rate; achieved occupancy; tensor-pipe use; the
+stall reasons that held its warps most) and the `Conditions` they were measured under: clocks
+locked to base (`--clock-control base`), caches flushed before each replayed pass
+(`--cache-control all`). `show` prints it, kept as data by a recorded cell (grader.runtime.recorded)
+so that a laptop replays the same table. `canary()` says whether this machine's counters can be
+believed: run it first on a new GPU box. `METRICS` says what is read.
 
 A notebook profiles its own functions with `of(factory, kernels=..., params=...)`, or several
-calls at once with `each({label: Call(factory, kernels, params)})`: one child process, one start
-of Python, torch and ncu (seconds each) for them all, a marker kernel launched before each call
-telling its launches apart.
+calls in one child (one start of Python, torch and ncu, seconds each) with `each({label:
+Call(factory, kernels, params)})`, a marker kernel launched before each call telling their
+launches apart. `target` is "module:function" (a factory, called with `params` in the child, that
+makes its inputs on the GPU and returns a function of no arguments that launches the kernels) or
+a script's path, profiled from its start. The factory's function runs once unprofiled, so Triton
+compiles and autotuners tune, then once more between `cudaProfilerStart` and `cudaProfilerStop`
+(ncu `--profile-from-start off`): only that call's launches are profiled.
 
-`target` is either importable code, "module:function" (a factory, called with `params` in the
-child, that makes its inputs on the GPU and returns a function of no arguments that launches the
-kernels), or the path of a Python script. A factory's function is called once unprofiled, so
-Triton compiles and any autotuner tunes, then once more between `cudaProfilerStart` and
-`cudaProfilerStop` (ncu `--profile-from-start off`): only that call's launches are profiled. A
-script is profiled from its start (`launch_skip` passes over launches of the kernels first).
+Why ncu in a child process, rather than CUPTI in the notebook's: counters are read by replaying
+each kernel once per pass, its memory restored between passes, clocks locked, caches flushed,
+other kernels serialized. In the notebook's process its own kernels would be replayed and its
+later timings disturbed, the session would clash with torch's profiler, which the speed cells'
+census (grader.runtime.census) holds over CUPTI there, and a profiler fault would take the
+notebook's kernel down. CUPTI's counter API has no supported Python binding; ncu is NVIDIA's own
+tool, its figures those of Nsight Compute's report. And, as in grader.runtime.integrity, the
+notebook's state does not reach the profiled code.
 
-Why ncu, in a child process, rather than CUPTI in the notebook's process. Hardware counters are
-collected by replaying each kernel: the GPU has too few counters to read them all at once, so the
-kernel runs once per pass, its memory saved and restored between passes, clocks locked, caches
-flushed, every other kernel serialized. Done in the notebook's process, the notebook's own
-kernels would be replayed and slowed, its later timings disturbed, and the session would clash
-with torch's profiler, which the speed cells' census (grader.runtime.census) holds over CUPTI in
-that process; a profiler fault (no permission, a driver mismatch) would take the notebook's
-kernel down with it. CUPTI's counter API is C and has no supported Python binding (torch's
-profiler reads activities, not counters), while ncu is NVIDIA's own tool, with the metric names,
-units and replay the Nsight Compute documentation describes, so the figures are those a student
-sees in Nsight Compute's own report. In a child process, as in grader.runtime.integrity's
-isolated measurement, the notebook's state does not reach the profiled code either.
-
-What a GPU box needs: an NVIDIA GPU of sm_80 or newer (the metric names are those of Nsight
-Compute 2025.x for Ampere and Hopper); Nsight Compute's `ncu`, found on PATH, at COURSE_NCU, or
-where the CUDA Toolkit installs it (/usr/local/cuda/bin/ncu), with a driver that version
-supports; permission to read the performance counters (root, or the driver's
+A GPU box needs: an NVIDIA GPU of sm_80 or newer (the metric names are Nsight Compute 2025.x's
+for Ampere and Hopper); `ncu` on PATH, at COURSE_NCU, or where the CUDA Toolkit installs it
+(/usr/local/cuda/bin/ncu), with a driver it supports; permission to read the counters (root, or
 NVreg_RestrictProfilingToAdminUsers=0: https://developer.nvidia.com/ERR_NVGPUCTRPERM); no other
-profiler holding the counters (another ncu, DCGM's profiling metrics); a CUDA build of torch with
-its Triton. On a laptop nothing can be profiled (`ProfileError` "no-gpu"): show the recording.
+profiler holding them (another ncu, DCGM's profiling metrics). On a laptop nothing can be
+profiled ("no-gpu"): show the recording.
 
 Reading sectors per request. A request is one warp-wide load or store instruction, a sector 32
-bytes, so the fewest sectors a request can touch is the bytes it moves over 32: 4 where each of
-the 32 threads moves one float32, 16 where each moves 16 bytes, as Triton's vector loads of
-contiguous data do (32 x 16 B = 512 B). On an H200 a coalesced float32 copy, the canary and a
-tl.dot matmul all showed 16 at L1, the fewest they could; a float32 copy reading with a stride
-of 33 elements showed 32 (a sector per thread), a 9% L2 hit rate and 16 times the useful bytes
-read from DRAM, and took 12 times as long. Compare the figure with the bytes a request moves,
-not with 1 or 4.
+bytes, so the fewest sectors a request can touch is its bytes over 32: 4 where each of the 32
+threads moves a float32, 16 where each moves 16 bytes, as Triton's vector loads of contiguous
+data do. On an H200 a coalesced float32 copy, the canary and a tl.dot matmul all showed 16 at L1;
+a float32 copy reading with a stride of 33 elements showed 32 (a sector per thread), a 9% L2 hit
+rate and 16 times the useful bytes read from DRAM, and took 12 times as long. Compare the figure
+with the bytes a request moves, not with 1 or 4.
 
 Every failure is a `ProfileError` whose `reason` names it ("no-gpu", "no-ncu", "permission",
 "unknown-metric", "child-failed", "no-match", "no-rows", "bad-values", "bad-output", "timeout")
-and whose message says what to do. A metric this ncu or this GPU does not have is "unknown-metric"
-however ncu says so: Nsight Compute 2025.3 leaves it out of its CSV without an error (the
-metric's column is missing), and an ==ERROR== line naming it is taken too.
+and whose message says what to do. A metric this ncu or GPU lacks is "unknown-metric" whether ncu
+leaves its column out of the CSV without an error (as Nsight Compute 2025.3 does) or says so.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import dis
 import glob
+import importlib
+import itertools
 import json
 import math
 import os
@@ -86,18 +74,18 @@ from pathlib import Path
 from grader.runtime import device, recorded
 
 NCU_ENV = "COURSE_NCU"  # the path of ncu, where it is not on PATH
-# Where ncu is looked for after COURSE_NCU and PATH: the CUDA Toolkit's places, then Nsight
-# Compute's own installer's (the newest version first).
+# where ncu is looked for after COURSE_NCU and PATH: the CUDA Toolkit's, then Nsight Compute's own
 NCU_PLACES = (
     "/usr/local/cuda/bin/ncu",
     "/usr/local/cuda-*/bin/ncu",
     "/opt/nvidia/nsight-compute/*/ncu",
 )
 CLOCK_CONTROL = "base"  # ncu's default: SM and memory clocks locked to the GPU's base clocks
-CLOCK_CONTROLS = ("base", "none")  # "none": the GPU picks its clocks, as in a timed run
 CACHE_CONTROL = "all"  # ncu's default: every cache flushed before each replayed pass
 PERMISSION_PAGE = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 CANARY_TOLERANCE = 0.02  # the canary's DRAM reads may differ from 2*N*4 bytes by this share
+# ProfileError reasons that say the host cannot count, whatever the profiled code does
+HOST_CANNOT = ("no-gpu", "no-ncu", "permission", "unknown-metric")
 
 
 class ProfileError(RuntimeError):
@@ -114,156 +102,71 @@ class ProfileError(RuntimeError):
 
 @dataclass(frozen=True)
 class Metric:
-    """One ncu metric: its name (Nsight Compute 2025.x), the `KernelProfile` field or figure it
-    feeds, its unit as ncu prints it with `--print-units base` ("" where it has none), what it
-    means, and the GPU generations (compute capability majors) that have it (None: all of sm_80
-    and sm_90)."""
+    """One ncu metric (Nsight Compute 2025.x, sm_80 and sm_90): its name, the `KernelProfile`
+    field it feeds, and its unit as ncu prints it with `--print-units base`."""
 
     name: str
     feeds: str
     unit: str
-    meaning: str
-    majors: tuple[int, ...] | None = None
 
 
+# Sectors per request: for each field, the metric of 32-byte sectors and that of requests (one per
+# warp-wide instruction), "{}" in the name: L1's global loads (LDG) and stores, L2's reads for L1's
+# misses and writes for its stores. Copies by TMA (Triton's tensor descriptors) are not counted at
+# L1; a tl.dot matmul of pointer loads, pipelined (num_stages=3), had every byte it loads counted
+# there on an H200 with Triton 3.6.
+PER_REQUEST = {
+    "l1_sectors_per_load": "l1tex__t_{}_pipe_lsu_mem_global_op_ld.sum",
+    "l1_sectors_per_store": "l1tex__t_{}_pipe_lsu_mem_global_op_st.sum",
+    "l2_sectors_per_load": "lts__t_{}_srcunit_tex_op_read.sum",
+    "l2_sectors_per_store": "lts__t_{}_srcunit_tex_op_write.sum",
+}
 METRICS: tuple[Metric, ...] = (
-    Metric(
-        "gpu__time_duration.sum",
-        "duration_ns",
-        "nsecond",
-        "the launch's duration on the GPU, clocks locked to base",
+    Metric("gpu__time_duration.sum", "duration_ns", "nsecond"),
+    Metric("dram__bytes_read.sum", "dram_bytes_read", "byte"),
+    Metric("dram__bytes_write.sum", "dram_bytes_written", "byte"),  # see WRITE_NOTE
+    *(
+        Metric(name.format(f"{unit}s"), feeds, unit)
+        for feeds, name in PER_REQUEST.items()
+        for unit in ("sector", "request")
     ),
-    Metric("dram__bytes_read.sum", "dram_bytes_read", "byte", "bytes read from DRAM (HBM)"),
-    Metric(
-        "dram__bytes_write.sum",
-        "dram_bytes_written",
-        "byte",
-        "bytes written to DRAM; dirty lines still in L2 at the end are not counted",
-    ),
-    Metric(
-        "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
-        "l1_sectors_per_load",
-        "sector",
-        "32-byte sectors L1 looked up for global loads (LDG). Copies by TMA (Triton's tensor "
-        "descriptors) are not counted here; a tl.dot matmul of pointer loads, pipelined "
-        "(num_stages=3), had every byte it loads counted here on an H200 with Triton 3.6",
-    ),
-    Metric(
-        "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
-        "l1_sectors_per_load",
-        "request",
-        "requests (one per warp-wide load instruction) for global loads; the fewest sectors a "
-        "request can touch is its bytes over 32: 4 for a float32 per thread, 16 for 16-byte "
-        "vector loads",
-    ),
-    Metric(
-        "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
-        "l1_sectors_per_store",
-        "sector",
-        "32-byte sectors L1 handled for global stores",
-    ),
-    Metric(
-        "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
-        "l1_sectors_per_store",
-        "request",
-        "requests (one per warp-wide store instruction) for global stores",
-    ),
-    Metric(
-        "lts__t_sectors_srcunit_tex_op_read.sum",
-        "l2_sectors_per_load",
-        "sector",
-        "L2 sectors read for L1 (loads that missed L1)",
-    ),
-    Metric(
-        "lts__t_requests_srcunit_tex_op_read.sum",
-        "l2_sectors_per_load",
-        "request",
-        "L2 read requests from L1",
-    ),
-    Metric(
-        "lts__t_sectors_srcunit_tex_op_write.sum",
-        "l2_sectors_per_store",
-        "sector",
-        "L2 sectors written for L1 (stores)",
-    ),
-    Metric(
-        "lts__t_requests_srcunit_tex_op_write.sum",
-        "l2_sectors_per_store",
-        "request",
-        "L2 write requests from L1",
-    ),
-    Metric(
-        "lts__t_sector_hit_rate.pct",
-        "l2_hit_rate_pct",
-        "%",
-        "share of L2 sector lookups that hit",
-    ),
-    Metric(
-        "sm__warps_active.avg.pct_of_peak_sustained_active",
-        "achieved_occupancy_pct",
-        "%",
-        "achieved occupancy: resident warps per active cycle, as a share of the SM's maximum",
-    ),
+    Metric("lts__t_sector_hit_rate.pct", "l2_hit_rate_pct", "%"),  # of L2's sector lookups
+    # resident warps per active cycle, as a share of the SM's maximum
+    Metric("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved_occupancy_pct", "%"),
+    # Nsight Compute's Speed of Light: the busiest of the memory units (DRAM, L2, L1, shared
+    # memory), and of the SMs' pipes and issue, as a share of its peak
     Metric(
         "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
         "memory_throughput_pct",
         "%",
-        "memory throughput, of its peak: the busiest of the memory units (DRAM, L2, L1, "
-        "shared memory), as Nsight Compute's Speed of Light section shows it",
     ),
-    Metric(
-        "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-        "compute_throughput_pct",
-        "%",
-        "compute (SM) throughput, of its peak: the busiest of the SMs' pipes and issue, as "
-        "Nsight Compute's Speed of Light section shows it",
-    ),
+    Metric("sm__throughput.avg.pct_of_peak_sustained_elapsed", "compute_throughput_pct", "%"),
+    # cycles the tensor pipe ran floating-point MMA, of its peak: warp-level mma.sync (HMMA,
+    # Ampere's tl.dot) and, on Hopper, warpgroup wgmma too (HGMMA, QGMMA: Hopper's tl.dot); not
+    # integer MMA (IMMA)
     Metric(
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
         "tensor_pipe_pct",
         "%",
-        "cycles the tensor pipe ran floating-point MMA, of its peak: warp-level mma.sync (HMMA, "
-        "Ampere's tl.dot) and, on Hopper, warpgroup wgmma too (HGMMA, QGMMA: Hopper's tl.dot); "
-        "integer MMA (IMMA) is not counted",
     ),
 )
 # The warp states between two issued instructions (Nsight Compute's Warp State Statistics): each
 # metric is the average cycles per issued instruction that warps spent in that state. "selected"
-# is the cycle of issuing itself, not a stall. "gmma" (waiting on warpgroup MMA) is Hopper's.
+# is the cycle of issuing itself, not a stall. "gmma" (waiting on warpgroup MMA) is Hopper's alone.
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-STALL_REASONS: tuple[tuple[str, tuple[int, ...] | None], ...] = (
-    ("barrier", None),
-    ("branch_resolving", None),
-    ("dispatch_stall", None),
-    ("drain", None),
-    ("gmma", (9,)),
-    ("imc_miss", None),
-    ("lg_throttle", None),
-    ("long_scoreboard", None),
-    ("math_pipe_throttle", None),
-    ("membar", None),
-    ("mio_throttle", None),
-    ("misc", None),
-    ("no_instruction", None),
-    ("not_selected", None),
-    ("selected", None),
-    ("short_scoreboard", None),
-    ("sleeping", None),
-    ("tex_throttle", None),
-    ("wait", None),
+STALL_REASONS = tuple(
+    "barrier branch_resolving dispatch_stall drain gmma imc_miss lg_throttle long_scoreboard "
+    "math_pipe_throttle membar mio_throttle misc no_instruction not_selected selected "
+    "short_scoreboard sleeping tex_throttle wait".split()
 )
-NOT_A_STALL = "selected"
-
-
-def _has(majors: tuple[int, ...] | None, major: int | None) -> bool:
-    return majors is None or major in majors
+# the unit of each metric asked for, on any GPU
+UNITS = {m.name: m.unit for m in METRICS} | {STALL_METRIC.format(r): "" for r in STALL_REASONS}
 
 
 def metric_names(major: int | None) -> list[str]:
     """The names ncu is asked for on a GPU of compute capability `major` (8 Ampere, 9 Hopper)."""
-    names = [m.name for m in METRICS if _has(m.majors, major)]
-    names += [STALL_METRIC.format(r) for r, majors in STALL_REASONS if _has(majors, major)]
-    return list(dict.fromkeys(names))
+    stalls = [r for r in STALL_REASONS if r != "gmma" or major == 9]
+    return [m.name for m in METRICS] + [STALL_METRIC.format(r) for r in stalls]
 
 
 # -- the record -----------------------------------------------------------------------------------
@@ -290,10 +193,6 @@ WRITE_NOTE = (
 )
 
 
-def _tuple(value) -> tuple | None:
-    return None if value is None else tuple(value)
-
-
 @dataclass(frozen=True)
 class Stall:
     """One warp state that held a kernel's warps: average cycles per issued instruction spent
@@ -306,25 +205,23 @@ class Stall:
 
 @dataclass(frozen=True)
 class KernelProfile:
-    """The counters of one profiled launch, in base units (bytes, nanoseconds, percent). None
-    where the GPU has no such counter or the ratio has no denominator (no global stores, say).
-    `raw` keeps every metric asked for that ncu returned for the launch, by name, in base
-    units."""
+    """One profiled launch's counters in bytes, nanoseconds and percent (None where the GPU has no
+    such counter or a ratio no denominator), and in `raw` every metric asked for, by name."""
 
     kernel: str
     launch: int  # ncu's ID of the launch: its order among the profiled launches
     grid: tuple[int, int, int] | None
     block: tuple[int, int, int] | None
-    duration_ns: float | None
-    dram_bytes_read: float | None
-    dram_bytes_written: float | None
-    l1_sectors_per_load: float | None
-    l1_sectors_per_store: float | None
-    l2_sectors_per_load: float | None
-    l2_sectors_per_store: float | None
-    l2_hit_rate_pct: float | None
-    achieved_occupancy_pct: float | None
-    tensor_pipe_pct: float | None
+    duration_ns: float | None = None
+    dram_bytes_read: float | None = None
+    dram_bytes_written: float | None = None
+    l1_sectors_per_load: float | None = None
+    l1_sectors_per_store: float | None = None
+    l2_sectors_per_load: float | None = None
+    l2_sectors_per_store: float | None = None
+    l2_hit_rate_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    tensor_pipe_pct: float | None = None
     memory_throughput_pct: float | None = None
     compute_throughput_pct: float | None = None
     stalls: tuple[Stall, ...] = ()  # the top reasons, most first
@@ -336,8 +233,9 @@ class KernelProfile:
         return self.raw.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
 
     def __post_init__(self):  # JSON and recordings give lists and dicts back
-        object.__setattr__(self, "grid", _tuple(self.grid))
-        object.__setattr__(self, "block", _tuple(self.block))
+        for shape in ("grid", "block"):
+            value = getattr(self, shape)
+            object.__setattr__(self, shape, None if value is None else tuple(value))
         stalls = tuple(s if isinstance(s, Stall) else Stall(**s) for s in self.stalls)
         object.__setattr__(self, "stalls", stalls)
 
@@ -371,31 +269,22 @@ class Profile:
     conditions: Conditions
 
     def __post_init__(self):
-        kernels = tuple(k if isinstance(k, KernelProfile) else _kernel(k) for k in self.kernels)
+        kernels = tuple(
+            k if isinstance(k, KernelProfile) else KernelProfile(**k) for k in self.kernels
+        )
         object.__setattr__(self, "kernels", kernels)
         if isinstance(self.conditions, Mapping):
             object.__setattr__(self, "conditions", Conditions(**self.conditions))
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> Profile:
-        return cls(data["kernels"], data["conditions"])
+        return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> Profile:
-        return cls.from_dict(json.loads(text))
+        return cls(**json.loads(text))
 
     def __str__(self) -> str:
         return "\n".join(lines(self))
-
-
-def _kernel(data: Mapping) -> KernelProfile:
-    return KernelProfile(**data)
 
 
 # -- reading ncu's CSV ----------------------------------------------------------------------------
@@ -403,7 +292,6 @@ def _kernel(data: Mapping) -> KernelProfile:
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
 _PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _PREFIXES.update({"m": 1e-3, "u": 1e-6, "n": 1e-9, "p": 1e-12})
-_BASES = ("byte", "second", "sector", "request")
 _COUNTS = ("sector", "request")
 _SHORT_TIME = {"ns": "nsecond", "us": "usecond", "ms": "msecond", "s": "second"}
 _TUPLE = re.compile(r"^\(?\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)?$")
@@ -426,22 +314,16 @@ def number(text: str) -> float | None:
 
 
 def in_base_units(value: float | None, unit: str, expected: str) -> float | None:
-    """`value`, printed in `unit`, in the metric's `expected` unit ("byte", "nsecond", "sector",
-    "request", "%", or "" for any): ncu scales units unless told `--print-units base`, so
-    "Mbyte" and "usecond" are converted, and "ns" is "nsecond". A count printed with no unit is
-    taken as it is. Nsight Compute 2025.3.1 on an H200, with `--print-units base`, printed
-    gpu__time_duration in "ns", l1tex__t_requests_pipe_lsu_mem_global_op_ld and _st with no
-    unit, and the stall ratios in "inst". A unit of another kind is an error."""
+    """`value`, printed in `unit`, in the `expected` unit ("" for any), or "bad-output". Nsight
+    Compute 2025.3.1 on an H200, with `--print-units base`, printed gpu__time_duration in "ns",
+    the L1 request counts with no unit and the stall ratios in "inst"."""
     unit = _SHORT_TIME.get(unit, unit)
-    if value is None or expected == "" or unit == expected:
+    if value is None or expected in ("", unit) or (unit == "" and expected in _COUNTS):
         return value
-    if unit == "" and expected in _COUNTS:
-        return value
-    want = "second" if expected.endswith("second") else expected
-    scale = 1e9 if want == "second" else 1.0  # time in nanoseconds
-    for base in _BASES:
-        if base == want and unit.endswith(base) and unit[: -len(base)] in _PREFIXES:
-            return value * _PREFIXES[unit[: -len(base)]] * scale
+    base = "second" if expected.endswith("second") else expected
+    prefix = unit[: -len(base)]
+    if base in ("byte", "second", *_COUNTS) and unit.endswith(base) and prefix in _PREFIXES:
+        return value * _PREFIXES[prefix] * (1e9 if base == "second" else 1.0)  # time in ns
     raise ProfileError(
         "bad-output",
         f"ncu gave a value in {unit!r} where {expected!r} was expected: the metric's meaning may "
@@ -457,20 +339,11 @@ def _launch_shape(text: str | None) -> tuple[int, int, int] | None:
 def parse_csv(
     text: str, *, top_stalls: int = 3, asked: Sequence[str] | None = None
 ) -> list[KernelProfile]:
-    """The launches of ncu's `--csv --page raw` output: a header row of column names (ncu's own
-    columns, "ID", "Kernel Name", "Block Size", "Grid Size", ..., then one per metric), a row of
-    units, then one row per profiled launch; quoted fields, numbers with thousands separators.
-    Only the columns of the metrics asked for (METRICS and the stall metrics) are read as
-    numbers, into each launch's `raw`; ncu's other columns stay text: its own ones, the
-    hundreds of "__" ones it adds unasked (device__attribute_display_name,
-    device__attribute_confidential_computing_mode, which reads "No-CC" on an H200), and the
-    .avg, .min and .max it adds beside a .sum asked for. Lines that are not CSV rows (==PROF==
-    and ==WARNING== lines, the program's own output) are passed over. An empty list where ncu
-    printed no header. Where `asked` names the metrics ncu was asked for, one with no column
-    is "unknown-metric": ncu leaves out a metric it does not know, without an error."""
-    expected = {m.name: m.unit for m in METRICS}  # every metric asked for, on any GPU
-    expected.update({STALL_METRIC.format(r): "" for r, _ in STALL_REASONS})
-    rows = [r for r in csv.reader(line for line in text.splitlines() if line.startswith('"'))]
+    """The launches of ncu's `--csv --page raw` output (a header, a row of units, a row per
+    launch; other lines passed over), or [] where it has no header. Only the columns of the
+    metrics asked for are read, as numbers: ncu adds hundreds unasked, some of them text ("No-CC"
+    on an H200). A metric in `asked` with no column is "unknown-metric"."""
+    rows = list(csv.reader(line for line in text.splitlines() if line.startswith('"')))
     start = next((i for i, r in enumerate(rows) if "ID" in r and "Kernel Name" in r), None)
     if start is None:
         return []
@@ -483,7 +356,7 @@ def parse_csv(
     absent = [name for name in dict.fromkeys(asked or ()) if name not in header]
     if absent:
         raise unknown_metric(absent, "returned no column for")
-    metric_columns = [i for i, name in enumerate(header) if name in expected]
+    metric_columns = [i for i, name in enumerate(header) if name in UNITS]
     found = []
     for row in rows[start + 2 :]:
         if row == header:  # a second process's table
@@ -493,30 +366,18 @@ def parse_csv(
                 "bad-output",
                 f"a row of ncu's CSV has {len(row)} fields where its header has {len(header)}",
             )
-        cells = dict(zip(header, row, strict=True))
         raw = {
-            header[i]: in_base_units(number(row[i]), units[i], expected.get(header[i], ""))
+            header[i]: in_base_units(number(row[i]), units[i], UNITS[header[i]])
             for i in metric_columns
         }
-        found.append(_record(cells, raw, top_stalls))
+        found.append(_record(dict(zip(header, row, strict=True)), raw, top_stalls))
     return found
 
 
-def _ratio(raw: Mapping, top: str, bottom: str) -> float | None:
-    a, b = raw.get(top), raw.get(bottom)
-    if a is None or b is None or b == 0 or math.isnan(b):
-        return None
-    return a / b
-
-
 def stalls_of(raw: Mapping[str, float | None], top: int = 3) -> tuple[Stall, ...]:
-    """The `top` warp states other than issuing that held the warps most, with each one's share
-    of the stalled cycles."""
-    cycles = {}
-    for reason, _ in STALL_REASONS:
-        value = raw.get(STALL_METRIC.format(reason))
-        if reason != NOT_A_STALL and value is not None and not math.isnan(value):
-            cycles[reason] = value
+    """The `top` warp states but issuing that held the warps most, with their share of stalls."""
+    values = {r: raw.get(STALL_METRIC.format(r)) for r in STALL_REASONS if r != "selected"}
+    cycles = {r: v for r, v in values.items() if v is not None and not math.isnan(v)}
     total = sum(cycles.values())
     if total <= 0:
         return ()
@@ -525,43 +386,19 @@ def stalls_of(raw: Mapping[str, float | None], top: int = 3) -> tuple[Stall, ...
 
 
 def _record(cells: Mapping[str, str], raw: dict, top_stalls: int) -> KernelProfile:
+    figures = {m.feeds: raw.get(m.name) for m in METRICS if m.feeds not in PER_REQUEST}
+    for feeds, name in PER_REQUEST.items():
+        sectors, requests = raw.get(name.format("sectors")), raw.get(name.format("requests"))
+        ok = sectors is not None and requests and not math.isnan(requests)
+        figures[feeds] = sectors / requests if ok else None
     return KernelProfile(
         kernel=cells.get("Kernel Name", ""),
         launch=int(number(cells.get("ID", "")) or 0),
         grid=_launch_shape(cells.get("Grid Size")),
         block=_launch_shape(cells.get("Block Size")),
-        duration_ns=raw.get("gpu__time_duration.sum"),
-        dram_bytes_read=raw.get("dram__bytes_read.sum"),
-        dram_bytes_written=raw.get("dram__bytes_write.sum"),
-        l1_sectors_per_load=_ratio(
-            raw,
-            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
-            "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
-        ),
-        l1_sectors_per_store=_ratio(
-            raw,
-            "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
-            "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
-        ),
-        l2_sectors_per_load=_ratio(
-            raw, "lts__t_sectors_srcunit_tex_op_read.sum", "lts__t_requests_srcunit_tex_op_read.sum"
-        ),
-        l2_sectors_per_store=_ratio(
-            raw,
-            "lts__t_sectors_srcunit_tex_op_write.sum",
-            "lts__t_requests_srcunit_tex_op_write.sum",
-        ),
-        l2_hit_rate_pct=raw.get("lts__t_sector_hit_rate.pct"),
-        achieved_occupancy_pct=raw.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
-        tensor_pipe_pct=raw.get(
-            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
-        ),
-        memory_throughput_pct=raw.get(
-            "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
-        ),
-        compute_throughput_pct=raw.get("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
         stalls=stalls_of(raw, top_stalls),
         raw=raw,
+        **figures,
     )
 
 
@@ -569,14 +406,7 @@ def _record(cells: Mapping[str, str], raw: dict, top_stalls: int) -> KernelProfi
 
 
 def _tail(text: str, n: int = 8) -> str:
-    kept = [line for line in text.strip().splitlines() if line.strip()][-n:]
-    return " | ".join(kept)
-
-
-def _available_kernels(output: str) -> list[str]:
-    """The kernels ncu lists after "No kernels were profiled." ("Available Kernels: 1. name")."""
-    _, _, after = output.partition("Available Kernels:")
-    return re.findall(r"^\s*\d+\.\s+(\S.*?)\s*$", after, flags=re.M)
+    return " | ".join([line for line in text.strip().splitlines() if line.strip()][-n:])
 
 
 def unknown_metric(names: Sequence[str], said: str) -> ProfileError:
@@ -594,11 +424,10 @@ def unknown_metric(names: Sequence[str], said: str) -> ProfileError:
     )
 
 
-def failure(output: str, returncode: int, kernel_filter: str) -> ProfileError | None:
-    """What ncu's output (its log, the program's stdout and stderr) says went wrong, as the
-    error to raise, or None where it says nothing wrong."""
+def refuse_failure(output: str, returncode: int, kernel_filter: str) -> None:
+    """Raise what ncu's output (its log, the program's stdout and stderr) says went wrong."""
     if "ERR_NVGPUCTRPERM" in output:
-        return ProfileError(
+        raise ProfileError(
             "permission",
             "ERR_NVGPUCTRPERM: this user may not read the GPU's performance counters. Either "
             "run the profiler as root (start Jupyter or the script with sudo, keeping PATH and "
@@ -610,74 +439,47 @@ def failure(output: str, returncode: int, kernel_filter: str) -> ProfileError | 
         )
     unknown = re.findall(r"Failed to find metric[s]?\s*:?\s*(.+)", output)
     if unknown:
-        return unknown_metric([unknown[0].strip()], "does not know")
+        raise unknown_metric([unknown[0].strip()], "does not know")
     if "The application returned an error code" in output or (
         returncode != 0 and "Traceback (most recent call last)" in output
     ):
-        return ProfileError(
+        raise ProfileError(
             "child-failed",
             "the profiled program failed before its kernels could be profiled; fix it so that "
             f"it runs on its own first. Its last lines: {_tail(output)}",
         )
     if "No kernels were profiled" in output:
-        seen = _available_kernels(output)
-        listed = f" It launched: {', '.join(seen)}." if seen else ""
-        return ProfileError(
+        # the kernels ncu lists after it: "Available Kernels:", then "1. name" a line
+        listed = output.partition("Available Kernels:")[2]
+        seen = ", ".join(re.findall(r"^\s*\d+\.\s+(\S.*?)\s*$", listed, flags=re.M))
+        launched = f" It launched: {seen}." if seen else ""
+        raise ProfileError(
             "no-match",
-            (
-                f"ncu profiled no kernel matching {kernel_filter}: name the Triton kernels as "
-                f"their `def` names them (the function under @triton.jit).{listed}"
-            )
+            f"ncu profiled no kernel matching {kernel_filter}: name the Triton kernels as their "
+            f"`def` names them (the function under @triton.jit).{launched}"
             if kernel_filter
             else "ncu profiled no kernel: the profiled call launched none",
         )
     if returncode != 0:
-        return ProfileError(
+        raise ProfileError(
             "no-rows", f"ncu exited with status {returncode}. Its last lines: {_tail(output)}"
         )
-    return None
-
-
-def refuse_bad_values(launches: Sequence[KernelProfile]) -> None:
-    """Raise "bad-values" for a launch whose counters ncu returned as NaN, or as zeros where a
-    kernel that ran cannot have zero (its duration, or all of its memory traffic at once)."""
-    for k in launches:
-        nan = sorted(n for n, v in k.raw.items() if v is not None and math.isnan(v))
-        sectors = [k.raw.get(m.name) for m in METRICS if m.unit == "sector"]
-        traffic = [k.dram_bytes_read, k.dram_bytes_written, *sectors]
-        wrong = [f"{n} (NaN)" for n in nan]
-        if k.duration_ns is None:
-            wrong.append("no duration")
-        elif k.duration_ns == 0:
-            wrong.append("a duration of zero")
-        if all(v == 0 for v in traffic):
-            wrong.append("zero for all of its DRAM and cache traffic")
-        if wrong:
-            what = ", ".join(wrong)
-            raise ProfileError(
-                "bad-values",
-                f"ncu returned {what} for {k.kernel}: the counters were not read. Another "
-                "profiler may hold them (another ncu, DCGM's profiling metrics: stop it), or "
-                "this Nsight Compute does not support this GPU and driver. Run "
-                "grader.runtime.profile.canary() to check the machine.",
-            )
 
 
 # -- running ncu ----------------------------------------------------------------------------------
 
 
-def find_ncu(explicit: str | os.PathLike | None = None) -> Path:
-    """The ncu to run: `explicit`, else COURSE_NCU, else `ncu` on PATH, else the first of
-    NCU_PLACES that exists (the newest version first). Raises "no-ncu" saying where to get it."""
-    given = explicit or os.environ.get(NCU_ENV)
-    if given:
+def find_ncu() -> Path:
+    """The ncu to run: COURSE_NCU's, else `ncu` on PATH, else the first of NCU_PLACES that exists
+    (the newest version first). Raises "no-ncu" saying where to get it."""
+    if given := os.environ.get(NCU_ENV):
         path = Path(given)
         if path.is_file() and os.access(path, os.X_OK):
             return path
-        source = "given" if explicit else f"named by {NCU_ENV}"
-        raise ProfileError("no-ncu", f"the ncu {source}, {path}, is not an executable file.")
-    on_path = shutil.which("ncu")
-    if on_path:
+        raise ProfileError(
+            "no-ncu", f"the ncu named by {NCU_ENV}, {path}, is not an executable file."
+        )
+    if on_path := shutil.which("ncu"):
         return Path(on_path)
     for place in NCU_PLACES:
         found = sorted(glob.glob(place), key=_version_key, reverse=True)
@@ -694,18 +496,16 @@ def find_ncu(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def installation() -> Path | None:
-    """The folder Nsight Compute is installed in, which a sandbox that binds only /usr must bind
-    too (grader.grading.jail), or None where no ncu is found. The CUDA Toolkit's bin/ncu is a
-    script that runs the newest `nsight-compute-*` folder beside bin/, or else the newest under
-    /opt/nvidia/nsight-compute/; the ncu of an install itself is in it, beside its sections/."""
+    """The folder Nsight Compute is installed in (a sandbox binding only /usr must bind it too),
+    or None: an install's own ncu lies beside its sections/, while the CUDA Toolkit's bin/ncu is a
+    script running the newest `nsight-compute-*` beside bin/ or in /opt/nvidia/nsight-compute/."""
     try:
         tool = Path(os.path.realpath(find_ncu()))
     except ProfileError:
         return None
     if (tool.parent / "sections").is_dir():
         return tool.parent
-    places = [str(tool.parent.parent / "nsight-compute-*"), "/opt/nvidia/nsight-compute/*"]
-    for place in places:
+    for place in (str(tool.parent.parent / "nsight-compute-*"), "/opt/nvidia/nsight-compute/*"):
         found = [f for f in glob.glob(place) if Path(f, "ncu").is_file()]
         if found:
             return Path(max(found, key=_version_key))
@@ -740,8 +540,7 @@ def ncu_version(ncu: Path) -> str:
 
 
 def kernel_filter(kernels: Sequence[str]) -> str:
-    """ncu's `-k` argument for exactly these kernel names; "" for every kernel (no kernels
-    named)."""
+    """ncu's `-k` argument for exactly these kernel names; "" for every kernel (none named)."""
     if not kernels:
         return ""
     if not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k) for k in kernels):
@@ -754,7 +553,6 @@ def command(
     target: str | os.PathLike,
     spec: Path,
     log: Path,
-    *,
     kernels: Sequence[str],
     metrics: Sequence[str],
     launch_count: int | None,
@@ -762,8 +560,8 @@ def command(
     clock_control: str = CLOCK_CONTROL,
 ) -> list[str]:
     """The ncu command line that profiles `target` (see `profile`)."""
-    if clock_control not in CLOCK_CONTROLS:
-        raise ValueError(f"clock_control is one of {CLOCK_CONTROLS}, not {clock_control!r}")
+    if clock_control not in CLOCK_NOTES:
+        raise ValueError(f"clock_control is one of {tuple(CLOCK_NOTES)}, not {clock_control!r}")
     script = _is_script(target)
     argv = [str(ncu), "--csv", "--page", "raw", "--print-units", "base"]
     argv += ["--metrics", ",".join(metrics), "--print-kernel-base", "function"]
@@ -781,72 +579,53 @@ def _is_script(target: str | os.PathLike) -> bool:
     return isinstance(target, os.PathLike) or str(target).endswith(".py")
 
 
+Runner = Callable[..., tuple[int, str, str]]  # (argv, folder=, env=, timeout=): code, out, err
+
+
 def collect(
     target: str | os.PathLike,
     kernels: Sequence[str],
     *,
     major: int | None,
     params: Mapping | None = None,
-    launch_count: int | None = None,
-    launch_skip: int = 0,
     clock_control: str = CLOCK_CONTROL,
-    top_stalls: int = 3,
-    ncu: str | os.PathLike | None = None,
     timeout: float = 600,
     sources: Sequence[str] = (),
     problems: Sequence[Mapping] = (),
+    runner: Runner | None = None,
 ) -> list[KernelProfile]:
-    """Run ncu on `target` and read its launches, refusing any failure it reports; no device
-    check (`profile` does that, and adds the conditions). `sources`: code the child loads as the
-    module SOURCES_MODULE before it resolves `target`. `problems` ({"problem": target, "params":
-    params} each) replace `target` and `params`: the child makes each call in turn, a MARKER
-    launched before each, and every launch `kernels` matches is read (`each`)."""
+    """Run ncu on `target` and read its launches, refusing any failure it reports (`profile`
+    checks the device). `sources`: code the child loads as the module SOURCES_MODULE. `problems`
+    ({"problem": target, "params": params} each) replace `target` and `params`: a MARKER launched
+    before each, every launch `kernels` matches is read (`each`). `runner` starts ncu and the child
+    (the judge's, in the student's sandbox); ncu's report lies where the child's user cannot go."""
     if not problems and not _is_script(target) and ":" not in str(target):
         raise ValueError(f"target is 'module:function' or a script's path, not {target!r}")
-    tool = find_ncu(ncu)
-    regex = kernel_filter(kernels)
-    # one launch per kernel named, or every launch of the call where none is; of several calls,
-    # every launch that matches
-    count = None if problems else launch_count or len(kernels) or None
+    tool = find_ncu()
+    # a launch per kernel named, or every launch where none is; of several calls, every match
+    count = None if problems else len(kernels) or None
     asked = metric_names(major)
     env = dict(os.environ)
-    # the parent's imports, its working folder ("" in sys.path) included: the child runs in a
-    # folder of its own
+    # the parent's imports, its working folder ("" in sys.path) included: the child runs elsewhere
     paths = dict.fromkeys(os.path.abspath(p or ".") for p in sys.path)
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if Path(p).is_dir())
     env["COURSE_MODE"] = device.GPU
+    env.pop("CUDA_INJECTION64_PATH", None)  # ncu brings its own (a graded kernel has the judge's)
     with tempfile.TemporaryDirectory(prefix="profile-") as tmp:
-        spec, log = Path(tmp) / "spec.json", Path(tmp) / "ncu.csv"
-        single = [{"problem": str(target), "params": dict(params or {})}]
+        os.chmod(tmp, 0o755)  # the child reads its spec; ncu's report stays in private/
+        (Path(tmp) / "private").mkdir(mode=0o700)
+        spec, log = Path(tmp) / "spec.json", Path(tmp) / "private" / "ncu.csv"
+        calls = list(problems) or [{"problem": str(target), "params": dict(params or {})}]
         spec.write_text(
-            json.dumps(
-                {
-                    "problems": [dict(p) for p in problems] or single,
-                    "markers": bool(problems),
-                    "sources": list(sources),
-                }
-            )
+            json.dumps({"problems": calls, "markers": bool(problems), "sources": list(sources)})
         )
-        argv = command(
-            tool,
-            target,
-            spec,
-            log,
-            kernels=kernels,
-            metrics=asked,
-            launch_count=count,
-            launch_skip=launch_skip,
-            clock_control=clock_control,
-        )
-        returncode, stdout, stderr = _run(argv, cwd=tmp, env=env, timeout=timeout)
+        argv = command(tool, target, spec, log, kernels, asked, count, clock_control=clock_control)
+        run = runner or (lambda args, folder, **rest: run_ncu(args, cwd=folder, **rest))
+        returncode, stdout, stderr = run(argv, folder=tmp, env=env, timeout=timeout)
         logged = log.read_text(errors="replace") if log.exists() else ""
     output = "\n".join([logged, stdout, stderr])
-    error = failure(output, returncode, regex)
-    if error is not None:
-        raise error
-    launches = parse_csv(logged, top_stalls=top_stalls, asked=asked) or parse_csv(
-        stdout, top_stalls=top_stalls, asked=asked
-    )
+    refuse_failure(output, returncode, kernel_filter(kernels))
+    launches = parse_csv(logged, asked=asked) or parse_csv(stdout, asked=asked)
     if not launches:
         raise ProfileError(
             "no-rows",
@@ -859,11 +638,27 @@ def collect(
             f"ncu profiled {', '.join(sorted({p.kernel for p in launches}))} but not "
             f"{', '.join(missing)}: the profiled call never launched it, or under another name",
         )
-    refuse_bad_values(launches)
+    for k in launches:  # NaN, or zero where a kernel that ran cannot have it
+        wrong = [f"{n} (NaN)" for n, v in sorted(k.raw.items()) if v is not None and math.isnan(v)]
+        if k.duration_ns is None:
+            wrong.append("no duration")
+        elif k.duration_ns == 0:
+            wrong.append("a duration of zero")
+        sectors = [k.raw.get(m.name) for m in METRICS if m.unit == "sector"]
+        if all(v == 0 for v in (k.dram_bytes_read, k.dram_bytes_written, *sectors)):
+            wrong.append("zero for all of its DRAM and cache traffic")
+        if wrong:
+            raise ProfileError(
+                "bad-values",
+                f"ncu returned {', '.join(wrong)} for {k.kernel}: the counters were not read. "
+                "Another profiler may hold them (another ncu, DCGM's profiling metrics: stop it), "
+                "or this Nsight Compute does not support this GPU and driver. Run "
+                "grader.runtime.profile.canary() to check the machine.",
+            )
     return launches
 
 
-def _run(argv: list[str], *, cwd: str, env: dict, timeout: float) -> tuple[int, str, str]:
+def run_ncu(argv: list[str], *, cwd: str, env: dict, timeout: float) -> tuple[int, str, str]:
     """Run ncu in a session of its own, so that a timeout ends the profiled program with it."""
     with subprocess.Popen(
         argv,
@@ -883,7 +678,7 @@ def _run(argv: list[str], *, cwd: str, env: dict, timeout: float) -> tuple[int, 
             raise ProfileError(
                 "timeout",
                 f"ncu ran past {timeout:g} s: each kernel is replayed once per pass of counters; "
-                "profile fewer launches (launch_count) or a smaller problem",
+                "profile fewer launches or a smaller problem",
             ) from None
     return proc.returncode, stdout, stderr
 
@@ -917,47 +712,23 @@ def profile(
     kernels: Sequence[str],
     *,
     params: Mapping | None = None,
-    launch_count: int | None = None,
-    launch_skip: int = 0,
     clock_control: str = CLOCK_CONTROL,
-    top_stalls: int = 3,
-    ncu: str | os.PathLike | None = None,
-    timeout: float = 600,
-    sources: Sequence[str] = (),
 ) -> Profile:
-    """Profile the launches of `kernels` (Triton kernels' def names) made by `target`
-    ("module:function", a factory called with `params` in the child that returns the call to
-    profile; or a script's path) under ncu in a child process, and return them with the
-    conditions. At most `launch_count` launches (one per kernel by default), after `launch_skip`
-    of them. Clocks locked to base unless `clock_control` is "none"; caches always flushed.
-    Raises ProfileError (its `reason` and message say what failed and what to do). `sources`:
-    code loaded in the child as the module SOURCES_MODULE, which `target` may name (`of` uses
-    it)."""
+    """Profile the first launch of each of `kernels` (Triton kernels' def names; every launch
+    where none is named) that `target` makes (see the module's docstring), clocks locked to base
+    unless `clock_control` is "none". Raises ProfileError, saying what failed and what to do."""
     gpu = _gpu()
-    tool = find_ncu(ncu)
-    launches = collect(
-        target,
-        kernels,
-        major=gpu.major,
-        params=params,
-        launch_count=launch_count,
-        launch_skip=launch_skip,
-        clock_control=clock_control,
-        top_stalls=top_stalls,
-        ncu=tool,
-        timeout=timeout,
-        sources=sources,
-    )
-    return Profile(tuple(launches), _conditions(gpu, tool, clock_control, kernels))
+    launches = collect(target, kernels, major=gpu.major, params=params, clock_control=clock_control)
+    return Profile(tuple(launches), _conditions(gpu, clock_control, kernels))
 
 
-def _conditions(gpu: _Gpu, tool: Path, clock_control: str, kernels: Sequence[str]) -> Conditions:
+def _conditions(gpu: _Gpu, clock_control: str, kernels: Sequence[str]) -> Conditions:
     l2 = f", {gpu.l2_bytes:,} bytes here" if gpu.l2_bytes else ""
     return Conditions(
         device=gpu.name,
         capability=f"sm_{gpu.major}{gpu.minor}",
         l2_bytes=gpu.l2_bytes,
-        ncu_version=ncu_version(tool),
+        ncu_version=ncu_version(find_ncu()),
         clock_control=clock_control,
         kernel_filter=kernel_filter(kernels),
         notes=(CLOCK_NOTES[clock_control], CACHE_NOTE, REPLAY_NOTE, WRITE_NOTE.format(l2=l2)),
@@ -968,16 +739,13 @@ def _conditions(gpu: _Gpu, tool: Path, clock_control: str, kernels: Sequence[str
 # -- showing --------------------------------------------------------------------------------------
 
 
-def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
+def _fmt(value: float | None, unit: str = "", digits: int = 1, per: float = 1.0) -> str:
+    """`value` in units of `per` (1e6 for megabytes, say)."""
     if value is None:
         return "n/a"
     if math.isnan(value):
         return "NaN"
-    return f"{value:,.{digits}f}{unit}"
-
-
-def _bytes(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 1e6:,.2f} MB"
+    return f"{value / per:,.{digits}f}{unit}"
 
 
 def lines(p: Profile) -> list[str]:
@@ -991,28 +759,19 @@ def lines(p: Profile) -> list[str]:
     ]
     for k in p.kernels:
         shape = f"grid {k.grid}, block {k.block}" if k.grid else "launch shape n/a"
-        duration = None if k.duration_ns is None else k.duration_ns / 1e3
-        sectors = (
-            f"L1 loads {_fmt(k.l1_sectors_per_load, '', 2)}, "
-            f"stores {_fmt(k.l1_sectors_per_store, '', 2)}; "
-            f"L2 loads {_fmt(k.l2_sectors_per_load, '', 2)}, "
-            f"stores {_fmt(k.l2_sectors_per_store, '', 2)}"
+        read, written = (_fmt(v, " MB", 2, 1e6) for v in (k.dram_bytes_read, k.dram_bytes_written))
+        sectors = "L1 loads {}, stores {}; L2 loads {}, stores {}".format(
+            *(_fmt(getattr(k, f), "", 2) for f in PER_REQUEST)
         )
+        peak = f"{_fmt(k.memory_throughput_pct, '%')} / {_fmt(k.compute_throughput_pct, '%')}"
         rows = (
-            ("duration", _fmt(duration, " us", 2)),
-            (
-                "DRAM read / written",
-                f"{_bytes(k.dram_bytes_read)} / {_bytes(k.dram_bytes_written)}",
-            ),
+            ("duration", _fmt(k.duration_ns, " us", 2, 1e3)),
+            ("DRAM read / written", f"{read} / {written}"),
             ("sectors per request", sectors),
             ("L2 hit rate", _fmt(k.l2_hit_rate_pct, "%")),
             ("achieved occupancy", _fmt(k.achieved_occupancy_pct, "%")),
             ("tensor pipes", _fmt(k.tensor_pipe_pct, "%")),
-            (
-                "memory / compute",
-                f"{_fmt(k.memory_throughput_pct, '%')} / "
-                f"{_fmt(k.compute_throughput_pct, '%')} of peak",
-            ),
+            ("memory / compute", f"{peak} of peak"),
             ("top stalls (of stalled)", ", ".join(f"{s.reason} {s.share:.0%}" for s in k.stalls)),
         )
         out.append(f"{k.kernel} (launch {k.launch}; {shape})")
@@ -1023,21 +782,17 @@ def lines(p: Profile) -> list[str]:
 
 @recorded.replayable("grader.runtime.profile:show", figure=False)
 def show(profile_: Profile) -> None:
-    """Print a profile. In a recorded cell the profile is kept as data, and a laptop replays
-    this call with it."""
+    """Print a profile; a recorded cell keeps it as data, and a laptop replays this call."""
     print("\n".join(lines(profile_)))
 
 
 # A column of `compare`: its header, and how it reads a launch.
 COLUMNS: dict[str, tuple[str, Callable[[KernelProfile], str]]] = {
-    "duration": ("us", lambda k: _fmt(None if k.duration_ns is None else k.duration_ns / 1e3)),
-    "dram_read": ("DRAM read MB", lambda k: _mb(k.dram_bytes_read)),
-    "dram_written": ("DRAM written MB", lambda k: _mb(k.dram_bytes_written)),
+    "duration": ("us", lambda k: _fmt(k.duration_ns, per=1e3)),
+    "dram_read": ("DRAM read MB", lambda k: _fmt(k.dram_bytes_read, per=1e6)),
+    "dram_written": ("DRAM written MB", lambda k: _fmt(k.dram_bytes_written, per=1e6)),
     "l1_load": ("L1 sectors/load", lambda k: _fmt(k.l1_sectors_per_load, "", 2)),
-    "l1_read": (
-        "L1 load MB",
-        lambda k: _mb(None if k.l1_load_sectors is None else 32 * k.l1_load_sectors),
-    ),
+    "l1_read": ("L1 load MB", lambda k: _fmt(k.l1_load_sectors, per=1e6 / 32)),  # 32 B a sector
     "l1_store": ("L1 sectors/store", lambda k: _fmt(k.l1_sectors_per_store, "", 2)),
     "l2_hit": ("L2 hit %", lambda k: _fmt(k.l2_hit_rate_pct)),
     "occupancy": ("occupancy %", lambda k: _fmt(k.achieved_occupancy_pct)),
@@ -1049,18 +804,10 @@ COLUMNS: dict[str, tuple[str, Callable[[KernelProfile], str]]] = {
         lambda k: f"{k.stalls[0].reason} {k.stalls[0].share:.0%}" if k.stalls else "n/a",
     ),
 }
-
-
-def _mb(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 1e6:,.1f}"
-
-
 # The columns a row summing a profile's launches fills: what adds up across launches.
-SUMMED = {
-    "duration": "duration_ns",
-    "dram_read": "dram_bytes_read",
-    "dram_written": "dram_bytes_written",
-}
+SUMMED = dict(
+    duration="duration_ns", dram_read="dram_bytes_read", dram_written="dram_bytes_written"
+)
 
 
 def total(p: Profile, field_: str) -> float | None:
@@ -1076,25 +823,21 @@ def compare(
     columns: Sequence[str] = ("duration", "dram_read", "l1_load", "l2_hit"),
     minimum_read: Mapping[str, float] | None = None,
 ) -> None:
-    """One row per profiled launch of each entry of `profiles` (label: Profile), the `columns`
-    named (keys of COLUMNS) side by side, under the conditions of the first; a profile of
-    several launches adds a row of their sum (duration and DRAM bytes). With `minimum_read`
-    (label: bytes), a last column of the DRAM bytes read (all launches) over that minimum. In a
-    recorded cell the profiles are kept as data, and a laptop replays this call with them."""
+    """A row per launch of each of `profiles` (label: Profile), their `columns` (COLUMNS' keys)
+    side by side, and a row of the sums of a profile of several; with `minimum_read` (label:
+    bytes), the DRAM bytes read over it. A recorded cell keeps the profiles, for replay."""
     unknown = [c for c in columns if c not in COLUMNS]
     if unknown:
         raise ValueError(f"columns are among {', '.join(COLUMNS)}, not {', '.join(unknown)}")
-    rows = []
+    rows, reads = [], [COLUMNS[c][1] for c in columns]
     for label, p in profiles.items():
         several = len(p.kernels) > 1
         for k in p.kernels:
-            rows.append([f"{label}: {k.kernel}" if several else label])
-            rows[-1] += [COLUMNS[c][1](k) for c in columns]
+            rows.append([f"{label}: {k.kernel}" if several else label] + [r(k) for r in reads])
         if several:
-            summed = KernelProfile(label, 0, None, None, *([None] * 10))
-            summed = dataclasses.replace(summed, **{f: total(p, f) for f in SUMMED.values()})
+            sums = KernelProfile(label, 0, None, None, **{f: total(p, f) for f in SUMMED.values()})
             rows.append([f"{label}: all {len(p.kernels)}"])
-            rows[-1] += [COLUMNS[c][1](summed) if c in SUMMED else "" for c in columns]
+            rows[-1] += [COLUMNS[c][1](sums) if c in SUMMED else "" for c in columns]
         if minimum_read is not None:
             least, read = minimum_read.get(label), total(p, "dram_bytes_read")
             rows[-1].append(_fmt(read / least if least and read else None, "x", 2))
@@ -1102,29 +845,18 @@ def compare(
                 row.append("")
     header = [""] + [COLUMNS[c][0] for c in columns]
     header += ["read / minimum"] if minimum_read is not None else []
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    first = next(iter(profiles.values()), None)
-    if first is not None:
-        print(lines(first)[0])
-    for r in [header, *rows]:
-        cells = [
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ]
-        print("  ".join(cells).rstrip())
+    widths = [max(map(len, column)) for column in zip(header, *rows, strict=True)]
+    if profiles:
+        print(lines(next(iter(profiles.values())))[0])
+    for r in [header, *rows]:  # the labels to the left, the figures to the right
+        print("  ".join([r[0].ljust(widths[0]), *map(str.rjust, r[1:], widths[1:])]).rstrip())
 
 
 def recorded_profiles(key: str, nth: int = 0) -> dict[str, Profile]:
-    """The profiles the recorded cell `key` compared (in the `nth` `compare` it called), rebuilt
-    from the recording that ships with the course: the same figures on every machine, for the
-    exercises that read them (while this run records, the run's own: recorded.entry). Raises
-    RecordingError where none was recorded."""
-    entry = recorded.entry(key)
-    calls = (
-        []
-        if entry is None
-        else [o for o in entry["outputs"] if o.get("call") == "grader.runtime.profile:compare"]
-    )
+    """The profiles the recorded cell `key` compared in its `nth` `compare`, from the recording
+    that ships with the course (the run's own while it records), or RecordingError."""
+    outputs = (recorded.entry(key) or {"outputs": []})["outputs"]
+    calls = [o for o in outputs if o.get("call") == "grader.runtime.profile:compare"]
     if len(calls) <= nth:
         raise recorded.RecordingError(
             f"no recorded profiles under {key} (comparison {nth}): run `make recordings` on a GPU "
@@ -1139,24 +871,21 @@ CANARY_PROBLEM = "grader.runtime.profile:canary_problem"
 
 
 def canary_problem(n: int):
-    """The call the canary profiles: PyTorch's add of x = 0, 1, ..., n - 1 and y = 2x into an
-    output made beforehand (one elementwise kernel: 2*n*4 bytes read, n*4 stored; 3x, for a test
-    to check), on this mode's device. PyTorch's kernel, not a Triton one written here: the
-    runtime ships to students, and a Triton vector add is an exercise's answer."""
+    """The call the canary profiles: PyTorch's add of x = 0, 1, ..., n - 1 and y = 2x (3x, for a
+    test to check) into an output made beforehand, one kernel reading 2*n*4 bytes and storing
+    n*4. PyTorch's, not a Triton kernel: the runtime ships to students, and a Triton vector add is
+    an exercise's answer."""
     import torch
 
-    where = device.current().torch_device
-    x = torch.arange(n, dtype=torch.float32, device=where)
-    y = 2 * x
-    out = torch.empty_like(x)
+    x = torch.arange(n, dtype=torch.float32, device=device.current().torch_device)
+    y, out = 2 * x, torch.empty_like(x)
     return lambda: torch.add(x, y, out=out)
 
 
 @dataclass(frozen=True)
 class CanaryResult:
-    """The canary's verdict: a vector add of `n` float32 elements reads 2*n*4 bytes from DRAM
-    (within CANARY_TOLERANCE) and writes between n*4 less the L2's size and n*4 (the rest may
-    still be dirty in L2 when it ends). `problems` says what was wrong; empty when it passed."""
+    """The canary's verdict: a vector add of `n` float32 reads 2*n*4 bytes from DRAM (within
+    CANARY_TOLERANCE) and writes n*4 less up to the L2's size (what may still be dirty in L2)."""
 
     n: int
     l2_bytes: int
@@ -1169,21 +898,12 @@ class CanaryResult:
     def passed(self) -> bool:
         return not self.problems
 
-    @property
-    def expected_read(self) -> int:
-        return 2 * self.n * 4
-
-    @property
-    def written_range(self) -> tuple[int, int]:
-        return max(0, self.n * 4 - self.l2_bytes), self.n * 4
-
     def __str__(self) -> str:
-        low, high = self.written_range
         head = (
             f"profiler canary, a vector add of {self.n:,} float32: DRAM read "
-            f"{_fmt(self.dram_bytes_read, ' B', 0)} (expected {self.expected_read:,} B within "
+            f"{_fmt(self.dram_bytes_read, ' B', 0)} (expected {2 * self.n * 4:,} B within "
             f"{CANARY_TOLERANCE:.0%}), written {_fmt(self.dram_bytes_written, ' B', 0)} "
-            f"(expected {low:,} to {high:,} B)"
+            f"(expected {max(0, self.n * 4 - self.l2_bytes):,} to {self.n * 4:,} B)"
         )
         if self.passed:
             return head + ": the counters can be believed here."
@@ -1193,15 +913,14 @@ class CanaryResult:
 def judge_canary(
     n: int,
     l2_bytes: int,
-    dram_bytes_read: float | None,
-    dram_bytes_written: float | None,
+    read: float | None,
+    written: float | None,
     profile_: Profile | None = None,
 ) -> CanaryResult:
-    """The canary's verdict on the counters ncu returned for its vector add of `n` float32."""
+    """The canary's verdict on the DRAM bytes ncu counted for its vector add of `n` float32."""
     problems = []
-    expected = 2 * n * 4
-    low, high = max(0, n * 4 - l2_bytes), n * 4
-    for what, value in (("read", dram_bytes_read), ("written", dram_bytes_written)):
+    want, low, high = 2 * n * 4, max(0, n * 4 - l2_bytes), n * 4
+    for what, value in (("read", read), ("written", written)):
         if value is None:
             problems.append(f"no DRAM bytes {what}: the counter was not returned")
         elif math.isnan(value):
@@ -1211,43 +930,37 @@ def judge_canary(
                 f"DRAM bytes {what} is zero: the counters were not read (another profiler "
                 "holding them, or an unsupported GPU and driver)"
             )
-    if dram_bytes_read and not math.isnan(dram_bytes_read):
-        off = dram_bytes_read / expected - 1
-        if abs(dram_bytes_read - expected) > CANARY_TOLERANCE * expected:
-            problems.append(
-                f"DRAM bytes read {dram_bytes_read:,.0f} is {off:+.1%} off 2*N*4 = {expected:,}: "
-                + (
-                    "too many bytes (caches not flushed, or another kernel counted)"
-                    if off > 0
-                    else "too few bytes (inputs found in a cache that was not flushed)"
-                )
-            )
-    if dram_bytes_written and not math.isnan(dram_bytes_written):
-        if dram_bytes_written > high:
-            problems.append(
-                f"DRAM bytes written {dram_bytes_written:,.0f} is more than the N*4 = {high:,} "
-                "the kernel stores: too many bytes (another kernel counted?)"
-            )
-        elif dram_bytes_written < low:
-            problems.append(
-                f"DRAM bytes written {dram_bytes_written:,.0f} is less than N*4 less the L2's "
-                f"size = {low:,}: more stayed in L2 than it holds"
-            )
-    return CanaryResult(n, l2_bytes, dram_bytes_read, dram_bytes_written, tuple(problems), profile_)
+    if read and abs(read - want) > CANARY_TOLERANCE * want:  # NaN is never off
+        off = read / want - 1
+        why = "many bytes (caches not flushed, or another kernel counted)"
+        if off < 0:
+            why = "few bytes (inputs found in a cache that was not flushed)"
+        problems.append(
+            f"DRAM bytes read {read:,.0f} is {off:+.1%} off 2*N*4 = {want:,}: too {why}"
+        )
+    if written and written > high:
+        problems.append(
+            f"DRAM bytes written {written:,.0f} is more than the N*4 = {high:,} the kernel "
+            "stores: too many bytes (another kernel counted?)"
+        )
+    elif written and written < low:
+        problems.append(
+            f"DRAM bytes written {written:,.0f} is less than N*4 less the L2's size = {low:,}: "
+            "more stayed in L2 than it holds"
+        )
+    return CanaryResult(n, l2_bytes, read, written, tuple(problems), profile_)
 
 
-def canary(n: int = 1 << 25, *, ncu: str | os.PathLike | None = None) -> CanaryResult:
-    """Profile a vector add of `n` float32 elements (the default moves 384 MiB, well past any
-    L2) and judge its DRAM counters (`judge_canary`). Raises ProfileError where nothing could be
-    profiled (no GPU, no ncu, no permission), and returns a failed result where ncu returned
-    numbers that cannot be right."""
+def canary(n: int = 1 << 25) -> CanaryResult:
+    """Profile a vector add of `n` float32 (by default 384 MiB, past any L2) and judge its DRAM
+    counters: ProfileError where nothing could be profiled, a failed result for wrong numbers."""
     gpu = _gpu()
     if not gpu.l2_bytes:
         raise ProfileError(
             "no-gpu", "torch does not report this GPU's L2 size (L2_cache_size): update torch"
         )
     try:
-        found = profile(CANARY_PROBLEM, [], params={"n": n}, ncu=ncu)
+        found = profile(CANARY_PROBLEM, [], params={"n": n})
     except ProfileError as exc:
         if exc.reason != "bad-values":
             raise
@@ -1264,15 +977,14 @@ def canary(n: int = 1 << 25, *, ncu: str | os.PathLike | None = None) -> CanaryR
 
 SOURCES_MODULE = "profiled"  # the module the child makes of the sources `each` sends
 CONSTANTS = (bool, int, float, str)  # the values `each` sends by their repr
+_LOADS = ("LOAD_GLOBAL", "LOAD_NAME")  # the instructions that load a global name
 MARKER = "course_profile_marker"  # launched before each call `each` profiles (profile_marker)
 
 
 @dataclass(frozen=True)
 class Call:
-    """One call for `each` to profile: `factory(**params)`, a function defined in the notebook,
-    makes it in the child; the launches of `kernels` it makes are profiled, the first of each
-    (every launch it makes where none is named: PyTorch's own kernels too, by their function
-    names)."""
+    """A call for `each`: `factory(**params)`, a notebook's function, makes it in the child; the
+    first launch of each of `kernels` is profiled (where none is named, every launch)."""
 
     factory: Callable
     kernels: Sequence[str] = ()
@@ -1286,56 +998,36 @@ class Call:
         kernel_filter(self.kernels)  # plain names, or ValueError
 
 
-def of(
-    factory: Callable,
-    *,
-    kernels: Sequence[str],
-    params: Mapping | None = None,
-    **options,
-) -> Profile:
+def of(factory: Callable, *, kernels: Sequence[str], params: Mapping | None = None) -> Profile:
     """Profile the call `factory(**params)` makes (a `Call` by itself: see `each`)."""
-    return each({"": Call(factory, kernels, params or {})}, **options)[""]
+    return each({"": Call(factory, kernels, params or {})})[""]
 
 
 def each(
     calls: Mapping[str, Call],
     *,
-    clock_control: str = CLOCK_CONTROL,
-    top_stalls: int = 3,
-    ncu: str | os.PathLike | None = None,
-    timeout: float = 600,
+    sources: Sequence[str] | None = None,
+    runner: Runner | None = None,
 ) -> dict[str, Profile]:
-    """Profile several calls, {label: Call}, in one child process under one ncu: {label:
-    Profile}, at the cost of one start of Python, torch and ncu (seconds each) for them all.
-    The child gets each factory's source and what it reaches (`sources_for`): the notebook's
-    functions and Triton kernels it names, and theirs, by their source; constants (numbers,
-    text) by value; modules and importable functions by an import. It makes each call in
-    turn, runs it once to compile and tune, then once more between cudaProfilerStart and
-    cudaProfilerStop, just after a launch of MARKER, which tells where the call's own launches
-    begin in what ncu lists."""
+    """Profile several calls, {label: Call}, in one child process under one ncu: {label: Profile}.
+    The child gets what each factory reaches (`sources_for`), or `sources`, defining them by name;
+    a MARKER launched before each call tells where its launches begin. `runner`: see `collect`."""
     if not calls:
         raise ValueError("name at least one call to profile")
     gpu = _gpu()
-    tool = find_ncu(ncu)
     every = any(not c.kernels for c in calls.values())
     named = [] if every else [*dict.fromkeys(k for c in calls.values() for k in c.kernels), MARKER]
-    launches = collect(
-        "",
-        named,
-        major=gpu.major,
-        clock_control=clock_control,
-        top_stalls=top_stalls,
-        ncu=tool,
-        timeout=timeout,
-        sources=list(dict.fromkeys(s for c in calls.values() for s in sources_for(c.factory))),
-        problems=[
-            {"problem": f"{SOURCES_MODULE}:{c.factory.__name__}", "params": dict(c.params)}
-            for c in calls.values()
-        ],
-    )
-    found = {}
-    for (label, call), own in zip(calls.items(), _split(launches, len(calls)), strict=True):
-        firsts = {k: _first(own, k) for k in call.kernels}  # the first launch of each named
+    if sources is None:
+        sources = list(dict.fromkeys(s for c in calls.values() for s in sources_for(c.factory)))
+    problems = [
+        {"problem": f"{SOURCES_MODULE}:{c.factory.__name__}", "params": dict(c.params)}
+        for c in calls.values()
+    ]
+    found = collect("", named, major=gpu.major, sources=sources, problems=problems, runner=runner)
+    profiles = {}
+    for (label, call), own in zip(calls.items(), _split(found, len(calls)), strict=True):
+        # the first launch of each kernel named
+        firsts = {k: next((x for x in own if x.kernel == k), None) for k in call.kernels}
         missing = [k for k, launch in firsts.items() if launch is None]
         kept = list(firsts.values()) if call.kernels else own
         if missing or not kept:
@@ -1346,63 +1038,44 @@ def each(
                 f"{', '.join(missing) or 'a launch'}: the call never launched it, or under "
                 "another name",
             )
-        found[label] = Profile(tuple(kept), _conditions(gpu, tool, clock_control, call.kernels))
-    return found
-
-
-def _first(launches: Sequence[KernelProfile], kernel: str) -> KernelProfile | None:
-    return next((k for k in launches if k.kernel == kernel), None)
+        profiles[label] = Profile(tuple(kept), _conditions(gpu, CLOCK_CONTROL, call.kernels))
+    return profiles
 
 
 def _split(launches: Sequence[KernelProfile], calls: int) -> list[list[KernelProfile]]:
     """The launches of each call: those after each MARKER, in ncu's order."""
     ordered = sorted(launches, key=lambda k: k.launch)
-    if (
-        not ordered
-        or ordered[0].kernel != MARKER
-        or sum(k.kernel == MARKER for k in ordered) != calls
-    ):
+    names = [k.kernel for k in ordered]
+    if names[:1] != [MARKER] or names.count(MARKER) != calls:
         raise ProfileError(
             "bad-output",
             f"ncu's launches do not begin with one {MARKER} per call ({calls} calls): "
-            f"{', '.join(k.kernel for k in ordered[:12])}",
+            f"{', '.join(names[:12])}",
         )
-    split: list[list[KernelProfile]] = []
-    for k in ordered:
-        if k.kernel == MARKER:
-            split.append([])
-        else:
-            split[-1].append(k)
-    return split
+    starts = [i for i, name in enumerate(names) if name == MARKER]
+    return [ordered[a + 1 : b] for a, b in itertools.pairwise([*starts, len(names)])]
 
 
 def _global_names(code: types.CodeType) -> list[str]:
     """The global names `code` and the code nested in it (lambdas, comprehensions) load."""
-    names = [
-        i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
-    ]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names += _global_names(const)
-    return list(dict.fromkeys(names))
+    names = [i.argval for i in dis.get_instructions(code) if i.opname in _LOADS]
+    nested = [n for c in code.co_consts if isinstance(c, types.CodeType) for n in _global_names(c)]
+    return list(dict.fromkeys(names + nested))
 
 
 def sources_for(factory: Callable) -> list[str]:
-    """What the child needs to run `factory`: an import for each module and importable
-    function it reaches, an assignment for each constant, and the source of each function and
-    Triton kernel of the factory's own module (the notebook) it reaches, callees first. Names
-    it reaches that are none of these (a tensor, a dict) are not sent: the child fails if it
-    uses one."""
-    from grader.runtime.integrity import source_of
-    from grader.runtime.precision import python_function as _function
+    """What the child needs to run `factory`: an import for each module and importable function
+    it reaches, an assignment for each constant, and the source of each function and Triton
+    kernel of its own module (the notebook) it reaches, callees first; nothing else (a tensor)."""
+    from grader.runtime.precision import python_function, source
 
-    home = getattr(_function(factory), "__module__", None)
+    home = getattr(python_function(factory), "__module__", None)
     lines: dict[str, str] = {}
     bodies: list[str] = []
     visiting: set[int] = set()
 
     def visit(obj) -> None:
-        fn = _function(obj)
+        fn = python_function(obj)
         if fn is None or id(fn) in visiting:
             return
         visiting.add(id(fn))
@@ -1410,17 +1083,17 @@ def sources_for(factory: Callable) -> list[str]:
             if name in lines or name not in fn.__globals__:
                 continue  # sent already, or a builtin
             value = fn.__globals__[name]
+            reached = python_function(value)
             if isinstance(value, types.ModuleType):
                 lines[name] = f"import {value.__name__} as {name}\n"
             elif isinstance(value, CONSTANTS):
                 lines[name] = f"{name} = {value!r}\n"
-            elif _function(value) is not None and _function(value).__module__ == home:
+            elif reached is not None and reached.__module__ == home:
                 lines[name] = ""
                 visit(value)
-            elif _function(value) is not None:
-                module = _function(value).__module__
-                lines[name] = f"from {module} import {_function(value).__name__} as {name}\n"
-        bodies.append(source_of(obj))
+            elif reached is not None:
+                lines[name] = f"from {reached.__module__} import {reached.__name__} as {name}\n"
+        bodies.append(source(obj))
 
     visit(factory)
     return [line for line in lines.values() if line] + bodies
@@ -1430,19 +1103,17 @@ def sources_for(factory: Callable) -> list[str]:
 
 
 def _child(spec_path: str) -> int:
-    """Under ncu: for each problem in turn, make its call, run it once to compile and tune, then
-    once more between cudaProfilerStart and cudaProfilerStop, the launches ncu profiles; with
-    markers, a MARKER launched first inside that range."""
+    """Under ncu: make each problem's call, run it once to compile and tune, then once more (after
+    a MARKER, with markers) between cudaProfilerStart and cudaProfilerStop, the range profiled."""
     spec = json.loads(Path(spec_path).read_text())
     device.setup(device.GPU)
-    import importlib
-
     import torch
 
     if spec.get("sources"):
         from grader.runtime import integrity
 
-        integrity.load_sources(spec["sources"], Path(spec_path).parent, SOURCES_MODULE)
+        # a folder of the child's own: the spec's may be the grader's, which it only reads
+        integrity.load_sources(spec["sources"], Path(tempfile.mkdtemp()), SOURCES_MODULE)
     mark = None
     if spec.get("markers"):
         from grader.runtime.profile_marker import Marker

@@ -4,15 +4,13 @@ On a GPU, with COURSE_RECORD naming a folder (`make recordings` sets it), each m
 keeps what it showed as data: `with recorded.cell("NN_topic/name"):` around the cell's GPU
 branch captures its printed lines, and the figures it drew through a `replayable` function
 (grader.runtime.plots, roofline.show, the autotuning explorer) as that function's arguments; a
-speed cell (perf.grade, integrity.grade) keeps its lines and verdicts under a key made from its
-own source. `python -m grader recordings` collects them into one JSON file per notebook in
-RECORDINGS (grader/runtime/recordings/), with the device, the driver, CUDA, torch and Triton
-versions and the date; those files ship with the course.
+speed cell (perf.grade) keeps its lines and verdicts under a key made from its own source.
+`python -m grader recordings` collects them into one JSON file per notebook in RECORDINGS, with
+the device, the driver, CUDA, torch and Triton versions and the date; those files ship with the
+course. Where the cell cannot time (the interpreter), `recorded.show(key)` prints the recording's
+label and replays it: the same lines, the same plots drawn from the recorded data.
 
-Where the cell cannot time (the interpreter), `recorded.show(key)` prints the recording's label
-and replays it: the same lines, the same plots drawn from the recorded data. Where none was
-recorded, it says so. While nbgrader grades (NBGRADER_EXECUTION=autograde), a figure (drawn by a
-`replayable` function, the course's only way to draw one) is named, not drawn: it grades
+While nbgrader grades (NBGRADER_EXECUTION=autograde), a figure is named, not drawn: it grades
 nothing, and drawing cost up to a second of each graded student's CPU. Nothing here is ever
 parsed back from text."""
 
@@ -28,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 
 from grader.runtime import device
@@ -60,8 +58,7 @@ class RecordingError(RuntimeError):
 class _Cell:
     """What one cell showed while recorded: its outputs in order, as data."""
 
-    def __init__(self, key: str, stdout):
-        self.key = key
+    def __init__(self, stdout):
         self.outputs: list[dict] = []
         self.text: list[str] = []
         self.stdout = stdout
@@ -72,10 +69,7 @@ class _Cell:
             self.text.append(text)
         return self.stdout.write(text)
 
-    def flush(self) -> None:
-        self.stdout.flush()
-
-    def __getattr__(self, name):  # isatty, encoding, ... as the real stream's
+    def __getattr__(self, name):  # flush, isatty, encoding, ... as the real stream's
         return getattr(self.stdout, name)
 
     def flush_text(self) -> None:
@@ -96,15 +90,13 @@ def recording() -> bool:
     return bool(os.environ.get(RECORD_ENV))
 
 
-@contextmanager
-def cell(key: str) -> Iterator[None]:
+def cell(key: str) -> AbstractContextManager[None]:
     """Around a measurement cell's GPU branch: when recording, keep what it prints and draws
     under `key` ("NN_topic/name", unique in the course). A branch that raises keeps nothing."""
     notebook, _, name = key.partition("/")
     if not (notebook and name):
         raise ValueError(f"a recorded cell's key is 'NN_topic/name', not {key!r}")
-    with _capture(key, notebook):
-        yield
+    return _capture(key, notebook)
 
 
 @contextmanager
@@ -113,7 +105,7 @@ def _capture(key: str, notebook: str, **extra) -> Iterator[None]:
     if not recording() or _active is not None:
         yield
         return
-    record = _Cell(key, sys.stdout)
+    record = _Cell(sys.stdout)
     _active, sys.stdout = record, record
     try:
         yield
@@ -123,16 +115,13 @@ def _capture(key: str, notebook: str, **extra) -> Iterator[None]:
     write({"notebook": notebook, "key": key, "outputs": record.outputs, **extra})
 
 
-@contextmanager
-def speed_cell() -> Iterator[None]:
+def speed_cell() -> AbstractContextManager[None]:
     """Around a speed cell's grading, on a GPU: when recording, keep what it prints and its
     verdicts under the key of the cell's source (`speed_key`)."""
     source = cell_source()
     if source is None:
-        yield
-        return
-    with _capture(speed_key(source), Path.cwd().name, source=source):
-        yield
+        return nullcontext()
+    return _capture(speed_key(source), Path.cwd().name, source=source)
 
 
 def note_verdict(verdict: dict) -> None:
@@ -157,16 +146,10 @@ def environment() -> dict:
         "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d"),
     }
-    try:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    with suppress(OSError, IndexError, subprocess.TimeoutExpired):
+        smi = subprocess.run(query, capture_output=True, text=True, timeout=30)
         found["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else None
-    except (OSError, IndexError, subprocess.TimeoutExpired):
-        pass
     return found
 
 
@@ -281,11 +264,8 @@ def load(notebook: str) -> dict | None:
 def find(key: str) -> tuple[dict, dict] | None:
     """(the notebook's recording, the cell's entry) for `key`, or None."""
     notebook = key.partition("/")[0] if "/" in key else None
-    paths = [folder() / f"{notebook}.json"] if notebook else sorted(folder().glob("*.json"))
-    for path in paths:
-        if not path.exists():
-            continue
-        recording_ = json.loads(path.read_text())
+    notebooks = [notebook] if notebook else sorted(p.stem for p in folder().glob("*.json"))
+    for recording_ in filter(None, map(load, notebooks)):
         if key in recording_.get("cells", {}):
             return recording_, recording_["cells"][key]
     return None
@@ -305,14 +285,11 @@ def entry(key: str) -> dict | None:
     return None if found is None else found[1]
 
 
-def label(environment_: dict) -> str:
+def label(e: dict) -> str:
     """The line a recorded measurement is shown under: where, when and with what it was taken."""
-    e = environment_
     where = e["device"] + (f" ({e['capability']})" if e.get("capability") else "")
     extra = ", ".join(
-        f"{name} {e[field]}"
-        for name, field in (("driver", "driver"), ("CUDA", "cuda"))
-        if e.get(field)
+        f"{n} {e[k]}" for n, k in (("driver", "driver"), ("CUDA", "cuda")) if e.get(k)
     )
     return (
         f"Recorded on {where}, {e['date']}, torch {e['torch']}, Triton {e['triton']}"
@@ -325,17 +302,11 @@ def show(key: str) -> bool:
     """Show the recorded GPU measurement of the cell `key`: its label, then what the cell showed
     on the GPU (lines printed again, figures drawn again from their data). Says so plainly where
     none was recorded. Returns whether one was shown."""
-    found = find(key)
-    if found is None:
-        print(
-            f"No GPU recording of this cell ({key}) ships with this copy of the course; run it "
-            "on a GPU to see the measurement."
-        )
-        return False
-    recording_, entry = found
-    print(label(recording_["environment"]))
-    replay(entry["outputs"], recording_["environment"])
-    return True
+    missing = (
+        f"No GPU recording of this cell ({key}) ships with this copy of the course; run it on a "
+        "GPU to see the measurement."
+    )
+    return _show(find(key), missing)
 
 
 def show_speed() -> bool:
@@ -343,16 +314,21 @@ def show_speed() -> bool:
     the course recorded it."""
     source = cell_source()
     found = None if source is None else find(speed_key(source))
+    missing = "No GPU recording of this speed cell ships with this copy of the course."
+    return _show(found, missing, " What the reference scored there:")
+
+
+def _show(found: tuple[dict, dict] | None, missing: str, after_label: str = "") -> bool:
     if found is None:
-        print("No GPU recording of this speed cell ships with this copy of the course.")
+        print(missing)
         return False
-    recording_, entry = found
-    print(label(recording_["environment"]) + " What the reference scored there:")
-    replay(entry["outputs"], recording_["environment"])
+    recording_, entry_ = found
+    print(label(recording_["environment"]) + after_label)
+    replay(entry_["outputs"], recording_["environment"])
     return True
 
 
-def replay(outputs: list[dict], environment_: dict) -> None:
+def replay(outputs: list[dict], env: dict) -> None:
     """Print each recorded text again and draw each recorded figure again."""
     for output in outputs:
         if "text" in output:
@@ -362,17 +338,14 @@ def replay(outputs: list[dict], environment_: dict) -> None:
             fn = getattr(importlib.import_module(module), name)
             kwargs = rebuilt(output["kwargs"])
             if isinstance(kwargs.get("title"), str):
-                kwargs["title"] += (
-                    f"\n(recorded on {environment_['device']}, {environment_['date']})"
-                )
+                kwargs["title"] += f"\n(recorded on {env['device']}, {env['date']})"
             fn(*rebuilt(output["args"]), **kwargs)
         elif "verdict" in output:
-            from grader.runtime import perf
+            from grader.runtime.published import Verdict
 
             v = output["verdict"]
-            verdict = perf.Verdict(
-                v["comparison"], v["measured"], v["needed"], v["unit"], tuple(v["flags"])
-            )
+            verdict = Verdict(v["comparison"], v["measured"], v["needed"], v["unit"],
+                              tuple(v["flags"]), v.get("at_most", False))  # fmt: skip
             mark = "FLAGGED" if verdict.flags else "ok" if verdict.passed else "TOO SLOW"
             print(f"{verdict.line()} {mark}")
     sys.stdout.flush()

@@ -15,10 +15,8 @@ from grader.runtime import device, roofline
 
 def path() -> Path:
     """$COURSE_RESULTS, else build/results.json in the course's checkout."""
-    explicit = os.environ.get("COURSE_RESULTS")
-    if explicit:
-        return Path(explicit)
-    return Path(__file__).resolve().parents[2] / "build" / "results.json"
+    default = Path(__file__).resolve().parents[2] / "build" / "results.json"
+    return Path(os.environ.get("COURSE_RESULTS") or default)
 
 
 @dataclass(frozen=True)
@@ -61,16 +59,9 @@ def record(
     dev = device.current()
     if not dev.is_gpu:
         raise RuntimeError("only GPU timings are recorded: interpreter times mean nothing")
-    entry = Entry(
-        notebook,
-        kernel,
-        dev.name,
-        precision,
-        float(flops),
-        float(bytes_moved),
-        float(seconds),
-        time.strftime("%Y-%m-%d %H:%M:%S"),
-    )
+    numbers = map(float, (flops, bytes_moved, seconds))
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    entry = Entry(notebook, kernel, dev.name, precision, *numbers, when)
     kept = [e for e in load() if (e.notebook, e.kernel, e.device) != (notebook, kernel, dev.name)]
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -7,14 +7,6 @@ from dataclasses import dataclass, field
 
 from grader.runtime import recorded, timing
 
-# NVIDIA H100 SXM5 datasheet (NVIDIA H100 Tensor Core GPU datasheet, 2023): dense rates, without
-# sparsity. Shown only where nothing can be measured, and labelled as a datasheet.
-H100_SXM_DATASHEET = {
-    "bandwidth": 3.35e12,
-    "flops": {"fp16": 989e12, "bf16": 989e12, "tf32": 494e12, "fp32": 67e12},
-    "source": "NVIDIA H100 SXM datasheet (dense rates), not measured",
-}
-
 
 @dataclass(frozen=True)
 class Ceilings:
@@ -44,8 +36,13 @@ class Ceilings:
 
 
 def datasheet_h100() -> Ceilings:
-    d = H100_SXM_DATASHEET
-    return Ceilings(d["bandwidth"], dict(d["flops"]), d["source"])
+    """NVIDIA H100 SXM5 (NVIDIA H100 Tensor Core GPU datasheet, 2023): dense rates, without
+    sparsity. Shown only where nothing can be measured, and labelled as a datasheet."""
+    return Ceilings(
+        3.35e12,
+        {"fp16": 989e12, "bf16": 989e12, "tf32": 494e12, "fp32": 67e12},
+        "NVIDIA H100 SXM datasheet (dense rates), not measured",
+    )
 
 
 def intensity(flops: float, bytes_moved: float) -> float:
@@ -89,19 +86,14 @@ def measure_ceilings(
     bandwidth = timing.bench(perf.copy_baseline(copy_bytes)).per_second(copy_bytes)
 
     flops = {}
-    dtypes = {
-        "fp16": torch.float16,
-        "bf16": torch.bfloat16,
-        "tf32": torch.float32,
-        "fp32": torch.float32,
-    }
+    low = {"fp16": torch.float16, "bf16": torch.bfloat16}  # tf32 and fp32 multiply float32
     previous = torch.backends.cuda.matmul.allow_tf32
     try:
         for p in precisions:
             torch.backends.cuda.matmul.allow_tf32 = p == "tf32"
             n = matmul_n if p != "fp32" else matmul_n // 2  # plain fp32 is ~15x slower
-            a = torch.randn(n, n, device="cuda", dtype=dtypes[p])
-            b = torch.randn(n, n, device="cuda", dtype=dtypes[p])
+            dtype = low.get(p, torch.float32)
+            a, b = (torch.randn(n, n, device="cuda", dtype=dtype) for _ in range(2))
             flops[p] = timing.bench(lambda a=a, b=b: a @ b).per_second(2 * n**3)
             del a, b
     finally:
@@ -145,19 +137,14 @@ def plot(
     hi = max([4 * ceilings.ridge(precision), *[p.intensity * 2 for p in points]])
     x = np.geomspace(lo, hi, 200)
     for name, peak in sorted(ceilings.flops.items(), key=lambda kv: -kv[1]):
-        y = np.minimum(peak, x * ceilings.bandwidth)
-        width = 2.0 if name == precision else 1.0
-        ax.plot(
-            x,
-            y / 1e12,
-            lw=width,
-            alpha=1.0 if name == precision else 0.45,
-            label=f"{name} peak {peak / 1e12:.0f} TFLOP/s",
-        )
-    ax.axvline(ceilings.ridge(precision), color="gray", ls=":", lw=1)
+        y = np.minimum(peak, x * ceilings.bandwidth) / 1e12
+        lw, alpha = (2.0, 1.0) if name == precision else (1.0, 0.45)
+        ax.plot(x, y, lw=lw, alpha=alpha, label=f"{name} peak {peak / 1e12:.0f} TFLOP/s")
+    ridge = ceilings.ridge(precision)
+    ax.axvline(ridge, color="gray", ls=":", lw=1)
     ax.annotate(
-        f"ridge {ceilings.ridge(precision):.0f} FLOP/B",
-        (ceilings.ridge(precision), ceilings.flops[precision] / 1e12 / 8),
+        f"ridge {ridge:.0f} FLOP/B",
+        (ridge, ceilings.flops[precision] / 1e12 / 8),
         rotation=90,
         va="bottom",
         ha="right",
@@ -184,14 +171,8 @@ def plot(
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title or f"Roofline: {ceilings.source}")
-    ax.text(
-        0.99,
-        0.02,
-        f"memory {ceilings.bandwidth / 1e12:.2f} TB/s",
-        transform=ax.transAxes,
-        ha="right",
-        fontsize=8,
-    )
+    memory = f"memory {ceilings.bandwidth / 1e12:.2f} TB/s"
+    ax.text(0.99, 0.02, memory, transform=ax.transAxes, ha="right", fontsize=8)
     ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.06))
     ax.grid(True, which="both", alpha=0.2)
     return ax

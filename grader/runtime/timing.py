@@ -1,13 +1,7 @@
 """The course's one way to time GPU work: the protocol of triton.testing.do_bench (warm-up, L2
 flushed before every call, CUDA events), repeated in rounds until the median stops moving;
-reports median and spread.
-
-Every round ends with an independent clock: a batch of calls, the whole device synchronized
-before and after it, timed by the CUDA events and by the host's monotonic clock. The events see
-only the current stream; the host clock, waiting for the whole device, also sees work on another
-stream or thread. `clock_disagreement` flags a timing whose two clocks differ on those batches by
-more than CLOCK_TOLERANCE, and `replaced` names the timers (and the runtime's own timing
-functions) that code has swapped out since this module was imported."""
+reports median and spread. (At grading the student's call is timed by the judge from the GPU's
+own activity log, grader.grading.activity: this module times the notebook's own runs.)"""
 
 from __future__ import annotations
 
@@ -22,22 +16,11 @@ import torch
 
 from grader.runtime import device
 
-# The host clock as it was when this module was imported, before any notebook or submitted code
-# ran: a later `time.perf_counter_ns = ...` does not reach it.
-_host_ns = time.perf_counter_ns
-_sync = torch.cuda.synchronize
 randbelow = random.SystemRandom().randrange  # the OS's randomness, not `random`'s state
-
-# On a round's synchronized batch of up to CLOCK_CALLS calls, the events may differ from the host
-# clock by this fraction of it, plus CLOCK_SLACK_MS for the submission of the first event and the
-# wake-up from the synchronization (up to about 0.2 ms on the course's H100 machines).
-CLOCK_TOLERANCE = 0.10
-CLOCK_SLACK_MS = 0.5
-CLOCK_CALLS = 20
 CHECKED_CALLS = 3  # timed calls a round, drawn at random, whose output `check` examines
 FLUSH_BYTES = 256 * 1024 * 1024  # as do_bench: more than any current GPU's L2 cache
 
-Sampler = Callable[[Callable[[], object], int, int], "Round | list[float]"]
+Sampler = Callable[[Callable[[], object], int, int], "list[float]"]
 
 
 class TimingUnavailable(RuntimeError):
@@ -45,23 +28,12 @@ class TimingUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Round:
-    """One round of timed calls: milliseconds per call by the timer, and its synchronized batch
-    as (timer ms, host clock ms, calls)."""
-
-    samples: tuple[float, ...]
-    clock: tuple[tuple[float, float, int], ...] = ()
-
-
-@dataclass(frozen=True)
 class Timing:
-    """Milliseconds per call: the median of the pooled samples and their interquartile spread.
-    `clock` pools the rounds' synchronized batches; empty when the sampler gave no host clock."""
+    """Milliseconds per call: the median of the pooled samples and their interquartile spread."""
 
     samples: tuple[float, ...]
     rounds: int
     stable: bool
-    clock: tuple[tuple[float, float, int], ...] = ()
 
     @property
     def median_ms(self) -> float:
@@ -81,10 +53,7 @@ class Timing:
 
     def pooled(self, other: Timing) -> Timing:
         return Timing(
-            self.samples + other.samples,
-            self.rounds + other.rounds,
-            self.stable and other.stable,
-            self.clock + other.clock,
+            self.samples + other.samples, self.rounds + other.rounds, self.stable and other.stable
         )
 
     def __str__(self) -> str:
@@ -93,63 +62,6 @@ class Timing:
             f"{self.median_ms * 1e3:.1f} us (median of {len(self.samples)}, "
             f"spread {self.spread:.1%}{note})"
         )
-
-
-def clock_disagreement(t: Timing, tolerance: float = CLOCK_TOLERANCE) -> str | None:
-    """Why `t`'s timer cannot be trusted, or None: over the synchronized batches, the timer's
-    total differs from the host clock's by more than `tolerance` of it (plus CLOCK_SLACK_MS a
-    batch)."""
-    if not t.clock:
-        return None
-    timer = sum(c[0] for c in t.clock)
-    host = sum(c[1] for c in t.clock)
-    calls = sum(c[2] for c in t.clock)
-    if abs(timer - host) <= tolerance * host + CLOCK_SLACK_MS * len(t.clock):
-        return None
-    return (
-        f"the timer measured {timer:.2f} ms over {calls} calls, the host clock {host:.2f} ms "
-        f"over the same calls with the whole device synchronized (more than {tolerance:.0%} "
-        "apart): is work launched on another stream or thread, or is a timer patched?"
-    )
-
-
-# -- timers that code may not replace --------------------------------------------------------------
-
-_watched: dict[tuple[int, str], tuple[object, str, object]] = {}
-
-
-def watch(owner: object, names: list[str], label: str) -> None:
-    """Remember `owner.<name>` for each name now, so that `replaced` notices a swap later."""
-    for name in names:
-        _watched[(id(owner), name)] = (owner, f"{label}.{name}", getattr(owner, name))
-
-
-def replaced() -> list[str]:
-    """The watched timers and timing functions that are no longer the ones first seen."""
-    return [
-        label
-        for owner, label, original in _watched.values()
-        if getattr(owner, label.rpartition(".")[2], None) is not original
-    ]
-
-
-def _watch_own() -> None:
-    import sys
-
-    watch(time, ["perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time"], "time")
-    watch(torch.cuda, ["synchronize", "Event", "current_stream"], "torch.cuda")
-    watch(torch.cuda.Event, ["record", "elapsed_time", "synchronize"], "torch.cuda.Event")
-    own = sys.modules[__name__]
-    names = ["bench", "measure_until_stable", "device_sampler", "clock_disagreement", "replaced"]
-    watch(own, names, "grader.runtime.timing")
-    try:
-        import triton.testing
-    except ImportError:  # pragma: no cover (triton is a dependency)
-        return
-    watch(triton.testing, ["do_bench"], "triton.testing")
-
-
-# -- samplers ----------------------------------------------------------------------------------
 
 
 def _checked_calls(n: int) -> set[int]:
@@ -164,12 +76,11 @@ def device_sampler(
     *,
     before: Callable[[], None] | None = None,
     check: Callable[[], None] | None = None,
-) -> Round:
-    """One round by do_bench's protocol, then a batch of up to CLOCK_CALLS calls under both
-    clocks, the whole device synchronized before and after it. `before()` runs before every
+) -> list[float]:
+    """One round by do_bench's protocol: milliseconds per call. `before()` runs before every
     timed call, outside the timed region (it changes the inputs); `check()` runs after the last
     timed call and a few drawn at random, the whole device synchronized first."""
-    sync = _sync  # the one seen at import
+    sync = torch.cuda.synchronize
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
     def prepare():
@@ -204,16 +115,7 @@ def device_sampler(
             sync()
             check()
     sync()
-    samples = tuple(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
-    calls = max(1, min(n, CLOCK_CALLS))
-    host_start = _host_ns()
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    sync()
-    host_ms = (_host_ns() - host_start) / 1e6
-    return Round(samples, ((start.elapsed_time(end), host_ms, calls),))
+    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
 def cpu_sampler(
@@ -223,7 +125,7 @@ def cpu_sampler(
     *,
     before: Callable[[], None] | None = None,
     check: Callable[[], None] | None = None,
-) -> Round:
+) -> list[float]:
     """A wall clock for the grader's own tests on machines without a GPU: one warm-up call, then
     three timed ones, with `before` and `check` as in device_sampler. What it measures is CPU
     time, never a GPU speed."""
@@ -232,7 +134,6 @@ def cpu_sampler(
     fn()
     samples = []
     checked = _checked_calls(3) if check is not None else set()
-    host_start = _host_ns()
     for i in range(3):
         if before is not None:
             before()
@@ -241,8 +142,7 @@ def cpu_sampler(
         samples.append((time.perf_counter() - start) * 1e3)
         if i in checked:
             check()
-    host_ms = (_host_ns() - host_start) / 1e6
-    return Round(tuple(samples), ((host_ms, host_ms, 3),))
+    return samples
 
 
 def measure_until_stable(
@@ -257,16 +157,12 @@ def measure_until_stable(
     """Take rounds of samples until two successive round medians agree within `tolerance`.
 
     The result pools the last two rounds; earlier rounds (clocks ramping, caches cold) are dropped.
-    A sampler returns a Round, or a bare list of samples (no independent clock: tests' fakes).
     """
     if max_rounds < 2:
         raise ValueError("max_rounds must be at least 2: stability compares two rounds")
 
     def sample() -> Timing:
-        got = sampler(fn, warmup_ms, rep_ms)
-        if isinstance(got, Round):
-            return Timing(got.samples, 1, True, got.clock)
-        return Timing(tuple(got), 1, True)
+        return Timing(tuple(sampler(fn, warmup_ms, rep_ms)), 1, True)
 
     previous = sample()
     for rounds in range(2, max_rounds + 1):
@@ -275,7 +171,7 @@ def measure_until_stable(
         stable = abs(now - before) <= tolerance * before
         if stable or rounds == max_rounds:
             both = previous.pooled(latest)
-            return Timing(both.samples, rounds, stable, both.clock)
+            return Timing(both.samples, rounds, stable)
         previous = latest
     raise AssertionError("unreachable")
 
@@ -315,9 +211,6 @@ def bench(
     )
 
 
-_watch_own()
-
-
 # -- host time per call ------------------------------------------------------------------------
 
 
@@ -342,14 +235,14 @@ def host_time(fn: Callable[[], object], *, calls: int = 100, batches: int = 5) -
     measured again with twice the busy work. The calls' own GPU work runs after the batch. Few,
     long products keep the launch queue short, so that no launch waits for a free slot either."""
     require_gpu("Measuring host time per call")
-    sync = _sync
+    sync, clock = torch.cuda.synchronize, time.perf_counter_ns
     fn()
     sync()
-    start = _host_ns()
+    start = clock()
     for _ in range(calls):
         fn()
     sync()
-    estimate_ns = (_host_ns() - start) / calls  # an upper bound: host and GPU time together
+    estimate_ns = (clock() - start) / calls  # an upper bound: host and GPU time together
     busy = torch.randn(4096, 4096, device="cuda")
     busy_out = torch.empty_like(busy)
     ticks = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -372,10 +265,10 @@ def host_time(fn: Callable[[], object], *, calls: int = 100, batches: int = 5) -
             torch.mm(busy, busy, out=busy_out)
         queued = torch.cuda.Event()
         queued.record()
-        start = _host_ns()
+        start = clock()
         for _ in range(calls):
             fn()
-        elapsed_ns = _host_ns() - start
+        elapsed_ns = clock() - start
         pending = not queued.query()
         sync()
         if pending:

@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import inspect
+import math
 import sys
-import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
 
-from grader.runtime import checks, handin, integrity
+from grader.runtime import checks, handin, integrity, precision
 
 INT32_MAX = 2**31 - 1
 
@@ -185,14 +183,6 @@ class AuditFailed(AssertionError):
     """At least one case of an audit failed; the message is the audit's table."""
 
 
-def _fmt_error(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2e}"
-
-
-def _fmt_index(ix: tuple[int, ...] | None) -> str:
-    return "-" if ix is None else "[" + ", ".join(str(i) for i in ix) + "]"
-
-
 @dataclass
 class Report:
     """Every case's result, and the offset review if one was made."""
@@ -218,15 +208,9 @@ class Report:
         rows = [("case", "verdict", "max abs err", "first mismatch", "message")]
         for r in self.results:
             message = r.message if len(r.message) <= width else r.message[: width - 3] + "..."
-            rows.append(
-                (
-                    r.case,
-                    "pass" if r.passed else "FAIL",
-                    _fmt_error(r.max_abs_error),
-                    _fmt_index(r.first_mismatch),
-                    message,
-                )
-            )
+            error = "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}"
+            index = "-" if r.first_mismatch is None else str(list(r.first_mismatch))
+            rows.append((r.case, "pass" if r.passed else "FAIL", error, index, message))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = [head] + [
             "  ".join([*(f"{c:{w}}" for c, w in zip(row[:4], widths, strict=True)), row[4]])
@@ -257,13 +241,19 @@ class Report:
 _ALLOCATORS = {"empty", "empty_like", "new_empty", "empty_strided"}
 
 
-class PoisonAllocations(TorchFunctionMode):
+class PoisonAllocations(integrity.WatchMode):
     """While active, every tensor made by torch.empty / empty_like / empty_strided /
     Tensor.new_empty is filled with the grader's NaN poison, so that a kernel which reads memory
     it never wrote sees NaN rather than whatever (often zeros) the allocator handed out."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
+    def remote(self, codec) -> dict:
+        return {"kind": "poison"}
+
+    def absorb(self, report: dict, context) -> None:
+        pass
+
+    def watch(self, func, args, kwargs):
+        result = func(*args, **kwargs)
         if getattr(func, "__name__", "") in _ALLOCATORS and isinstance(result, torch.Tensor):
             if result.numel():
                 poison = checks.poisoned(result.shape, result.dtype, where=result.device.type)
@@ -272,8 +262,7 @@ class PoisonAllocations(TorchFunctionMode):
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
+    first = next(iter(str(exc).strip().splitlines()), "")
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
@@ -354,11 +343,8 @@ def _run_case(candidate, reference, case: Case, forbid, poison: bool, seed: int 
         saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         watch = integrity.ReferenceWatch(forbid)
         try:
-            with ExitStack() as stack:
-                stack.enter_context(watch)
-                stack.enter_context(np.errstate(all="ignore"))  # NaN found here is reported below
-                if poison:
-                    stack.enter_context(PoisonAllocations())
+            # NaN the candidate makes is reported below, not warned about by NumPy
+            with watch, np.errstate(all="ignore"), PoisonAllocations() if poison else nullcontext():
                 out = checks.call_graded(candidate, *args, **case.kwargs)
             if isinstance(out, torch.Tensor) and out.is_cuda:
                 torch.cuda.synchronize()
@@ -367,8 +353,7 @@ def _run_case(candidate, reference, case: Case, forbid, poison: bool, seed: int 
             details.append(f"{tag}: {exc}")
             break
         if watch.calls:
-            called = ", ".join(sorted(set(watch.calls)))
-            notes.setdefault("calls", f"called {called}")
+            notes.setdefault("calls", f"called {', '.join(sorted(set(watch.calls)))}")
         if not isinstance(out, torch.Tensor):
             notes.setdefault("type", f"returned {type(out).__name__}, not a tensor")
             break
@@ -521,17 +506,6 @@ class OffsetReview:
         return "\n".join(lines)
 
 
-def python_function(kernel):
-    fn = kernel
-    for _ in range(4):  # Autotuner -> JITFunction -> function
-        if inspect.isfunction(fn):
-            return fn
-        fn = getattr(fn, "fn", fn)
-    if not inspect.isfunction(fn):
-        raise TypeError(f"cannot find the Python function behind {kernel!r}")
-    return fn
-
-
 def _names(node) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
@@ -559,8 +533,7 @@ def offset_review(kernel, shapes: Iterable[Sequence[int]] = (), *, limit: int = 
     one head and are not listed. It is a review aid, not a proof: offsets formed another way are
     not seen. The review fails when something is listed and a shape's largest offset does not fit.
     """
-    fn = python_function(kernel)
-    source = textwrap.dedent(inspect.getsource(fn))
+    source = precision.source(kernel)
     lines = source.splitlines()
     func = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
     params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
@@ -613,17 +586,13 @@ def offset_review(kernel, shapes: Iterable[Sequence[int]] = (), *, limit: int = 
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
             left, right = node.left, node.right
             if (scalar_pid(left) and sized(right)) or (scalar_pid(right) and sized(left)):
-                line = fn.__code__.co_firstlineno + node.lineno - 1
+                line = precision.first_line(kernel) + node.lineno - 1
                 code = lines[node.lineno - 1].strip()
                 findings.setdefault(line, OffsetFinding(line, code, ast.unparse(node)))
-    sizes = []
-    for shape in shapes:
-        numel = 1
-        for s in shape:
-            numel *= int(s)
-        sizes.append((tuple(int(s) for s in shape), numel - 1))
+    shapes = [tuple(int(s) for s in shape) for shape in shapes]
+    sizes = tuple((shape, math.prod(shape) - 1) for shape in shapes)
     return OffsetReview(
-        fn.__name__, tuple(sorted(findings.values(), key=lambda f: f.line)), tuple(sizes), limit
+        func.name, tuple(sorted(findings.values(), key=lambda f: f.line)), sizes, limit
     )
 
 

@@ -1,0 +1,232 @@
+"""Where each cell of a notebook runs at grading, decided from the notebook and its source alone,
+before anything runs.
+
+- An answer cell (nbgrader's solution cells) runs in the student's kernel alone.
+- A test cell (a graded cell that is no answer) runs in the judge alone (grader.grading.judge):
+  the student's process never sees its source, hidden tests, expected values or verdict.
+- A given cell (any other code cell, whatever the student did to it) runs in the student's
+  kernel; and in the judge too where a later judge cell reads a name it binds (`needed`), so that
+  references, inputs, tolerances and checking helpers are the release's code.
+
+In the judge, the names the answer cells of the source notebook (the authors' answers) bind are
+the student's, served by the student's kernel as the judge runs (`served`); so is a given Triton
+kernel that calls one of them (09's `tile_order_kernel` calls the student's `tile_coords`), which
+the judge cannot compile. Nothing else the student binds is asked for, and a given name the
+student rebinds stays the release's in the judge."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import symtable
+import textwrap
+from dataclasses import dataclass
+
+STUDENT, JUDGE, BOTH, NONE = "student", "judge", "both", "none"
+JIT_DECORATORS = ("jit", "autotune", "heuristics")
+
+
+def python(source: str) -> str:
+    """Cell source as Python: IPython magics and shell escapes commented out."""
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
+    )
+
+
+def kind(cell) -> str:
+    """ "answer", "test", "given" or "markdown"."""
+    if cell.get("cell_type") != "code":
+        return "markdown"
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    meta = meta if isinstance(meta, dict) else {}
+    if meta.get("solution"):
+        return "answer"
+    if meta.get("grade"):
+        return "test"
+    return "given"
+
+
+@dataclass(frozen=True)
+class Names:
+    """What one cell binds at its top level and which globals it reads (its functions' included)."""
+
+    binds: frozenset[str]
+    reads: frozenset[str]
+    kernels: dict  # {name of a @triton.jit function it defines: the globals its body reads}
+
+
+def names(source: str) -> Names:
+    """The names one cell binds and reads; a cell that is not Python binds and reads none."""
+    code = python(source)
+    try:
+        table = symtable.symtable(code, "<cell>", "exec")
+        tree = ast.parse(code)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return Names(frozenset(), frozenset(), {})
+    binds = {
+        s.get_name()
+        for s in table.get_symbols()
+        if s.is_assigned() or s.is_imported() or s.is_namespace()
+    }
+    reads = _read_first(tree)  # at the top level: names read before the cell binds them
+
+    def nested(t) -> None:  # in functions and comprehensions: any global they read
+        for child in t.get_children():
+            reads.update(s.get_name() for s in child.get_symbols() if s.is_global())
+            nested(child)
+
+    nested(table)
+    kernels = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+            any(word in ast.unparse(d) for word in JIT_DECORATORS) for d in node.decorator_list
+        ):
+            kernels[node.name] = frozenset(
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != node.name
+            )
+    reads -= set(dir(builtins)) - binds
+    return Names(frozenset(binds), frozenset(reads), kernels)
+
+
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+          ast.SetComp, ast.DictComp, ast.GeneratorExp)  # fmt: skip
+
+
+def _read_first(tree: ast.Module) -> set[str]:
+    """The names whose first use by the module's own statements, in the order Python evaluates
+    them, is a read (`x += 1` and `y = f(y)` read first): only those need an earlier cell."""
+    first: dict[str, bool] = {}  # name: whether its first use is a read
+
+    def visit(node) -> None:
+        if isinstance(node, SCOPES):
+            return  # their reads are the symbol table's (`names`); a def binds its name
+        if isinstance(node, ast.Name):
+            first.setdefault(node.id, isinstance(node.ctx, ast.Load))
+            return
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            for part in (node.value, *getattr(node, "targets", [getattr(node, "target", None)])):
+                if part is not None:
+                    visit(part)
+            return
+        if isinstance(node, ast.AugAssign):
+            if isinstance(node.target, ast.Name):
+                first.setdefault(node.target.id, True)
+            visit(node.value)
+            visit(node.target)
+            return
+        if isinstance(node, ast.For | ast.AsyncFor):
+            for part in (node.iter, node.target, *node.body, *node.orelse):
+                visit(part)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for statement in tree.body:
+        visit(statement)
+    return {name for name, read in first.items() if read}
+
+
+def answers(source_nb) -> tuple[frozenset[str], frozenset[str]]:
+    """The names the authors' answer cells bind at their top level, and the globals they read."""
+    found = [names(cell.source) for cell in source_nb.cells if kind(cell) == "answer"]
+    return (
+        frozenset(name for n in found for name in n.binds),
+        frozenset(name for n in found for name in n.reads),
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per cell: where it runs (STUDENT, JUDGE, BOTH or NONE for markdown) and the names the
+    student's kernel serves while the judge runs it. `settings`: the release's names a test cell
+    sets and an answer reads (05's tests change SMEM_LIMIT, which prune_configs reads), sent with
+    each call to the student's kernel."""
+
+    where: tuple[str, ...]
+    served: tuple[tuple[str, ...], ...]
+    settings: tuple[str, ...]
+
+
+def plan(nb, answers: frozenset[str], answer_reads: frozenset[str]) -> Plan:
+    """The plan of notebook `nb` (as graded: the release, with the student's answer cells and the
+    hidden tests), the authors' answer cells binding `answers` and reading `answer_reads`."""
+    cells = list(nb.cells)
+    kinds = [kind(c) for c in cells]
+    empty = Names(frozenset(), frozenset(), {})
+    found = [
+        names(c.source) if k != "markdown" else empty for c, k in zip(cells, kinds, strict=True)
+    ]
+    # the student's names, position by position: a name is the student's from the answer cell
+    # that binds it until a given cell binds it again; a given kernel that calls one is too
+    owner: dict[str, str] = {}
+    served: list[tuple[str, ...]] = []
+    for k, n in zip(kinds, found, strict=True):
+        served.append(tuple(sorted(name for name, who in owner.items() if who == STUDENT)))
+        if k == "answer":
+            for name in n.binds & answers:
+                owner[name] = STUDENT
+        elif k == "given":
+            for name in n.binds:
+                owner[name] = JUDGE
+            changed = True
+            while changed:
+                changed = False
+                for kernel, body in n.kernels.items():
+                    theirs = {m for m, who in owner.items() if who == STUDENT}
+                    if owner.get(kernel) != STUDENT and body & theirs:
+                        owner[kernel] = STUDENT
+                        changed = True
+    # which given cells the judge needs: those binding a name a later judge cell reads, and the
+    # first code cell (the imports, which choose the device)
+    where = [
+        {"answer": STUDENT, "test": JUDGE, "given": STUDENT, "markdown": NONE}[k] for k in kinds
+    ]
+    needed: set[str] = set()
+    first = next((i for i, k in enumerate(kinds) if k != "markdown"), -1)
+    for i in range(len(cells) - 1, -1, -1):
+        if kinds[i] == "given" and (found[i].binds & needed or i == first):
+            where[i] = BOTH
+        if where[i] in (JUDGE, BOTH):
+            needed |= found[i].reads
+    set_by_tests = {
+        name for k, n in zip(kinds, found, strict=True) if k == "test" for name in n.binds
+    }
+    given = {name for k, n in zip(kinds, found, strict=True) if k == "given" for name in n.binds}
+    settings = tuple(sorted(set_by_tests & given & answer_reads - answers))
+    return Plan(tuple(where), tuple(served), settings)
+
+
+def sources(nb) -> dict[str, tuple[str, int]]:
+    """{name: (source, first line)} of each top-level function of the notebook's answer and given
+    cells, decorators included, the last definition winning: what a judge's proxy shows."""
+    found = {}
+    for cell in nb.cells:
+        if kind(cell) not in ("answer", "given"):
+            continue
+        code = python(cell.source)
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            continue
+        lines = code.splitlines()
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                text = "\n".join(lines[first - 1 : node.end_lineno])
+                found[node.name] = (text, first)
+    return found
+
+
+def replay(nb, plan: Plan, before: int) -> list[str]:
+    """The notebook's given and answer cells before cell `before` as the source of a Nsight
+    Compute child (grader.runtime.profile): each in a `try` of its own, so that one that fails
+    leaves the rest to run, as in the kernel; after the parameters cell, RUN_BENCHMARKS off."""
+    found = []
+    for cell, where in zip(nb.cells[:before], plan.where[:before], strict=True):
+        if where not in (STUDENT, BOTH):
+            continue
+        code = textwrap.indent(python(cell.source), "    ") or "    pass"
+        found.append(f"try:\n{code}\n    pass\nexcept Exception:\n    pass\n")
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            found.append("RUN_BENCHMARKS = False\n")
+    return found
