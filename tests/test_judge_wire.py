@@ -214,3 +214,48 @@ def test_a_timed_call_draws_the_inputs_the_judge_draws_from_its_seed(served):
         generator.manual_seed(seed)
         perf.draw([x], moments, generator)  # the same inputs, drawn here
         assert torch.equal(out, x.clamp(min=0))
+
+
+def test_only_what_changed_crosses_again(served, monkeypatch):
+    """A storage whose bytes the student's side already holds is not sent again, and one the
+    call left alone does not come back; a storage the judge changed goes again, and so does one
+    a failed call may have half written."""
+
+    def relu(x, out):
+        if x[0] < -100:
+            out.fill_(1.0)
+            raise ValueError("x[0] is too small")
+        out.copy_(x.clamp(min=0))
+
+    s = served({"relu": relu})
+    sent, back = [], []
+    real_send, real_receive = wire.send, wire.receive
+
+    def send(sock, header, blobs=()):
+        sent.append(sum(memoryview(b).nbytes for b in blobs))
+        real_send(sock, header, blobs)
+
+    def receive(sock):
+        header, blobs = real_receive(sock)
+        back.append(sum(len(b) for b in blobs))
+        return header, blobs
+
+    monkeypatch.setattr(wire, "send", send)
+    monkeypatch.setattr(wire, "receive", receive)
+    x, out = torch.randn(1000), torch.full((1000,), float("nan"))
+    relu = s.proxy("relu")
+    relu(x, out)
+    assert (sent[-1], back[-1]) == (8000, 4000)  # x and out there, out back
+    relu(x, out)
+    assert (sent[-1], back[-1]) == (0, 0)  # the same bytes on both sides: nothing crosses
+    x.neg_()
+    relu(x, out)
+    assert (sent[-1], back[-1]) == (4000, 4000)
+    assert torch.equal(out, x.clamp(min=0))
+    x[0] = -1000.0
+    with pytest.raises(ValueError, match="too small"):
+        relu(x, out)
+    x[0] = 1.0
+    relu(x, out)
+    assert sent[-1] == 8000  # out as the judge holds it, not as the failed call left it
+    assert torch.equal(out, x.clamp(min=0))

@@ -152,14 +152,16 @@ class Missing:
 
 class Session:
     """The calls of one cell over `sock` to the student's kernel, quiet (grader.runtime.watches):
-    each tensor argument's storage is sent with a call and comes back after it, known there by
-    handle until it dies here or the session ends."""
+    each tensor argument's storage is sent with a call (unless its mirror there already holds
+    its bytes) and comes back after it where the call changed it, known there by handle until
+    it dies here or the session ends."""
 
     def __init__(self, sock: socket.socket, device: str, settings=dict):
         self.sock = sock
         self.device = device
         self.settings = settings  # () -> {name: value} to set in the notebook before each call
         self._handles: dict[int, tuple[int, weakref.ref]] = {}  # id(storage) -> (handle, ref)
+        self._synced: dict[int, object] = {}  # handle -> the bytes its mirror there holds
         self._released: list[int] = []
         self._next = 1
         self._traced: list | None = None
@@ -180,6 +182,7 @@ class Session:
         known = self._handles.get(key)
         if known is not None and known[0] == handle:
             del self._handles[key]
+            self._synced.pop(handle, None)
             self._released.append(handle)
 
     def _storage(self, handle: object):
@@ -247,6 +250,7 @@ class Session:
         header = {"op": "timed", "inputs": [codec.encode(t) for t in inputs]}
         header.update(moments=[list(m) for m in moments], seed=seed, flush=marker)
         self._exchange(header, {})
+        self._synced.clear()  # the inputs drawn there, the outputs written
 
     def fetch(self, tensor, *, result: bool = False) -> int:
         """Copy into `tensor`'s storage its mirror's bytes there, or with `result` into `tensor`
@@ -300,8 +304,8 @@ class Session:
         bytes that came back written into them, a failure raised here (`raise_failure`)."""
         if self.broken:
             raise NotServed(self.broken)
-        sent = [wire.storage_bytes(storage) for storage in pushed.values()]
-        header["storages"] = [{"id": handle, "blob": i} for i, handle in enumerate(pushed)]
+        sent: list = []
+        header["storages"] = [self._push(h, storage, sent) for h, storage in pushed.items()]
         header["release"], self._released = self._released, []
         try:
             wire.send(self.sock, header, sent)
@@ -312,7 +316,9 @@ class Session:
         except BaseException:  # interrupted mid-message (a timeout): nothing more can be read
             self.broken = "the notebook's kernel did not answer in time"
             raise
-        if not reply.get("ok"):
+        if not reply.get("ok"):  # what the call wrote before it failed stays there, unknown
+            for handle in pushed:
+                self._synced.pop(handle, None)
             raise_failure(reply.get("error"))
         for item in reply.get("storages", []):
             index = item.get("blob") if isinstance(item, dict) else None
@@ -327,7 +333,21 @@ class Session:
             elif handle not in pushed or handle < 0:
                 raise wire.WireError(f"bytes for a storage the judge did not send: {item!r}")
             wire.fill_storage(pushed[handle], answer[index])
+            if handle > 0:
+                self._synced[handle] = wire.flat(pushed[handle]).clone()
         return reply, answer
+
+    def _push(self, handle: int, storage, sent: list) -> dict:
+        """How a storage goes with a request: `same` where its mirror there holds its bytes
+        (the last sent or received), else its bytes, appended to `sent`."""
+        import torch
+
+        now, was = wire.flat(storage), self._synced.get(handle)
+        if was is not None and was.shape == now.shape and torch.equal(now, was):
+            return {"id": handle, "same": True}
+        sent.append(wire.storage_bytes(storage))
+        self._synced[handle] = now.clone()
+        return {"id": handle, "blob": len(sent) - 1}
 
     def end(self) -> None:
         with contextlib.suppress(OSError, wire.WireError):

@@ -5,7 +5,8 @@
   value (sent as data, grader.runtime.wire) or missing;
 - `call` and `launch`: call a function, or launch a kernel on a grid, with the judge's
   arguments. The judge's tensors arrive as storages mirrored on this process's device (until a
-  message `release`s them), their bytes sent back afterwards; the judge's open watches
+  message `release`s them; a storage the judge did not change since comes as `same`), and
+  those the call changed go back afterwards; the judge's open watches
   (grader.runtime.watches) are opened around the call here too, and report what they saw;
 - for a speed cell: requests marked `trace` are kept; `timed` draws the inputs from the judge's
   seed, flushes the L2 cache with a fill of the judge's size and makes the kept call again;
@@ -113,8 +114,13 @@ class Server:
             "watches": [report(w, self, out) for w in watches],
         }
         # what the call wrote into the judge's tensors goes back
-        reply["storages"] = [{"id": h, "blob": len(out) + i} for i, h in enumerate(pushed)]
-        out += [wire.storage_bytes(self.mirrors[h]) for h in pushed]
+        import torch
+
+        changed = [
+            h for h, was in pushed.items() if not torch.equal(wire.flat(self.mirrors[h]), was)
+        ]
+        reply["storages"] = [{"id": h, "blob": len(out) + i} for i, h in enumerate(changed)]
+        out += [wire.storage_bytes(self.mirrors[h]) for h in changed]
         return reply
 
     def timed(self, codec: wire.Codec, header: dict) -> None:
@@ -173,17 +179,26 @@ class Server:
             return {"kind": "kernel", "name": name}
         return {"kind": "opaque", "type": type(value).__name__[:100]}
 
-    def receive_storages(self, specs: list, blobs: list) -> list[int]:
-        for spec in specs:
-            handle, data = spec["id"], blobs[spec["blob"]]
-            mirror = self.mirrors.get(handle)
-            if mirror is None or mirror.nbytes() != len(data):
-                import torch
+    def receive_storages(self, specs: list, blobs: list) -> dict:
+        """Mirror the judge's storages, each sent or `same` (the mirror kept from an earlier
+        message holds its bytes): {handle: a copy of its bytes now}, to send back only what the
+        call changes."""
+        import torch
 
-                mirror = torch.empty(len(data), dtype=torch.uint8, device=self.device)
-                self.mirrors[handle] = mirror = mirror.untyped_storage()
-            wire.fill_storage(mirror, data)
-        return [spec["id"] for spec in specs]
+        kept = {}
+        for spec in specs:
+            handle, mirror = spec["id"], self.mirrors.get(spec["id"])
+            if spec.get("same") is True:
+                if mirror is None:
+                    raise wire.WireError(f"storage {handle!r} kept, but never sent")
+            else:
+                data = blobs[spec["blob"]]
+                if mirror is None or mirror.nbytes() != len(data):
+                    mirror = torch.empty(len(data), dtype=torch.uint8, device=self.device)
+                    self.mirrors[handle] = mirror = mirror.untyped_storage()
+                wire.fill_storage(mirror, data)
+            kept[handle] = wire.flat(mirror).clone()
+        return kept
 
     def tensor_in(self, spec: dict):
         if spec.get("storage") not in self.mirrors:

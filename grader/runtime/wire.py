@@ -95,8 +95,8 @@ def receive(sock: socket.socket) -> tuple[dict, list[bytearray]]:
 # -- storages ------------------------------------------------------------------------------------
 
 
-def _flat(storage):
-    """A torch UntypedStorage as a tensor of its bytes."""
+def flat(storage):
+    """A torch UntypedStorage as a tensor of its bytes (a view: writing it writes the storage)."""
     import torch
 
     flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
@@ -105,7 +105,7 @@ def _flat(storage):
 
 def storage_bytes(storage) -> memoryview:
     """The bytes of a torch UntypedStorage, copied to the host where it lives on a GPU."""
-    return memoryview(_flat(storage).cpu().numpy()).cast("B")
+    return memoryview(flat(storage).cpu().numpy()).cast("B")
 
 
 def fill_storage(storage, data) -> None:
@@ -115,7 +115,7 @@ def fill_storage(storage, data) -> None:
     if len(data) != storage.nbytes():
         raise WireError(f"{len(data)} bytes for a storage of {storage.nbytes()}")
     if len(data):
-        _flat(storage).copy_(torch.frombuffer(data, dtype=torch.uint8))
+        flat(storage).copy_(torch.frombuffer(data, dtype=torch.uint8))
 
 
 def dtype_named(name: object):
