@@ -36,7 +36,9 @@ from pathlib import Path
 # SQLAlchemy), the preprocessors and the course's own, which the configuration names; and the
 # judge's shell and torch, which the release's cells import there (about 1.8 s a student;
 # importing torch starts no CUDA context, so each child starts its own, as torch's DataLoader
-# workers do). Not Triton: each run's environment says whether it interprets, before its import.
+# workers do). Then, where the batch's environment names the mode, Triton and the runtime the
+# release's setup cell imports, Triton's environment set first as device.setup sets it (a run
+# whose environment asks another mode fails in setup, as a notebook that imported Triton first).
 PRELOAD = (
     "nbgrader.apps.nbgraderapp",
     "nbgrader.preprocessors",
@@ -47,6 +49,11 @@ PRELOAD = (
     "grader.grading.judge",
     "IPython.core.interactiveshell",
     "torch",
+)
+PRELOAD_RUNTIME = (
+    "triton",
+    "triton.language",
+    *(f"grader.runtime.{m}" for m in ("checks", "perf", "plots", "profile", "recorded", "timing")),
 )
 READY = "ready"
 NBGRADER_MAIN = "nbgrader.apps.nbgraderapp:main"  # what a run runs: "module:function"
@@ -205,6 +212,13 @@ def serve(main: str = NBGRADER_MAIN) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in PRELOAD:
         importlib.import_module(name)
+    mode = os.environ.get("COURSE_MODE")
+    if mode in ("gpu", "interpreter"):  # no CUDA call: the children start their own
+        from grader.runtime import device
+
+        device.set_triton_environment(mode)
+        for name in PRELOAD_RUNTIME:
+            importlib.import_module(name)
     module, _, function = main.partition(":")
     run_main = getattr(importlib.import_module(module), function)
     replies = sys.stdout

@@ -120,7 +120,7 @@ def setup(mode: str | None = None) -> Device:
             wants_interpreter = os.environ.get("TRITON_INTERPRET") == "1" or not cuda
             chosen = INTERPRETER if wants_interpreter else GPU
 
-    _set_triton_environment(chosen)
+    set_triton_environment(chosen)
     if chosen == GPU:  # torch was imported above: only an interpreter request skips it
         props = torch.cuda.get_device_properties(0)
         _current = Device(GPU, props.name, (props.major, props.minor), props.total_memory)
@@ -134,7 +134,8 @@ def current() -> Device:
     return _current if _current is not None else setup()
 
 
-def _set_triton_environment(mode: str) -> None:
+def set_triton_environment(mode: str) -> None:
+    """Set Triton's environment for `mode` ("gpu" or "interpreter"), before `import triton`."""
     want = "1" if mode == INTERPRETER else None
     have = os.environ.get("TRITON_INTERPRET")
     if (have == "1") != (want == "1") and "triton" in sys.modules:
