@@ -5,12 +5,12 @@ goes: the notebook's own work (its cells) against the overhead around it.
 
 For each assignment (default: all), one student whose submission is the reference solution (the
 release with every solution cell answered as in the source) is graded the way `make autograde`
-grades a batch (grader.grading.autograde: the sandbox, nbgrader autograde in a process of its own,
-the feedback, the class report), each step timed; nbgrader's Execute records the kernel's start
-and stop and every cell (grader.grading.cost). Writes grading_cost.json and grading_cost.md into
---out after each assignment. `make grading-cost` runs it; `.ci/gpu grading-cost` on a GPU image.
-Exit status 1 when a grading did not give the reference solution full marks or left it without
-feedback.
+grades a batch (grader.grading.autograde: the sandbox, nbgrader autograde forked from a zygote
+started beforehand, the feedback, the class report), each step timed; nbgrader's Execute records
+the kernel's start and stop and every cell (grader.grading.cost). Writes grading_cost.json and
+grading_cost.md into --out after each assignment. `make grading-cost` runs it; `.ci/gpu
+grading-cost` on a GPU image. Exit status 1 when a grading did not give the reference solution
+full marks or left it without feedback.
 """
 
 from __future__ import annotations
@@ -131,8 +131,11 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
     try:
         given = autograde.released(batch)
         gpus = devices.visible(devices.detect(), os.environ) if dev.mode == "gpu" else []
-        with devices.Pool(gpus[:1]).lease() as gpu, timed(t, "grading"):
-            run = autograde.grade_one(batch, STUDENT, given, gpu)
+        with autograde.forking(batch), devices.Pool(gpus[:1]).lease() as gpu:
+            with batch.zygotes.lease():  # started before the clock, as a class's first student does
+                pass
+            with timed(t, "grading"):
+                run = autograde.grade_one(batch, STUDENT, given, gpu)
     finally:
         del os.environ[cost.VARIABLE]
     if run.status != "ok":
