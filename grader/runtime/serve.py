@@ -51,6 +51,7 @@ class Server:
         self.namespace = namespace
         self.device = device.current().torch_device
         self.mirrors: dict[int, object] = {}  # handle -> torch.UntypedStorage
+        self.known: dict[int, object] = {}  # handle -> the bytes the judge holds for it
         self.made: list[int] = []  # handles (negative) of storages an answer made here
         self.trace: list = []  # the graded call's requests, as made for a speed cell
         self.result = None  # what the last request of the kept call returned, made again
@@ -77,6 +78,7 @@ class Server:
     def answer(self, op, header: dict, blobs: list, out: list) -> dict:
         for handle in header.get("release", []):
             self.mirrors.pop(handle, None)
+            self.known.pop(handle, None)
         if op == "describe":
             return {"ok": True, "names": {n: self.describe(n, out) for n in header["names"]}}
         if op not in ("call", "launch", "timed", "fetch"):
@@ -113,14 +115,7 @@ class Server:
             "result": codec.encode(result),
             "watches": [report(w, self, out) for w in watches],
         }
-        # what the call wrote into the judge's tensors goes back
-        import torch
-
-        changed = [
-            h for h, was in pushed.items() if not torch.equal(wire.flat(self.mirrors[h]), was)
-        ]
-        reply["storages"] = [{"id": h, "blob": len(out) + i} for i, h in enumerate(changed)]
-        out += [wire.storage_bytes(self.mirrors[h]) for h in changed]
+        reply["storages"] = self.changed(pushed, out)  # what the call wrote goes back
         return reply
 
     def timed(self, codec: wire.Codec, header: dict) -> None:
@@ -179,26 +174,38 @@ class Server:
             return {"kind": "kernel", "name": name}
         return {"kind": "opaque", "type": type(value).__name__[:100]}
 
-    def receive_storages(self, specs: list, blobs: list) -> dict:
+    def receive_storages(self, specs: list, blobs: list) -> list[int]:
         """Mirror the judge's storages, each sent or `same` (the mirror kept from an earlier
-        message holds its bytes): {handle: a copy of its bytes now}, to send back only what the
-        call changes."""
+        message holds the bytes the judge has, kept here too, on the host, in `known`)."""
         import torch
 
-        kept = {}
         for spec in specs:
             handle, mirror = spec["id"], self.mirrors.get(spec["id"])
             if spec.get("same") is True:
-                if mirror is None:
+                if mirror is None or handle not in self.known:
                     raise wire.WireError(f"storage {handle!r} kept, but never sent")
-            else:
-                data = blobs[spec["blob"]]
-                if mirror is None or mirror.nbytes() != len(data):
-                    mirror = torch.empty(len(data), dtype=torch.uint8, device=self.device)
-                    self.mirrors[handle] = mirror = mirror.untyped_storage()
-                wire.fill_storage(mirror, data)
-            kept[handle] = wire.flat(mirror).clone()
-        return kept
+                continue
+            data = blobs[spec["blob"]]
+            if mirror is None or mirror.nbytes() != len(data):
+                mirror = torch.empty(len(data), dtype=torch.uint8, device=self.device)
+                self.mirrors[handle] = mirror = mirror.untyped_storage()
+            wire.fill_storage(mirror, data)
+            self.known[handle] = data
+        return [spec["id"] for spec in specs]
+
+    def changed(self, pushed: list[int], out: list) -> list[dict]:
+        """The judge's storages the call changed, their bytes appended to `out`. Compared on the
+        host, by copies alone: no kernel of this side's runs on the GPU, whose activity log the
+        judge reads for the call's own kernels."""
+        back = []
+        for handle in pushed:
+            now = wire.storage_bytes(self.mirrors[handle])
+            if wire.same_bytes(now, self.known[handle]):
+                continue
+            self.known[handle] = now = bytearray(now)
+            back.append({"id": handle, "blob": len(out)})
+            out.append(now)
+        return back
 
     def tensor_in(self, spec: dict):
         if spec.get("storage") not in self.mirrors:
