@@ -11,6 +11,7 @@ import socket
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.grading import judge
 from grader.runtime import device, integrity, launches, serve, wire
@@ -259,3 +260,64 @@ def test_only_what_changed_crosses_again(served, monkeypatch):
     relu(x, out)
     assert sent[-1] == 8000  # out as the judge holds it, not as the failed call left it
     assert torch.equal(out, x.clamp(min=0))
+
+
+class _Ops(TorchDispatchMode):
+    """The torch operators run while `on`."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.on = set(), True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.on:
+            self.ops.add(str(func).split(".")[1])
+        return func(*args, **(kwargs or {}))
+
+
+def _serve_recording(sock, namespace, found):
+    ops = _Ops()
+
+    def paused(fn):
+        def call(*args, **kwargs):
+            ops.on = False
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ops.on = True
+
+        return call
+
+    with ops:
+        serve.Server(sock, {n: paused(f) for n, f in namespace.items()}).run()
+    found.put(sorted(ops.ops))
+
+
+def test_the_serving_side_runs_no_operator_but_copies_of_its_own():
+    """On a GPU the judge reads every kernel the student's process ran inside a call from the
+    activity log, so serving a call (mirroring, finding what changed, sending it back) may copy
+    and allocate but not compute: a comparison there would show as a kernel that is not the
+    exercise's, and flag an honest student."""
+
+    def relu(x, out):
+        out.copy_(x.clamp(min=0))
+
+    ours, theirs = socket.socketpair()
+    fork = multiprocessing.get_context("fork")
+    found = fork.Queue()
+    process = fork.Process(target=_serve_recording, args=(theirs, {"relu": relu}, found))
+    process.start()
+    theirs.close()
+    session = judge.Session(ours, "cpu")
+    proxy = judge.Remote(type("J", (), {"session": lambda _: session, "sources": {}})(), "relu")
+    session.describe(["relu"])
+    x, out = torch.randn(100), torch.empty(100)
+    for _ in range(2):
+        proxy(x, out)
+    x.neg_()
+    proxy(x, out)
+    assert torch.equal(out, x.clamp(min=0))
+    session.end()
+    ops = found.get(timeout=30)
+    process.join(timeout=10)
+    assert ops and set(ops) <= {"copy_", "detach", "empty", "set_", "_to_copy", "lift_fresh"}, ops

@@ -108,20 +108,6 @@ def storage_bytes(storage) -> memoryview:
     return memoryview(flat(storage).cpu().numpy()).cast("B")
 
 
-def same_bytes(a, b) -> bool:
-    """Whether two buffers on the host hold the same bytes."""
-    import torch
-
-    a, b = memoryview(a).cast("B"), memoryview(b).cast("B")
-    if a.nbytes != b.nbytes:
-        return False
-    if not a.nbytes:
-        return True
-    return torch.equal(
-        torch.frombuffer(a, dtype=torch.uint8), torch.frombuffer(b, dtype=torch.uint8)
-    )
-
-
 def fill_storage(storage, data) -> None:
     """Write `data` (as many bytes as the storage holds) into a torch UntypedStorage."""
     import torch
