@@ -129,8 +129,11 @@ def test_a_speed_cell_shows_the_recorded_verdicts_and_still_scores_nothing(
     monkeypatch.setattr(recorded, "cell_source", lambda: source)
     with recorded.speed_cell():
         print("yours: 1.0 ms")
-        perf.publish_verdict(perf.Verdict("eager", 2.5, 2.0))
-        perf.publish_verdict(perf.Verdict("the fewest DRAM bytes", 0.96, 1.1, at_most=True))
+        verdicts = [
+            perf.Verdict("eager", 2.5, 2.0),
+            perf.Verdict("the fewest DRAM bytes", 0.96, 1.1, at_most=True),
+        ]
+        assert perf.score(verdicts, 1) == 1.0
     into = collected(record_run, tmp_path, monkeypatch)
     (path,) = into.glob("*.json")
     assert recorded.speed_key(source) in json.loads(path.read_text())["cells"]
@@ -140,11 +143,32 @@ def test_a_speed_cell_shows_the_recorded_verdicts_and_still_scores_nothing(
     shown = capsys.readouterr().out
     assert "Your instructor grades speed on a GPU" in shown
     assert "Recorded on NVIDIA H200" in shown and "yours: 1.0 ms" in shown
-    assert "2.50x eager (needs 2x) ok" in shown
-    assert "0.96x the fewest DRAM bytes (at most 1.1x) ok" in shown  # a ceiling, shown as one
+    assert "2.50x eager (needs 2x)\n" in shown
+    assert "0.96x the fewest DRAM bytes (at most 1.1x)\n" in shown  # a ceiling, shown as one
+    replayed = shown.partition("(a recording awards nothing):")[2]
+    assert replayed and not [w for w in JUDGED if w in replayed], shown
     monkeypatch.setattr(recorded, "cell_source", lambda: "perf.grade(other, points=1)")
     perf.not_graded_here(1)
     assert "No GPU recording of this speed cell" in capsys.readouterr().out
+
+
+JUDGED = ("PASS", "NOT YET", "TOO SLOW", " ok", "points")  # what only a measurement here may say
+
+
+@pytest.mark.parametrize("path", sorted(recorded.RECORDINGS.glob("*.json")), ids=lambda p: p.stem)
+def test_a_committed_speed_recording_replays_figures_and_no_verdict(path, capsys):
+    """A replayed speed cell shows what the reference measured on the recording's GPU, each
+    comparison with its threshold, and no mark or score: a recording judges nothing here."""
+    recording = json.loads(path.read_text())
+    speed = [e for key, e in recording["cells"].items() if key.startswith("speed ")]
+    for entry in speed:
+        recorded.replay(entry["outputs"], recording["environment"])
+        shown = capsys.readouterr().out
+        assert [o for o in entry["outputs"] if "verdict" in o], entry["key"]
+        for o in entry["outputs"]:
+            if "verdict" in o:
+                assert f"(needs {o['verdict']['needed']:g}" in shown or "at most" in shown, shown
+        assert not [w for w in JUDGED if w in shown], (entry["key"], shown)
 
 
 @pytest.mark.parametrize("a", build.assignments(), ids=lambda a: a.name)

@@ -54,7 +54,6 @@ def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
     """Show `text` (the verdict's own line by default) and publish `verdict` beside it as
     SPEED_MIMETYPE display data; outside IPython, only print the text. Returns verdict.passed."""
     text = verdict.line() if text is None else text
-    recorded.note_verdict(verdict.record())
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -63,8 +62,9 @@ def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
     else:
         shell = get_ipython()
     if shell is None:
-        print(text)
+        recorded.say(text, {"verdict": verdict.record()})
     else:
+        recorded.note_verdict(verdict.record())
         display({SPEED_MIMETYPE: verdict.record(), "text/plain": text}, raw=True)
     return verdict.passed
 
@@ -587,17 +587,21 @@ def score(verdicts: Sequence[Verdict], points: float) -> float:
         mark = "FLAGGED" if v.flags else "ok" if v.passed else "TOO SLOW"
         mark = "NOT MEASURED" if v.measured is None and not v.flags else mark
         publish_verdict(v, f"{v.line()} {mark}")
-    if reasons:
-        for reason in reasons:
-            print(f"{FLAGGED}: {reason}")
-        print(f"NOT SCORED: the speed above cannot be trusted: 0 of {points:g} points")
-        return 0.0
+    for reason in reasons:
+        print(f"{FLAGGED}: {reason}")
     short = [v.comparison for v in verdicts if not v.passed]
+    if reasons:
+        return _scored(0.0, points, "NOT SCORED: the speed above cannot be trusted")
     if short or not verdicts:
-        print(f"NOT YET: short of {', '.join(short) or 'a figure'}: 0 of {points:g} points")
-        return 0.0
-    print(f"PASS: {points:g} of {points:g} points")
-    return float(points)
+        return _scored(0.0, points, f"NOT YET: short of {', '.join(short) or 'a figure'}")
+    return _scored(float(points), points, "PASS")
+
+
+def _scored(awarded: float, points: float, why: str) -> float:
+    """Say a speed cell's score (kept as data where it is recorded) and return it."""
+    line = f"{why}: {awarded:g} of {points:g} points"
+    recorded.say(line, {"score": {"awarded": awarded, "points": points}})
+    return awarded
 
 
 def grade(*cases: Case, points: float, needs: str | None = None) -> float:
@@ -612,8 +616,7 @@ def grade(*cases: Case, points: float, needs: str | None = None) -> float:
         for case in cases:
             measured = measure(case)
             if measured.unavailable:
-                print(f"NOT SCORED: {measured.unavailable}: 0 of {points:g} points")
-                return 0.0
+                return _scored(0.0, points, f"NOT SCORED: {measured.unavailable}")
             graded, shown = verdicts_of(case, measured)
             for line in (*measured.lines, *shown):
                 print(line)

@@ -130,6 +130,20 @@ def note_verdict(verdict: dict) -> None:
         _active.add({"verdict": verdict})
 
 
+def say(line: str, data: dict) -> None:
+    """Print `line`; while recording, keep `data` in its place, not the text: a replay rebuilds
+    what it shows from the data (a verdict's figures; a score, which it does not show)."""
+    if _active is None:
+        print(line)
+        return
+    _active.add(data)
+    _active.muted += 1
+    try:
+        print(line)
+    finally:
+        _active.muted -= 1
+
+
 def environment() -> dict:
     """The machine and versions a recording comes from."""
     dev = device.current()
@@ -315,7 +329,7 @@ def show_speed() -> bool:
     source = cell_source()
     found = None if source is None else find(speed_key(source))
     missing = "No GPU recording of this speed cell ships with this copy of the course."
-    return _show(found, missing, " What the reference scored there:")
+    return _show(found, missing, " What the reference measured there (a recording awards nothing):")
 
 
 def _show(found: tuple[dict, dict] | None, missing: str, after_label: str = "") -> bool:
@@ -329,7 +343,8 @@ def _show(found: tuple[dict, dict] | None, missing: str, after_label: str = "") 
 
 
 def replay(outputs: list[dict], env: dict) -> None:
-    """Print each recorded text again and draw each recorded figure again."""
+    """Print each recorded text again and draw each recorded figure again; a speed verdict as
+    its figure and threshold, with no mark, and no score: nothing is judged here."""
     for output in outputs:
         if "text" in output:
             sys.stdout.write(output["text"])
@@ -346,6 +361,5 @@ def replay(outputs: list[dict], env: dict) -> None:
             v = output["verdict"]
             verdict = Verdict(v["comparison"], v["measured"], v["needed"], v["unit"],
                               tuple(v["flags"]), v.get("at_most", False))  # fmt: skip
-            mark = "FLAGGED" if verdict.flags else "ok" if verdict.passed else "TOO SLOW"
-            print(f"{verdict.line()} {mark}")
+            print(verdict.line())
     sys.stdout.flush()
