@@ -259,8 +259,7 @@ class Session:
         header: dict = {"op": "fetch", "result": True}
         if not result:
             codec = wire.Codec(tensor_out=self._tensor_out({}), strict=True)
-            whole = wire.view(storage, wire.dtype_named("uint8"), 0, [storage.nbytes()], [1])
-            header = {"op": "fetch", "tensors": [codec.encode(whole)]}
+            header = {"op": "fetch", "tensors": [codec.encode(wire.flat(storage))]}
         _, blobs = self._exchange(header, {})
         if len(blobs) != 1:
             raise wire.WireError("a fetch answered without the tensor's bytes")
@@ -279,22 +278,14 @@ class Session:
             storage = t.untyped_storage()
             handle = self._handle(storage)
             pushed.setdefault(handle, storage)
-            return {
-                "storage": handle,
-                "offset": t.storage_offset(),
-                "shape": list(t.shape),
-                "stride": list(t.stride()),
-                "dtype": wire.dtype_name(t.dtype),
-            }
+            return wire.spec(t, handle)
 
         return encode
 
     def _tensor_in(self, pushed: dict):
         def decode(spec: dict):
-            dtype = wire.dtype_named(spec.get("dtype"))
             storage = pushed.get(spec.get("storage")) or self._storage(spec.get("storage"))
-            return wire.view(storage, dtype, spec.get("offset"), spec.get("shape"),
-                             spec.get("stride"))  # fmt: skip
+            return wire.view_of(storage, spec)
 
         return decode
 

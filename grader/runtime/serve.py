@@ -210,9 +210,7 @@ class Server:
     def tensor_in(self, spec: dict):
         if spec.get("storage") not in self.mirrors:
             raise wire.WireError(f"a tensor of storage {spec.get('storage')!r}, never sent")
-        dtype = wire.dtype_named(spec.get("dtype"))
-        storage = self.mirrors[spec["storage"]]
-        return wire.view(storage, dtype, spec.get("offset"), spec.get("shape"), spec.get("stride"))
+        return wire.view_of(self.mirrors[spec["storage"]], spec)
 
     def handle_of(self, storage) -> int | None:
         for handle, mirror in self.mirrors.items():
@@ -231,13 +229,7 @@ class Server:
                 handle = -1 - len(self.made)
                 self.mirrors[handle] = storage
                 self.made.append(handle)
-            return {
-                "dtype": wire.dtype_name(t.dtype),
-                "shape": list(t.shape),
-                "storage": handle,
-                "offset": t.storage_offset(),
-                "stride": list(t.stride()),
-            }
+            return wire.spec(t, handle)
 
         return encode
 

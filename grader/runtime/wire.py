@@ -153,6 +153,23 @@ def view(storage, dtype, offset: object, shape: object, stride: object):
     return t.set_(storage, offset, tuple(dims), tuple(steps))
 
 
+def spec(t, storage: int) -> dict:
+    """Tensor `t` as what crosses for it: a view of the storage known by the handle `storage`."""
+    return {
+        "storage": storage,
+        "offset": t.storage_offset(),
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "dtype": dtype_name(t.dtype),
+    }
+
+
+def view_of(storage, found: dict):
+    """The tensor a `spec` describes, over `storage`, checked as `view` checks it."""
+    dtype = dtype_named(found.get("dtype"))
+    return view(storage, dtype, found.get("offset"), found.get("shape"), found.get("stride"))
+
+
 def _ints(value: object, what: str) -> list[int]:
     if not isinstance(value, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
