@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import secrets
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -15,6 +16,11 @@ import torch
 
 from grader.runtime import device, handin, launches, precision, stubs
 from grader.runtime import hints as hints_
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # device.setup chose the interpreter, which runs
+    from grader.runtime import interpreted  # no libdevice function; every notebook's setup cell
+
+    interpreted.supply()  # imports this module
 
 # Tolerances follow torch.testing.assert_close's defaults for each dtype; the reference is float64.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {

@@ -121,10 +121,6 @@ def setup(mode: str | None = None) -> Device:
             chosen = INTERPRETER if wants_interpreter else GPU
 
     set_triton_environment(chosen)
-    if chosen == INTERPRETER:  # libdevice's math, which the interpreter does not run
-        from grader.runtime import interpreted
-
-        interpreted.supply()
     if chosen == GPU:  # torch was imported above: only an interpreter request skips it
         props = torch.cuda.get_device_properties(0)
         _current = Device(GPU, props.name, (props.major, props.minor), props.total_memory)

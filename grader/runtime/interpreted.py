@@ -2,10 +2,11 @@
 
 Triton's interpreter runs no libdevice function (Triton 3.9 returns None for each), so a kernel
 that is right on a GPU, such as a GELU through `libdevice.tanh`, fails on a laptop with a
-TypeError deep inside the interpreter. In interpreter mode `device.setup` puts in libdevice's
-place, for the functions the course's kernels reach for, the same math written with
-triton.language: the same function where it has one, a formula elsewhere (tanh, expm1, log1p)
-within float32's absolute error. The GPU, and the GPU compile check, use libdevice itself."""
+TypeError deep inside the interpreter. In interpreter mode, importing grader.runtime.checks (as
+every notebook's setup cell does, after device.setup) puts in libdevice's place, for the
+functions the course's kernels reach for, the same math written with triton.language: the same
+function where it has one, a formula elsewhere (tanh, expm1, log1p) within float32's absolute
+error. The GPU, and the GPU compile check, use libdevice itself."""
 
 import triton
 import triton.language as tl
@@ -108,7 +109,7 @@ SUPPLIED = (
 
 
 def supply() -> None:
-    """Put these functions in libdevice's place (interpreter mode only: device.setup)."""
+    """Put these functions in libdevice's place (interpreter mode only: grader.runtime.checks)."""
     from triton.language.extra import libdevice
 
     for name in SUPPLIED:
