@@ -706,7 +706,7 @@ class Speed:
     def _checked(self, case) -> list[str]:
         """One call on the judge's inputs, `out` poisoned first: the log must show the
         exercise's kernels alone, and `out` must be right (then every element is their work)."""
-        from grader.runtime import checks
+        from grader.runtime import checks, perf
 
         kernels = " or ".join(case.kernels)
         if case.out is not None:
@@ -724,8 +724,7 @@ class Speed:
         try:
             case.verify()
         except checks.KernelCheckError as wrong:
-            first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else "wrong"
-            flags.append(f"the timed code's result is not the work of {kernels}: {first}")
+            flags += perf.not_their_work(case.kernels, wrong)
         return flags
 
     def _output_of(self, case, inputs, moments, seed: int) -> str | None:
@@ -741,9 +740,5 @@ class Speed:
         try:
             case.verify()
         except checks.KernelCheckError as wrong:
-            first = str(wrong).strip().splitlines()[0] if str(wrong).strip() else "wrong"
-            return (
-                f"the output of a timed call is wrong for the inputs of that call ({first}): is "
-                "the output cached or reused between timed calls, or written on another stream?"
-            )
+            return perf.wrong_output(wrong)
         return None

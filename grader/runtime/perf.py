@@ -256,10 +256,7 @@ def compare_all(
                 t = timing.bench(fn, sampler=sampler, before=before)
                 theirs[label] = t if theirs[label] is None else theirs[label].pooled(t)
     except checks.KernelCheckError as wrong:
-        reason = (
-            f"the output of a timed call is wrong for the inputs of that call ({_first(wrong)}): "
-            "is the output cached or reused between timed calls, or written on another stream?"
-        )
+        reason = wrong_output(wrong)
         return [
             Comparison(name, mine or empty, label, theirs[label] or empty, (reason,))
             for label in baselines
@@ -286,8 +283,17 @@ def _first(wrong: Exception) -> str:
     return said.splitlines()[0] if said else type(wrong).__name__
 
 
-def _not_their_work(kernels: Sequence[str], wrong: Exception) -> list[str]:
+def not_their_work(kernels: Sequence[str], wrong: Exception) -> list[str]:
+    """The flag on a checked call whose result `wrong` says is not the kernels' work."""
     return [f"the timed code's result is not the work of {' or '.join(kernels)}: {_first(wrong)}"]
+
+
+def wrong_output(wrong: Exception) -> str:
+    """The flag on a timed call whose output `wrong` says is wrong for that call's inputs."""
+    return (
+        f"the output of a timed call is wrong for the inputs of that call ({_first(wrong)}): "
+        "is the output cached or reused between timed calls, or written on another stream?"
+    )
 
 
 # -- the checks around timing --------------------------------------------------------------------
@@ -313,7 +319,7 @@ def own_work_flags(
         launches.verify(rec, inputs, "the timed code", returned=returned)
         verify()
     except (launches.IntegrityError, checks.KernelCheckError) as wrong:
-        return _not_their_work(kernels, wrong)
+        return not_their_work(kernels, wrong)
     return []
 
 
@@ -354,7 +360,7 @@ def checked_flags(seen: census.Census, case: Case) -> list[str]:
     try:
         case.verify()
     except checks.KernelCheckError as wrong:
-        return _not_their_work(case.kernels, wrong)
+        return not_their_work(case.kernels, wrong)
     return []
 
 
