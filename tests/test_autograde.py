@@ -99,7 +99,7 @@ def make_class(release, source):
         "while True:\n    time.sleep(0.05)"
     )
     return {
-        "correct": {"setup.ipynb": right},
+        "correct": {"setup.ipynb": prefixed(right, "print('measuring:', RUN_BENCHMARKS)")},
         "late": {"setup.ipynb": right, "timestamp.txt": b"2026-01-11 20:00:00.000000 UTC"},
         "partial": {"setup.ipynb": partial},
         "warns": {"setup.ipynb": warns},
@@ -281,6 +281,15 @@ def test_what_did_not_run_is_listed_and_changes_no_score(graded):
     autograded = root / "autograded" / "edits-given" / ASSIGNMENT
     assert not (autograded / "notes.txt").exists()  # nothing but the release's files ran
     assert (autograded / "gemm.py").exists() is False
+
+
+def test_the_given_cells_measure_nothing_at_grading(graded):
+    """A sweep or a profile of a given cell scores nothing: grading turns RUN_BENCHMARKS off
+    after the parameters cell, in the student's kernel as in the judge."""
+    root, _, _ = graded
+    nb = nbformat.read(root / "autograded" / "correct" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", 4)
+    printed = "".join(o.get("text", "") for o in cell(nb, "relu-kernel").outputs)
+    assert "measuring: False" in printed, cell(nb, "relu-kernel").outputs
 
 
 def test_report_says_speed_was_not_graded(graded):

@@ -626,7 +626,7 @@ class Speed:
         import torch
 
         from grader.grading import activity
-        from grader.runtime import perf, timing
+        from grader.runtime import census, perf, timing
 
         # the output checked: `out`, or the tensor the call returns (the judge's copy of the
         # kept call's result, which a fetch writes again)
@@ -642,21 +642,33 @@ class Speed:
         marker = timing.FLUSH_BYTES + 2 * secrets.randbelow(1 << 16) + 1  # a size no one fills
         before = len(self.log.flush())
         fetched: dict[int, int] = {}  # timed call -> bytes of its output copied here
-        baselines: dict[str, timing.Timing] = {}
         redraw = perf.Redraw(case.inputs)
-        for p in range(self.PASSES):
-            picked = {self.CALLS - 1, *random.sample(range(self.CALLS - 1), self.CHECKED - 1)}
-            for i in range(self.CALLS):
-                seed = secrets.randbits(62)
-                session.timed(inputs, moments, seed, marker)
-                if i in picked:
-                    fetched[p * self.CALLS + i] = session.fetch(output, result=case.out is None)
-                    wrong = self._output_of(case, inputs, moments, seed)
-                    if wrong:
-                        return perf.Measured(label, flags=(wrong,))
-            for b in case.baselines:
-                t = self._baseline(b.fn, redraw)
-                baselines[b.name] = baselines[b.name].pooled(t) if b.name in baselines else t
+        flush = torch.empty(timing.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        seen = census.Census()  # the baselines' GPU time, in one profiler session
+        for b in case.baselines:
+            b.fn()  # a first call: workspaces, handles
+        with seen.session():
+            for p in range(self.PASSES):
+                picked = {self.CALLS - 1, *random.sample(range(self.CALLS - 1), self.CHECKED - 1)}
+                for i in range(self.CALLS):
+                    seed = secrets.randbits(62)
+                    session.timed(inputs, moments, seed, marker)
+                    if i in picked:
+                        fetched[p * self.CALLS + i] = session.fetch(output, result=case.out is None)
+                        wrong = self._output_of(case, inputs, moments, seed)
+                        if wrong:
+                            return perf.Measured(label, flags=(wrong,))
+                for b in case.baselines:  # timed as the student's call: fresh inputs, L2 flushed
+                    for _ in range(self.CALLS):
+                        redraw()
+                        flush.zero_()
+                        with seen.window(b.name):
+                            b.fn()
+            torch.cuda.synchronize()
+        baselines = {}  # each one's GPU time: torch's profiler reads the CUPTI records the log does
+        for b in case.baselines:
+            times = tuple(us / 1e3 for us in seen.durations(b.name) if us) or (float("nan"),)
+            baselines[b.name] = timing.Timing(times, self.PASSES, True)
         records = self.log.flush()[before:]
         calls = self.PASSES * self.CALLS
         found = activity.timed_calls(records, calls=calls, marker=marker, fills=fills,
@@ -682,26 +694,6 @@ class Speed:
         found = perf.counted(case.traffic, case.kernels, sources=self.judge.prefix(),
                              runner=self.judge.profiled)  # fmt: skip
         return dataclasses.replace(measured, **found)
-
-    def _baseline(self, fn, redraw):
-        """A baseline timed as the student's call is: CALLS calls on fresh inputs, the L2 flushed
-        before each, its GPU time (torch's profiler reads the CUPTI records the log does)."""
-        import torch
-
-        from grader.runtime import census, timing
-
-        flush = torch.empty(timing.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-        seen = census.Census()
-        fn()  # a first call: workspaces, handles
-        with seen.session():
-            for _ in range(self.CALLS):
-                redraw()
-                flush.zero_()
-                with seen.window("baseline"):
-                    fn()
-            torch.cuda.synchronize()
-        times = tuple(us / 1e3 for us in seen.durations("baseline") if us)
-        return timing.Timing(times or (float("nan"),), 1, True)
 
     def _checked(self, case) -> list[str]:
         """One call on the judge's inputs, `out` poisoned first: the log must show the

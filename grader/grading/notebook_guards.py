@@ -31,7 +31,7 @@ KEPT_CHARS = 2000  # of an error's or a result's text, once the output limit is 
 SERVE = "import grader.runtime.serve as _serve; _serve.serve({path!r}); del _serve"
 SERVED_WAIT = 30.0  # seconds for the student's kernel to end serving after the judge's cell
 HIDDEN = "### BEGIN HIDDEN TESTS"  # nbgrader's marker of a hidden region
-NO_BENCHMARKS = "if 'RUN_BENCHMARKS' in globals():\n    RUN_BENCHMARKS = False"
+NO_BENCHMARKS = "\nRUN_BENCHMARKS = False  # at grading, only the graded cells measure"
 
 
 def _cut(text: str) -> str:
@@ -45,6 +45,9 @@ class JudgedExecute(Execute):
         self._kept = 0
         self._noted: set[tuple[int, str]] = set()
         self._timer = cost.Recorder(str(resources.get("unique_key", "")))
+        for cell in nb.cells:  # no sweep, timing or profile of a given cell: they score nothing
+            if "parameters" in cell.metadata.get("tags", []):
+                cell.source += NO_BENCHMARKS
         self._plan = roles.plan(nb, *self._answers({"notebook": nb, **resources}))
         folder = Path(resources.get("metadata", {}).get("path") or ".").resolve()
         with self._judge(folder, nb):
@@ -148,11 +151,9 @@ class JudgedExecute(Execute):
 
     def _replayed(self, cell, index) -> None:
         """Run a given cell the judge needs in the judge too, silently, for the names later test
-        cells read; after the parameters cell, RUN_BENCHMARKS is off there: it measures nothing."""
+        cells read."""
         with self._served(index):
             outputs = self.judge.run(cell.source, timeout=self._get_timeout(cell), silent=True)
-        if "parameters" in cell.metadata.get("tags", []):
-            outputs += self.judge.run(NO_BENCHMARKS, timeout=None, silent=True)
         failed = "the judge's copy of cell %s failed: %s: %s"
         for o in outputs:
             if o.get("output_type") == "error":

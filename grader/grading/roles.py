@@ -220,13 +220,11 @@ def sources(nb) -> dict[str, tuple[str, int]]:
 def replay(nb, plan: Plan, before: int) -> list[str]:
     """The notebook's given and answer cells before cell `before` as the source of a Nsight
     Compute child (grader.runtime.profile): each in a `try` of its own, so that one that fails
-    leaves the rest to run, as in the kernel; after the parameters cell, RUN_BENCHMARKS off."""
+    leaves the rest to run, as in the kernel."""
     found = []
     for cell, where in zip(nb.cells[:before], plan.where[:before], strict=True):
         if where not in (STUDENT, BOTH):
             continue
         code = textwrap.indent(python(cell.source), "    ") or "    pass"
         found.append(f"try:\n{code}\n    pass\nexcept Exception:\n    pass\n")
-        if "parameters" in cell.get("metadata", {}).get("tags", []):
-            found.append("RUN_BENCHMARKS = False\n")
     return found
