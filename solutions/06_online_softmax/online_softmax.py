@@ -356,8 +356,9 @@ check_softmax(chunked_softmax, 4, 1000)
 check_softmax(chunked_softmax, 2, 300, scale=1e4)  # magnitudes around 1e4
 check_softmax(chunked_softmax, 2, 300, kind="one-finite")  # whole chunks of -inf
 check_softmax(chunked_softmax, 2, 1000, dtype=torch.float16)
+check_softmax(chunked_softmax, 1, 66_000, dtype=torch.float16, kind="equal")  # d = 66000
 print(f"visible test passed: 4 rows of 1000, float32, chunks of {CHUNK}; scores near 1e4, "
-      "rows of -inf but one value, float16")
+      "rows of -inf but one value, float16, a float16 row whose sum passes 65504")
 
 # %% nbgrader={"grade": true, "grade_id": "test-chunked-softmax-hidden", "points": 2}
 check_softmax(lambda x, out: chunked_softmax(x, out, chunk=7), 2, 50)
