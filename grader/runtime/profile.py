@@ -68,7 +68,7 @@ import tempfile
 import time
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.runtime import device, recorded
@@ -177,7 +177,6 @@ CLOCK_NOTES = {
     "none": "Clocks not locked (ncu --clock-control none): the GPU chose its clocks as it ran, "
     "so durations move with its boost and temperature from one profile to the next.",
 }
-CLOCK_NOTE = CLOCK_NOTES[CLOCK_CONTROL]
 CACHE_NOTE = (
     "Caches flushed before each replayed pass (ncu --cache-control all): the kernel starts with "
     "cold L1 and L2, so its first touch of every byte is a DRAM read; run back to back in an "
@@ -232,12 +231,11 @@ class KernelProfile:
         """The 32-byte sectors L1 looked up for global loads, in all (not per request)."""
         return self.raw.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
 
-    def __post_init__(self):  # JSON and recordings give lists and dicts back
+    def __post_init__(self):  # a recording gives lists back
         for shape in ("grid", "block"):
             value = getattr(self, shape)
             object.__setattr__(self, shape, None if value is None else tuple(value))
-        stalls = tuple(s if isinstance(s, Stall) else Stall(**s) for s in self.stalls)
-        object.__setattr__(self, "stalls", stalls)
+        object.__setattr__(self, "stalls", tuple(self.stalls))
 
 
 @dataclass(frozen=True)
@@ -262,26 +260,14 @@ class Conditions:
 
 @dataclass(frozen=True)
 class Profile:
-    """The profiled launches and the conditions they were measured under. `to_json()` and
-    `Profile.from_json(text)` keep it as data; `show(profile)` prints it (and records it)."""
+    """The profiled launches and the conditions they were measured under; `show(profile)`
+    prints it (and records it: grader.runtime.recorded keeps it as data)."""
 
     kernels: tuple[KernelProfile, ...]
     conditions: Conditions
 
-    def __post_init__(self):
-        kernels = tuple(
-            k if isinstance(k, KernelProfile) else KernelProfile(**k) for k in self.kernels
-        )
-        object.__setattr__(self, "kernels", kernels)
-        if isinstance(self.conditions, Mapping):
-            object.__setattr__(self, "conditions", Conditions(**self.conditions))
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Profile:
-        return cls(**json.loads(text))
+    def __post_init__(self):  # a recording gives a list back
+        object.__setattr__(self, "kernels", tuple(self.kernels))
 
     def __str__(self) -> str:
         return "\n".join(lines(self))
