@@ -253,32 +253,37 @@ def expect_count(
     raise AssertionError(message + (f": likely, {cause}" if cause else ""))
 
 
+def explained(exc: Exception, who: str) -> Exception:
+    """`exc`, raised by the student's `who`, as the checks say it: nbgrader's unfilled stub as
+    one plain sentence, an error of Triton's type checks (a dtype an operation refuses, shapes
+    that do not broadcast) as a KernelCheckError that names the operation
+    (grader.runtime.hints.raised), any other as it is."""
+    sentence = stubs.explain(exc, who)
+    if sentence is not None:
+        return stubs.StubNotFilled(sentence)
+    found = hints_.raised(exc)
+    if found is None:
+        return exc
+    innermost = exc
+    while innermost.__cause__ is not None:
+        innermost = innermost.__cause__
+    said = str(innermost).strip()
+    message = f"{who} raised {type(innermost).__name__}: {said.splitlines()[-1] if said else ''}"
+    return KernelCheckError(message + (f"\n{said}" if "\n" in said else ""), [found])
+
+
 def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
-    """Call student code, turning nbgrader's unfilled stub into one plain sentence, and an error
-    of Triton's type checks (a dtype an operation refuses, shapes that do not broadcast) into a
-    KernelCheckError that names the operation (grader.runtime.hints.raised); first, say if an
-    answer leans on a cell that grading will not run (grader.runtime.handin)."""
+    """Call student code, its failure `explained`; first, say if an answer leans on a cell that
+    grading will not run (grader.runtime.handin)."""
     __tracebackhide__ = True
     handin.advise()
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        who = what or f"`{getattr(fn, '__name__', 'your code')}`"
-        sentence = stubs.explain(exc, who)
-        if sentence is not None:
-            raise stubs.StubNotFilled(sentence) from None
-        found = hints_.raised(exc)
-        if found is None:
+        said = explained(exc, what or f"`{getattr(fn, '__name__', 'your code')}`")
+        if said is exc:
             raise
-        innermost = exc
-        while innermost.__cause__ is not None:
-            innermost = innermost.__cause__
-        said = str(innermost).strip()
-        raise KernelCheckError(
-            f"{who} raised {type(innermost).__name__}: {said.splitlines()[-1]}"
-            + (f"\n{said}" if "\n" in said else ""),
-            [found],
-        ) from exc
+        raise said from (None if isinstance(said, stubs.StubNotFilled) else exc)
 
 
 def _run(candidate, args, *, expected, dtype, writes_out, context, kernels=()):

@@ -303,30 +303,19 @@ def report(watch, server: Server, out: list) -> dict:
 # -- failures ----------------------------------------------------------------------------------
 
 
-def failure(exc: BaseException, name: object) -> dict:
+def failure(exc: Exception, name: object) -> dict:
     """An exception as data: the course's own errors by kind (an unfilled stub, a failed check,
-    the wrong kernel's work), any other by its type's name and message."""
-    from grader.runtime import hints, launches, stubs
+    the wrong kernel's work; grader.runtime.checks.explained), any other by its type's name and
+    message."""
+    from grader.runtime import checks, hints, launches, stubs
 
-    who = f"`{name}`" if isinstance(name, str) else "your code"
-    sentence = stubs.explain(exc, who)
-    if sentence is not None or isinstance(exc, stubs.StubNotFilled):
-        return {"kind": "stub", "message": sentence or str(exc)}
+    exc = checks.explained(exc, f"`{name}`" if isinstance(name, str) else "your code")
+    if isinstance(exc, stubs.StubNotFilled):
+        return {"kind": "stub", "message": str(exc)}
     if isinstance(exc, launches.IntegrityError):
         return {"kind": "integrity", "message": _text(exc)}
     if isinstance(exc, hints.HintedError):
         return {"kind": "check", "message": _text(exc.detail), "hints": _hints(exc.hints)}
-    found = hints.raised(exc)
-    if found is not None:
-        innermost = exc
-        while innermost.__cause__ is not None:
-            innermost = innermost.__cause__
-        said = str(innermost).strip()
-        last = said.splitlines()[-1] if said else ""
-        message = f"{who} raised {type(innermost).__name__}: {last}"
-        if "\n" in said:
-            message += f"\n{said}"
-        return {"kind": "check", "message": _text(message), "hints": _hints([found])}
     return {"kind": "error", "type": type(exc).__name__[:100], "message": _text(exc)}
 
 
