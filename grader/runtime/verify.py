@@ -36,11 +36,10 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class Defect:
-    """One kind of defect: a short stable id, what goes wrong, and what in the audit shows it."""
+    """One kind of defect: a short stable id, what it is, and what in the audit shows it."""
 
     id: str
     title: str
-    symptom: str
     caught_by: str
 
 
@@ -50,67 +49,56 @@ TAXONOMY: dict[str, Defect] = {
         Defect(
             "missing-mask",
             "missing boundary mask on ragged sizes",
-            "right when N is a multiple of the tile; the last, partial tile is wrong or unwritten",
             "the ragged-N cases and N=1",
         ),
         Defect(
             "wrong-scale",
             "wrong softmax scale, or exp/exp2 mismatch",
-            "wrong almost everywhere by a smooth amount: the softmax is too flat or too sharp",
             "every case, and the explicit sm_scale case",
         ),
         Defect(
             "no-rescale",
             "accumulator not rescaled when the running max changes",
-            "right while the keys fit in one tile; wrong once a later key block raises the max",
             "the rising-scores case (several key blocks, larger scores later)",
         ),
         Defect(
             "causal-off-by-one",
             "causal mask off by one",
-            "non-causal right; causal rows see one key too many or too few (row 0 may be NaN)",
             "the causal cases",
         ),
         Defect(
             "zero-fill",
             "masked scores filled with 0 instead of -inf",
-            "masked keys still receive weight exp(0 - max)",
             "the causal cases (and ragged N, where the tail is masked)",
         ),
         Defect(
             "fp16-accum",
             "accumulation in fp16",
-            "digits lost on long sums; inf once a running sum passes 65504",
             "the fp16 case with |V| near 1000 and flat scores",
         ),
         Defect(
             "int32-offset",
             "int32 offset overflow at large sizes",
-            "right at every size a laptop can hold; wraps once a tensor passes 2^31 elements",
             "the offset review (no run at a small size can show it)",
         ),
         Defect(
             "assumes-contiguous",
             "assumes contiguous inputs",
-            "right on fresh tensors, wrong on transposed or sliced views",
             "the strided-views case",
         ),
         Defect(
             "uninit-read",
             "reads memory it never wrote",
-            "right when fresh memory happens to hold zeros; NaN once allocations are poisoned",
             "poisoned allocations, in the ragged cases",
         ),
         Defect(
             "torch-fallback",
             "a fallback that calls the PyTorch reference",
-            "the numbers are right, but PyTorch computed them, not the kernel",
             "the reference-call watch, in the cases that take the fallback",
         ),
         Defect(
             "address-cache",
             "results cached by input address",
-            "the first call is right; new values in the same tensors bring back the old result",
             "the second seed, written into the first seed's tensors",
         ),
     )
