@@ -6,6 +6,7 @@ import torch
 
 from grader.grading import verdicts
 from grader.runtime import checks, device, perf, profile, timing
+from tests import shared
 
 
 def fake(ms):
@@ -153,11 +154,11 @@ def test_an_output_cached_across_timed_calls_is_flagged_once_inputs_change():
         slow,
         verify=honest.verify,
         before=perf.Redraw([honest.x]),
-        sampler=timing.cpu_sampler,
+        sampler=shared.cpu_sampler,
     )
     assert result.flags == ()
     cheat = Launcher(cached=True)
-    unchanged = perf.compare(cheat, slow, verify=cheat.verify, sampler=timing.cpu_sampler)
+    unchanged = perf.compare(cheat, slow, verify=cheat.verify, sampler=shared.cpu_sampler)
     assert unchanged.flags == ()  # inputs that never change: the cached output stays right
     cheat = Launcher(cached=True)
     result = perf.compare(
@@ -165,7 +166,7 @@ def test_an_output_cached_across_timed_calls_is_flagged_once_inputs_change():
         slow,
         verify=cheat.verify,
         before=perf.Redraw([cheat.x]),
-        sampler=timing.cpu_sampler,
+        sampler=shared.cpu_sampler,
     )
     assert len(result.flags) == 1 and "wrong for the inputs of that call" in result.flags[0]
     assert "cached" in result.flags[0] and result.candidate.rounds == 0

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.runtime import census, checks, device, perf, timing
+from grader.runtime import census, checks, device, perf
 from tests import launch_kernels as lk
+from tests import shared
 
 DEV = device.current().torch_device
 TRACE = Path(__file__).parent / "data" / "census-trace-h200.json"
@@ -30,7 +31,7 @@ def case(launcher, *baselines, x=None):
 
 
 def measure(c):
-    return perf.measure(c, sampler=timing.cpu_sampler)
+    return perf.measure(c, sampler=shared.cpu_sampler)
 
 
 def test_an_honest_kernel_is_timed_and_raises_no_flag():

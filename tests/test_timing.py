@@ -3,6 +3,7 @@ import itertools
 import pytest
 
 from grader.runtime import device, timing
+from tests import shared
 
 
 def sampler_from(rounds):
@@ -81,24 +82,9 @@ def test_timing_the_same_kernel_twice_agrees():
 
 def test_a_given_sampler_replaces_do_bench_and_needs_no_gpu():
     calls = []
-    t = timing.bench(lambda: calls.append(1), sampler=timing.cpu_sampler)
+    t = timing.bench(lambda: calls.append(1), sampler=shared.cpu_sampler)
     assert t.rounds >= 2 and len(t.samples) >= 6 and all(s >= 0 for s in t.samples)
     assert len(calls) == 4 * t.rounds  # a warm-up and three timed calls per round
-
-
-def test_before_runs_before_every_call_and_check_after_the_last():
-    events = []
-    timing.cpu_sampler(
-        lambda: events.append("call"),
-        0,
-        0,
-        before=lambda: events.append("before"),
-        check=lambda: events.append("check"),
-    )
-    assert events[:2] == ["before", "call"]  # the warm-up
-    assert events.count("call") == 4 and events.count("before") == 4
-    assert events[-1] == "check"  # after the last timed call, at least
-    assert all(events[i - 1] == "before" for i, e in enumerate(events) if e == "call")
 
 
 def test_a_failing_check_stops_the_round():
@@ -106,4 +92,4 @@ def test_a_failing_check_stops_the_round():
         raise AssertionError("stale output")
 
     with pytest.raises(AssertionError, match="stale output"):
-        timing.bench(lambda: None, sampler=timing.cpu_sampler, check=wrong)
+        timing.bench(lambda: None, sampler=shared.cpu_sampler, check=wrong)

@@ -118,33 +118,6 @@ def device_sampler(
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
-def cpu_sampler(
-    fn: Callable[[], object],
-    warmup_ms: int,
-    rep_ms: int,
-    *,
-    before: Callable[[], None] | None = None,
-    check: Callable[[], None] | None = None,
-) -> list[float]:
-    """A wall clock for the grader's own tests on machines without a GPU: one warm-up call, then
-    three timed ones, with `before` and `check` as in device_sampler. What it measures is CPU
-    time, never a GPU speed."""
-    if before is not None:
-        before()
-    fn()
-    samples = []
-    checked = _checked_calls(3) if check is not None else set()
-    for i in range(3):
-        if before is not None:
-            before()
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-        if i in checked:
-            check()
-    return samples
-
-
 def measure_until_stable(
     fn: Callable[[], object],
     sampler: Sampler,
@@ -200,7 +173,7 @@ def bench(
 ) -> Timing:
     """Time `fn()` on the GPU (device_sampler); refuses with a clear message in interpreter mode.
     `before` and `check` go to the sampler (see device_sampler). `sampler` replaces
-    device_sampler (cpu_sampler, or a fake, for the grader's own tests)."""
+    device_sampler (a fake, for the grader's own tests)."""
     if sampler is None:
         require_gpu()
         sampler = device_sampler
