@@ -163,10 +163,6 @@ def require_gpu(purpose: str = "Timing") -> None:
 def bench(
     fn: Callable[[], object],
     *,
-    warmup_ms: int = 25,
-    rep_ms: int = 100,
-    tolerance: float = 0.01,
-    max_rounds: int = 6,
     sampler: Sampler | None = None,
     before: Callable[[], None] | None = None,
     check: Callable[[], None] | None = None,
@@ -179,9 +175,7 @@ def bench(
         sampler = device_sampler
     if before is not None or check is not None:
         sampler = partial(sampler, before=before, check=check)
-    return measure_until_stable(
-        fn, sampler, warmup_ms=warmup_ms, rep_ms=rep_ms, tolerance=tolerance, max_rounds=max_rounds
-    )
+    return measure_until_stable(fn, sampler)
 
 
 # -- host time per call ------------------------------------------------------------------------
