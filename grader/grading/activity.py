@@ -238,7 +238,7 @@ def build(into: Path, *, include: Path | None = None, lib: Path | None = None) -
     Path(into).mkdir(parents=True, exist_ok=True)
     made = target.with_suffix(".tmp")
     argv = [compiler, "-shared", "-fPIC", "-O2", f"-I{include}", str(SOURCE), f"-L{lib}",
-            "-lcupti", "-lpthread", f"-Wl,-rpath,{lib}", "-o", str(made)]  # fmt: skip
+            "-lcupti", "-lpthread", "-ldl", f"-Wl,-rpath,{lib}", "-o", str(made)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise ActivityError(f"building the GPU activity library failed:\n{done.stderr[-2000:]}")
