@@ -436,7 +436,8 @@ def check(
             if probed is not None:
                 raise probed from None
             raise
-        if tf32 and not on_gpu:
+        float32 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args)
+        if tf32 and not on_gpu and float32:  # with no float32 input, the same call again
             rounded = again(
                 _floats(args, lambda t: precision.tf32_copy(t) if t.dtype == torch.float32 else t)
             )[0]
