@@ -42,6 +42,7 @@ PATTERNS = {
     "gpu-compile": "the GPU compiler refuses the kernel, which the interpreter ran",
     "operand-dtype": "an operation of the kernel refuses the dtype of its operand",
     "shape": "the operands of an operation of the kernel have shapes that do not broadcast",
+    "wrong-formula": "the output is what a known wrong formula gives, which the hint names",
 }
 
 
