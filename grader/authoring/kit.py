@@ -8,8 +8,9 @@ No answer may travel with it. `leaks()` compares every normalized code line of a
 lines of the answers, hidden tests and reference kernels; a line of an answer may appear only in a
 side file released with a later notebook. `answers_held()` refuses a kit file that holds most
 (ANSWER_SHARE) of another notebook's graded answer, except a reference kernel of
-REFERENCE_KERNELS (05's gemm.py holds 04's blocked matmul) in a kit without the notebook it
-answers, handed out after that notebook's deadline. So 04 and 05 never share a kit.
+REFERENCE_KERNELS (05's gemm.py holds 04's blocked matmul, 10's flash_forward.py 07's forward
+kernel) in a kit without the notebook it answers, handed out after that notebook's deadline. So
+04 and 05 never share a kit, nor 07 and 10.
 """
 
 from __future__ import annotations
@@ -51,7 +52,11 @@ DOWNLOAD_ALL = (111, 580)
 # Side files under solutions/ that hold the reference answer of an earlier notebook's exercise,
 # and the notebook they answer: released only with a later notebook (`leaks()`), in a kit without
 # the notebook they answer (`answers_held()`).
-REFERENCE_KERNELS = {"05_autotuning/gemm.py": "04_matmul", "09_hopper/gemm.py": "04_matmul"}
+REFERENCE_KERNELS = {
+    "05_autotuning/gemm.py": "04_matmul",
+    "09_hopper/gemm.py": "04_matmul",
+    "10_flash_backward/flash_forward.py": "07_flash_attention",
+}
 MARKERS = {
     "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
     "hidden test": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
