@@ -10,9 +10,9 @@ In order: the roofline's ceilings (grader.runtime.roofline.measure_ceilings), th
 twice (bench/trust.py, part 1), 02's kernels (bench/elementwise.py), 03's softmax
 (bench/softmax.py), 04's ladder (bench/ladder.py), 05's autotuned matmul (bench/matmul.py), 07's
 FlashAttention (bench/attention.py), 09's Hopper matmuls and attention (bench/hopper_gemm.py,
-bench/hopper_attention.py, sm_90), the host time per call of 05's, 03's and 07's launchers
-against torch's (bench/host.py). A failure in one is recorded in the report and the others still
-run; the report is rewritten after each. By default
+bench/hopper_attention.py, sm_90), 10's backward (bench/backward.py), the host time per call of
+05's, 03's and 07's launchers against torch's (bench/host.py). A failure in one is recorded in the
+report and the others still run; the report is rewritten after each. By default
 per-config sweeps are skipped, to keep the run to a few minutes of GPU time (aimed at 3-4 on an
 H100); --full keeps them. --trust runs bench/trust.py's notebook part for the named notebooks
 (minutes each; `python bench/trust.py --estimate` says how many); the report includes whatever
@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout without an inst
 from bench import (  # noqa: E402
     _report,
     attention,
+    backward,
     elementwise,
     hopper_attention,
     hopper_gemm,
@@ -90,6 +91,7 @@ SECTIONS = {
     "attention": lambda args: attention.measure(args.full),
     "hopper": lambda args: hopper_gemm.measure(),
     "hopper_attention": lambda args: hopper_attention.measure(),
+    "backward": lambda args: backward.measure(configs=args.full),
     "host": lambda args: host.measure(),
 }
 

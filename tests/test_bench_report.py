@@ -49,6 +49,7 @@ def off_gpu():
         "host",
         "hopper_gemm",
         "hopper_attention",
+        "backward",
     ],
 )
 def test_scripts_refuse_to_measure_off_a_gpu(off_gpu, tmp_path, capsys, name):
