@@ -260,10 +260,10 @@ def attention_delta(o, do, out):
 # whose products pass float16's range. The kernels of Exercises 2 to 4 get `lse` and δ from the
 # float64 reference (so that each exercise is checked on its own) and are checked with the same
 # tolerance; the cell prints the errors of PyTorch's own attention, from its forward on, for
-# comparison. Two stress cases
-# join them: `drawn` pulls every query to key 0, with $dO$ near 2000, so that $dV$ of key 0
-# passes 65 504 (its output is float32); `rising` gives each key a score 12 above the one before,
-# so that the keys a causal row must not see score far above its log-sum-exp.
+# comparison. Two stress cases join them: `drawn` pulls every query to key 0, with $dO$ near
+# 2000, so that $dV$ of key 0 passes 65 504 (its output is float32); `rising` gives each key a
+# score 12 above the one before, so that the keys a causal row must not see score far above its
+# log-sum-exp.
 #
 # During each call torch's matmul, softmax and fused attention are refused, and your kernels must
 # be launched on every input and write every element of the output. When a check fails, it looks
@@ -918,9 +918,9 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large sco
 # 07's kernel and keeps `Q`, `K`, `V`, `O` and `lse` (not `P`), `backward` runs δ, dK/dV and dQ.
 # The next cell checks it twice. `torch.autograd.gradcheck` compares its backward with finite
 # differences of its forward in float64, which the interpreter computes as NumPy does (the
-# kernels accumulate in float64 there, through `ACC`); it checks a random projection of the
-# Jacobian (`fast_mode`), enough to catch any wrong gradient. Then, in float16, its gradients
-# and those of SDPA against float64 autograd of eager attention.
+# kernels accumulate in float64 there, through `ACC`); it checks the Jacobian along random
+# directions (`fast_mode`), which a wrong gradient fails all but surely. Then, in float16, its
+# gradients and those of SDPA against float64 autograd of eager attention.
 
 # %%
 def attention_gradients(q, k, v, o, do, lse, out, causal=False, delta=None):
