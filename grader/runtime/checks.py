@@ -257,19 +257,24 @@ def explained(exc: Exception, who: str) -> Exception:
     """`exc`, raised by the student's `who`, as the checks say it: nbgrader's unfilled stub as
     one plain sentence, an error of Triton's type checks (a dtype an operation refuses, shapes
     that do not broadcast) as a KernelCheckError that names the operation
-    (grader.runtime.hints.raised), any other as it is."""
+    (grader.runtime.hints.raised), the course's own error raised inside an interpreted kernel
+    (interpreted.NotInInterpreter) as itself, any other as it is."""
     sentence = stubs.explain(exc, who)
     if sentence is not None:
         return stubs.StubNotFilled(sentence)
-    found = hints_.raised(exc)
-    if found is None:
-        return exc
     innermost = exc
     while innermost.__cause__ is not None:
         innermost = innermost.__cause__
+    if innermost is not exc and isinstance(innermost, hints_.HintedError):
+        return innermost  # the course's own, raised inside an interpreted kernel
+    found = hints_.raised(exc)
+    if found is None:
+        return exc
     said = str(innermost).strip()
     message = f"{who} raised {type(innermost).__name__}: {said.splitlines()[-1] if said else ''}"
-    return KernelCheckError(message + (f"\n{said}" if "\n" in said else ""), [found])
+    made = KernelCheckError(message + (f"\n{said}" if "\n" in said else ""), [found])
+    made.__cause__ = exc
+    return made
 
 
 def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
@@ -283,7 +288,7 @@ def call_graded(fn: Callable, *args, what: str | None = None, **kwargs):
         said = explained(exc, what or f"`{getattr(fn, '__name__', 'your code')}`")
         if said is exc:
             raise
-        raise said from (None if isinstance(said, stubs.StubNotFilled) else exc)
+        raise said from said.__cause__
 
 
 def _run(candidate, args, *, expected, dtype, writes_out, context, kernels=()):
