@@ -10,6 +10,9 @@ must name that pattern, and only that one.
 A source whose hint is a compile error (Triton's GPU compiler refuses it, in interpreter mode
 through grader.runtime.gpu_compile) must fail the visible test, where it is first launched.
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
+Right sources written other ways than the reference (OTHER_WAYS: `tl.where`, exp2 with log2(e)
+folded in, libdevice, Triton's tutorials' forms) must pass every test cell of their exercise,
+hidden lines included, in interpreter mode as on a GPU.
 Partial submissions (PARTIAL) must pass every test of the exercises they get right and fail one
 of each exercise they do not, where said with the message the module states.
 Every answer cell as course/ releases it (nbgrader's stub) must fail every test cell of its
@@ -77,6 +80,12 @@ INTERPRETER_ONLY = {
     for m in MODULES
     for g, names in getattr(m, "INTERPRETER_ONLY", {}).items()
     for n in names
+}
+OTHER_WAYS = {
+    (m.NOTEBOOK, g, n): src
+    for m in MODULES
+    for g, v in getattr(m, "OTHER_WAYS", {}).items()
+    for n, src in v.items()
 }
 SLOW_CASES = [
     (m.NOTEBOOK, grade_id, name, source)
@@ -251,6 +260,25 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
         )
 
 
+@pytest.mark.parametrize(
+    "notebook, grade_id, name",
+    sorted(OTHER_WAYS),
+    ids=[f"{n}:{g}:{w}" for n, g, w in sorted(OTHER_WAYS)],
+)
+def test_a_right_solution_written_another_way_passes(sessions, notebook, grade_id, name):
+    """Each OTHER_WAYS source passes every test cell of its exercise, hidden lines included: a
+    right kernel is not refused for the way it is written (in interpreter mode, libdevice's
+    functions come from grader.runtime.interpreted)."""
+    assert (notebook, grade_id, name) not in SOURCES, f"'{name}' is in WRONG too"
+    session = sessions(notebook)
+    with swapped_in(session, grade_id, OTHER_WAYS[notebook, grade_id, name]) as (exercise, cells):
+        status, detail = session.run(exercise)
+        assert status == "ok", f"'{name}' does not define itself: {detail}"
+        for cell, source in cells:
+            status, detail = session.run(source)
+            assert status == "ok", f"'{name}' fails {cell.id}: {detail}"
+
+
 def _released() -> dict[tuple[str, str], str]:
     """{(notebook, grade_id): source} of every answer cell as course/ releases it."""
     found = {}
@@ -415,7 +443,7 @@ def interpreter_unusable() -> str | None:
 
 
 EXERCISES = sorted({(n, g) for n, g, _ in CASES})
-VERDICT_CASES = [(n, g, None) for n, g in EXERCISES] + CASES
+VERDICT_CASES = [(n, g, None) for n, g in EXERCISES] + CASES + sorted(OTHER_WAYS)
 
 
 @pytest.mark.gpu
@@ -428,14 +456,14 @@ VERDICT_CASES = [(n, g, None) for n, g in EXERCISES] + CASES
 def test_the_verdict_in_the_interpreter_is_the_verdict_on_the_gpu(
     sessions, interpreted_sessions, notebook, grade_id, name
 ):
-    """Each known-wrong source, and the reference, passes and fails the same correctness test
-    cells in interpreter mode (where grader.runtime.gpu_compile stands in for the GPU's
-    compiler) as on the GPU."""
+    """Each known-wrong source, the reference and each right source written another way passes
+    and fails the same correctness test cells in interpreter mode (where
+    grader.runtime.gpu_compile stands in for the GPU's compiler) as on the GPU."""
     if (why := interpreter_unusable()) is not None:
         pytest.skip(why)
     if (notebook, grade_id, name) in INTERPRETER_ONLY:
         pytest.skip("only the interpreter's bounds check rejects it")
-    source = None if name is None else SOURCES[notebook, grade_id, name]
+    source = None if name is None else {**SOURCES, **OTHER_WAYS}[notebook, grade_id, name]
     on_gpu = verdict(sessions(notebook), grade_id, source)
     in_interpreter = verdict(interpreted_sessions(notebook), grade_id, source)
     assert in_interpreter == on_gpu, (

@@ -7,7 +7,11 @@ A source may also be a `WithGiven`: the exercise cell's replacement together wit
 exercise hands out but a student may still rewrite.
 
 PARTIAL (optional) maps names to `Partial` submissions: right for some exercises, blank or wrong
-for others; each must earn exactly the test points of the exercises it gets right."""
+for others; each must earn exactly the test points of the exercises it gets right.
+
+OTHER_WAYS (optional) maps an exercise's grade_id to right sources written otherwise than the
+reference (`tl.where`, exp2 with log2(e) folded in, libdevice, Triton's tutorials' forms): each
+must pass every test of its exercise, hidden lines included, in the interpreter as on a GPU."""
 
 import functools
 from dataclasses import dataclass, field

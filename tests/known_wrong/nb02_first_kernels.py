@@ -450,3 +450,68 @@ HIDDEN_ONLY = {
         "the profiler's count, which the exact hidden count catches",
     },
 }
+
+LIBDEVICE = "from triton.language.extra import libdevice\n"
+TANH_GELU = "    y = 0.5 * z * (1.0 + {tanh}) * scale\n"
+U = "    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)\n"
+
+# Right, written other ways than the reference: each must pass every test of its exercise, in the
+# interpreter as on a GPU (tests/test_known_wrong.py).
+OTHER_WAYS = {
+    "add-kernel": {
+        "int64 offsets, zeros past the end": ADD_HEADER
+        + """
+    offsets = tl.program_id(axis=0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+    y = tl.load(y_ptr + offsets, mask=mask, other=0.0)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+""",
+    },
+    "fused-kernel": {
+        "tanh from libdevice": LIBDEVICE
+        + fused(MASKS + LOADS + U + TANH_GELU.format(tanh="libdevice.tanh(u)") + STORE),
+        "the cube by libdevice.pow": LIBDEVICE
+        + fused(MASKS + LOADS + GELU.replace("z * z * z", "libdevice.pow(z, 3.0)") + STORE),
+        "tanh through exp2, log2(e) folded into 2u": fused(
+            MASKS
+            + LOADS
+            + U
+            + "    e = tl.math.exp2(2.8853900817779268 * u)  # exp(2u); inf gives tanh = 1\n"
+            + TANH_GELU.format(tanh="(1.0 - 2.0 / (e + 1.0))")
+            + STORE
+        ),
+        "a sigmoid of its own, tl.where by sign": fused(
+            MASKS
+            + LOADS
+            + U
+            + """
+    e = tl.exp(-2.0 * tl.abs(u))  # in (0, 1]: never overflows
+    s = tl.where(u >= 0, 1.0 / (1.0 + e), e / (1.0 + e))  # sigmoid(2u)
+    y = z * s * scale
+"""
+            + STORE
+        ),
+        "the store converts to out's dtype": fused(
+            MASKS
+            + LOADS
+            + GELU
+            + "    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=mask)"
+            + "\n"
+        ),
+        "a row at a time": FUSED_HEADER
+        + """
+    mask_n = offs_n < N
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n).to(tl.float32)
+    for i in tl.static_range(BLOCK_M):
+        m = tl.program_id(axis=0) * BLOCK_M + i
+        if m < M:  # `mask_n & (m < M)` fails in the interpreter (docs/versions.md)
+            x = tl.load(x_ptr + m * stride_xm + offs_n, mask=mask_n).to(tl.float32)
+            z = x + bias
+            u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+            y = (z * tl.sigmoid(2.0 * u) * scale).to(out_ptr.dtype.element_ty)
+            tl.store(out_ptr + m * stride_om + offs_n, y, mask=mask_n)
+"""
+        + LAUNCHER,
+    },
+}

@@ -336,3 +336,53 @@ HIDDEN_ONLY = {
         _THE_ANSWER,
     ),
 }
+
+# Right, written other ways than the reference: each must pass every test of its exercise, in the
+# interpreter as on a GPU (tests/test_known_wrong.py).
+OTHER_WAYS = {
+    "softmax-kernel": {
+        "exp2, log2(e) folded": cell(
+            reduce=REDUCE.replace(
+                "tl.exp(x - row_max[:, None])",
+                "tl.math.exp2((x - row_max[:, None]) * 1.4426950408889634)",
+            )
+        ),
+        "libdevice.exp": "from triton.language.extra import libdevice\n"
+        + cell(reduce=REDUCE.replace("tl.exp(", "libdevice.exp(")),
+        "padded lanes set by tl.where": cell(
+            load="""
+    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask, other=0.0)
+    x = tl.where(mask, x.to(tl.float32), -float("inf"))
+"""
+        ),
+        "a reciprocal of the sum": cell(
+            reduce=REDUCE.replace(
+                "numerator / denominator[:, None]", "numerator * (1.0 / denominator)[:, None]"
+            )
+        ),
+        "the store converts to out's dtype": cell(
+            store="    tl.store(out_ptr + rows * out_row_stride + cols, y, mask=mask)\n"
+        ),
+        # Triton's tutorial kernel (python/tutorials/02-fused-softmax.py) below the given lines,
+        # with a row mask of its own (not the given `mask`, whose shape it would change) and the
+        # arithmetic in float32
+        "Triton's tutorial loop, rows strided across programs": KERNEL_HEAD
+        + """
+    row_start = tl.program_id(0)
+    row_step = tl.num_programs(0)
+    for row_idx in tl.range(row_start, n_rows, row_step):
+        col_offsets = tl.arange(0, BLOCK)
+        row_mask = col_offsets < n_cols
+        row = tl.load(x_ptr + row_idx * x_row_stride + col_offsets, mask=row_mask,
+                      other=-float("inf")).to(tl.float32)
+        row_minus_max = row - tl.max(row, axis=0)
+        numerator = tl.exp(row_minus_max)
+        denominator = tl.sum(numerator, axis=0)
+        softmax_output = numerator / denominator
+        tl.store(out_ptr + row_idx * out_row_stride + col_offsets,
+                 softmax_output.to(out_ptr.dtype.element_ty), mask=row_mask)
+"""
+        + CONFIG
+        + LAUNCHER,
+    },
+}

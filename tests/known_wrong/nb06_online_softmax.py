@@ -238,3 +238,76 @@ VISIBLE_CLASSES = {
 for _grade_id, _variants in VISIBLE_CLASSES.items():
     WRONG[_grade_id].update(_variants)
 HINTS["chunked-softmax"]["no guard for a chunk of -inf"] = "non-finite"
+
+LOG2E = "1.4426950408889634"
+
+# Right, written other ways than the reference: each must pass every test of its exercise, in the
+# interpreter as on a GPU (tests/test_known_wrong.py).
+OTHER_WAYS = {
+    "merge": {
+        "each side's factor by torch.where": MERGE
+        + """    f1 = torch.where(m1 == -math.inf, 0.0, torch.exp(m1 - m))  # an empty side adds 0
+    f2 = torch.where(m2 == -math.inf, 0.0, torch.exp(m2 - m))
+    return m, d1 * f1 + d2 * f2
+""",
+    },
+    "chunked-softmax": {
+        "the state updated in place of merge": CHUNKED
+        + """    m = torch.full((rows, 1), -math.inf, dtype=torch.float32, device=x.device)
+    d = torch.zeros((rows, 1), dtype=torch.float32, device=x.device)
+    for s in range(0, n, chunk):
+        part = x[:, s:s + chunk].float()
+        m_new = torch.maximum(m, part.amax(dim=1, keepdim=True))
+        m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
+        d = d * torch.exp(m - m_safe) + torch.exp(part - m_safe).sum(dim=1, keepdim=True)
+        m = m_new
+    for s in range(0, n, chunk):
+        out[:, s:s + chunk] = (torch.exp(x[:, s:s + chunk].float() - m) / d).to(out.dtype)
+    return out
+""",
+    },
+    "long-softmax-kernel": {
+        "exp2, log2(e) folded": KERNEL
+        + (FIRST_PASS + LANE_MERGE + SECOND_PASS)
+        .replace("tl.exp(m - m_safe)", f"tl.math.exp2((m - m_safe) * {LOG2E})")
+        .replace(
+            "tl.exp(x.to(tl.float32) - m_safe)",
+            f"tl.math.exp2((x.to(tl.float32) - m_safe) * {LOG2E})",
+        )
+        .replace("tl.exp(m - m_row)", f"tl.math.exp2((m - m_row) * {LOG2E})")
+        .replace(
+            "tl.exp(x.to(tl.float32) - m_row)",
+            f"tl.math.exp2((x.to(tl.float32) - m_row) * {LOG2E})",
+        ),
+        "tl.where at -inf in place of a safe maximum": KERNEL
+        + """
+    m = tl.full((BLOCK,), float("-inf"), tl.float32)
+    d = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        x = x.to(tl.float32)
+        m_new = tl.maximum(m, x)
+        empty = m_new == float("-inf")  # -inf - (-inf) is NaN: the lane has nothing yet
+        alpha = tl.where(empty, 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.where(empty, 0.0, tl.exp(x - m_new))
+        m = m_new
+"""
+        + LANE_MERGE
+        + SECOND_PASS,
+        "one state per row, not per lane": KERNEL
+        + """
+    m_row = tl.max(tl.full((BLOCK,), float("-inf"), tl.float32), axis=0)
+    d_row = tl.sum(tl.zeros((BLOCK,), tl.float32), axis=0)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        x = x.to(tl.float32)
+        m_new = tl.maximum(m_row, tl.max(x, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        d_row = d_row * tl.exp(m_row - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)
+        m_row = m_new
+"""
+        + SECOND_PASS,
+        "libdevice.exp": "from triton.language.extra import libdevice\n"
+        + (KERNEL + FIRST_PASS + LANE_MERGE + SECOND_PASS).replace("tl.exp(", "libdevice.exp("),
+    },
+}

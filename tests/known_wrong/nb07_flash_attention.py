@@ -225,3 +225,68 @@ SLOW = {
         ),
     },
 }
+
+_STATE = _CELLS[LOOP][
+    _CELLS[LOOP].index("        m_ij = tl.maximum(") : _CELLS[LOOP].index(
+        "        ### END SOLUTION"
+    )
+]
+_ACC = "        acc = acc * alpha[:, None]\n        acc = tl.dot(p.to(v.dtype), v, acc)"
+
+# Right, written other ways than the reference: each must pass every test of its exercise, in the
+# interpreter as on a GPU (tests/test_known_wrong.py).
+OTHER_WAYS = {
+    LOOP: {
+        # python/tutorials/06-fused-attention.py: the scores scaled first, the max subtracted
+        "Triton's tutorial order: scale, then subtract the max": _edit(
+            LOOP,
+            (
+                _STATE,
+                """        qk = qk * qk_scale
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        qk = qk - m_ij[:, None]
+        p = tl.math.exp2(qk)
+        l_ij = tl.sum(p, 1)
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + l_ij
+""",
+            ),
+        ),
+        "natural exp, log2(e) taken back out of the scale": _edit(
+            LOOP,
+            (
+                _STATE,
+                """        scale = qk_scale * 0.6931471805599453  # ln(2) log2(e) / sqrt(D)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * scale)
+        p = tl.exp(qk * scale - m_ij[:, None])
+        alpha = tl.exp(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+""",
+            ),
+        ),
+        "libdevice.exp2": "from triton.language.extra import libdevice\n"
+        + _edit(LOOP, (_STATE, _STATE.replace("tl.math.exp2(", "libdevice.exp2("))),
+        "alpha by tl.where on the first block, P V added after the dot": _edit(
+            LOOP,
+            (
+                "alpha = tl.math.exp2(m_i - m_ij)",
+                'alpha = tl.where(m_i == float("-inf"), 0.0, tl.math.exp2(m_i - m_ij))',
+            ),
+            (_ACC, "        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)"),
+        ),
+    },
+    CAUSAL: {
+        # every block up to the diagonal's end masked, none left unmasked: right, and slower
+        "one masked call up to the diagonal": _edit(
+            CAUSAL,
+            (
+                _region(CAUSAL),
+                """    own_key = offs_m + 1  # row i sees the keys j < i + 1
+    hi = tl.minimum((start_m + 1) * BLOCK_M, N)
+    acc, m_i, l_i = _attn_fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                                     offs_n, 0, hi, N, own_key, qk_scale, BLOCK_N, True)
+""",
+            ),
+        ),
+    },
+}
