@@ -22,6 +22,19 @@ def double_tuned_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
 
 
+@triton.jit
+def _tile(base, n, start, BLOCK: tl.constexpr):
+    return tl.make_block_ptr(base, (n,), (1,), (start,), (BLOCK,), (0,))
+
+
+@triton.jit
+def double_block_ptr_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    """Block pointers, made in a function it calls (Triton 3.6 runs it; 3.9 has none)."""
+    start = tl.program_id(0) * BLOCK
+    x = tl.load(_tile(x_ptr, n, start, BLOCK), boundary_check=(0,))
+    tl.store(_tile(out_ptr, n, start, BLOCK), x * factor, boundary_check=(0,))
+
+
 def launch(x, out, n=None, factor=2.0):
     n = x.numel() if n is None else n
     double_kernel[(triton.cdiv(max(n, 1), 64),)](x, out, n, factor, BLOCK=64)
@@ -43,6 +56,11 @@ def in_halves(x, out):
 def tuned(x, out):
     n = x.numel()
     double_tuned_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n, 2.0)
+    return out
+
+
+def block_pointers(x, out):
+    double_block_ptr_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), 2.0, BLOCK=64)
     return out
 
 

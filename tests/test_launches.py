@@ -24,6 +24,16 @@ def test_honest_launchers_pass(launcher):
     _check(launcher)
 
 
+def test_a_block_pointer_is_refused_whatever_triton_would_do():
+    """Triton 3.9 (the student kit's) has removed block pointers and the grading image's 3.6
+    runs them: a kernel that makes one, here in a function it calls, is refused before it runs,
+    on a laptop as on a GPU, with what to use instead."""
+    with pytest.raises(launches.BlockPointerError, match="make_tensor_descriptor") as refused:
+        _check(lk.block_pointers, kernels=("double_block_ptr_kernel",))
+    said = "`double_block_ptr_kernel` makes a block pointer (`tl.make_block_ptr`, in `_tile`)"
+    assert str(refused.value).startswith(said)
+
+
 def test_a_wrapped_kernel_is_recorded_once_under_its_function_name():
     _check(lk.tuned, kernels=("double_tuned_kernel",))
     x = torch.randn(100, device=DEV)

@@ -58,6 +58,9 @@ def test_compiler_error_for_stub_kernel_becomes_one_sentence():
 
 def test_other_errors_are_left_alone():
     assert stubs.explain(ValueError("shape mismatch")) is None
+    # Triton 3.9's `tl.make_block_ptr` raises a NotImplementedError that says why: not a stub
+    removed = NotImplementedError("Block pointers have been removed in favor of the tensor ...")
+    assert stubs.explain(removed) is None
     assert stubs.explain(RuntimeError("NotImplementedError mentioned in passing")) is None
 
 

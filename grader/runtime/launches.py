@@ -14,7 +14,8 @@ is open, and an autotuner's own benchmarking runs are not recorded. In interpret
 recorded launch, its autotuner's trials included, is also compiled for the GPU, so that a kernel
 Triton's compiler refuses fails as on a GPU (`grader.runtime.gpu_compile`), and runs on guarded
 copies of its tensor arguments, so that a load or store outside them fails
-(`grader.runtime.bounds`).
+(`grader.runtime.bounds`). A kernel that makes a block pointer is refused before it runs, in
+either mode (`refuse_block_pointers`).
 
 Limits. A launch through `kernel.run(...)` is not seen. An element that the kernel rewrites with
 the value already there counts as not written by it, so outputs must start poisoned (checks.check
@@ -27,6 +28,8 @@ launch of the exercise's kernels. What a kernel computes is the value check's bu
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -79,6 +82,47 @@ def kernel_name(kernel) -> str:
             return fn.__name__
         fn = getattr(fn, "fn", None)
     return getattr(kernel, "__name__", type(kernel).__name__)
+
+
+class BlockPointerError(AssertionError):
+    """A graded kernel makes a block pointer, which the course refuses everywhere."""
+
+
+@functools.cache
+def _names(fn) -> frozenset[str]:
+    """The names and attribute names in the source of `fn`."""
+    nodes = ast.walk(ast.parse(precision.source(fn)))
+    return frozenset(getattr(n, "id", None) or getattr(n, "attr", "") for n in nodes)
+
+
+def refuse_block_pointers(kernel) -> None:
+    """Raise BlockPointerError if `kernel`, or a `@triton.jit` function it names, makes a block
+    pointer (`tl.make_block_ptr`). Triton 3.9, which the student kit installs, has removed them,
+    and the grading image's Triton 3.6 has them: refused on both, such a kernel gets one verdict."""
+    stack, seen = [precision.python_function(kernel)], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        try:
+            names = _names(fn)
+        except (OSError, TypeError, SyntaxError):  # no source to read: nothing seen
+            continue
+        if "make_block_ptr" in names:
+            raise BlockPointerError(
+                f"`{kernel_name(kernel)}` makes a block pointer (`tl.make_block_ptr`, in "
+                f"`{fn.__name__}`), which the course does not accept: Triton 3.9, which the "
+                "student kit installs, has removed block pointers, while the grading image's "
+                "Triton 3.6 still has them, so such a kernel would fail here and pass there. "
+                "Address the tiles with pointers and masks, as the notebooks do, or with a tensor "
+                "descriptor where its alignment rules allow (`tl.make_tensor_descriptor(base, "
+                "shape, strides, block_shape)`, then `desc.load([row, col])` and "
+                "`desc.store([row, col], tile)`; on a GPU after `triton.set_allocator`, as 09 "
+                "shows)."
+            )
+        found = (fn.__globals__.get(n) for n in names)
+        stack += [precision.python_function(v) for v in found if hasattr(v, "fn")]
 
 
 def who(fn) -> str:
@@ -170,6 +214,7 @@ def _recording_getitem(kernel, grid):
     launch = _PLAIN_GETITEM[0](kernel, grid)
 
     def recorded(*args, **kwargs):
+        refuse_block_pointers(kernel)
         watching = list(_ACTIVE)
         before = [r._launched(kernel, args, kwargs) for r in watching]
         with gpu_compile.checking(kernel):

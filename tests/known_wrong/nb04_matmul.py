@@ -305,3 +305,28 @@ WRONG["matmul-kernel"]["the tutorial's float16 store into a float32 output"] = k
     + STORE.replace("acc.to(c_ptr.dtype.element_ty)", "acc.to(tl.float16)")
 )
 HINTS["matmul-kernel"]["the tutorial's float16 store into a float32 output"] = "store-dtype"
+
+# Block pointers, as Triton's block-pointer tutorial wrote the loop: Triton 3.6 (the grading
+# image) runs them, 3.9 (the student kit) has removed them; refused everywhere, one verdict
+# (grader.runtime.launches.refuse_block_pointers).
+WRONG["matmul-kernel"]["block pointers"] = kernel(
+    """
+    a_block = tl.make_block_ptr(a_ptr, (M, K), (stride_am, stride_ak), (pid_m * BLOCK_M, 0),
+                                (BLOCK_M, BLOCK_K), (1, 0))
+    b_block = tl.make_block_ptr(b_ptr, (K, N), (stride_bk, stride_bn), (0, pid_n * BLOCK_N),
+                                (BLOCK_K, BLOCK_N), (1, 0))
+"""
+    + LOOP
+    + """
+        a = tl.load(a_block, boundary_check=(0, 1), padding_option="zero")
+        b = tl.load(b_block, boundary_check=(0, 1), padding_option="zero")
+"""
+    + DOT
+    + """
+        a_block = tl.advance(a_block, (0, BLOCK_K))
+        b_block = tl.advance(b_block, (BLOCK_K, 0))
+"""
+    + OFFSETS
+    + STORE
+)
+HINTS["matmul-kernel"]["block pointers"] = None
