@@ -32,6 +32,7 @@ import pytest
 
 from grader import cli
 from grader.authoring import build, kernel_connection, kit
+from tests import lab_server
 
 pytestmark = pytest.mark.tooling
 
@@ -583,6 +584,11 @@ def test_the_kit_works_from_a_fresh_folder(built, tmp_path):
     names = {p["name"].lower() for p in json.loads(installed.stdout)}
     assert {"torch", "triton", "jupyterlab", "ipywidgets"} <= names
     assert not names & set(NOT_FOR_STUDENTS)
+    # the kit's JupyterLab asks nothing on its first start: setup.sh turned Jupyter's news off
+    lab = ["bash", str(folder / "lab.sh")]
+    with lab_server.running(tmp_path / "lab", command=lab, base_env=env) as served:
+        notification = served.api("/lab/api/settings/@jupyterlab/apputils-extension:notification")
+    assert notification["schema"]["properties"]["fetchNews"]["default"] == "false"
 
     # notebook 00, solved, top to bottom with the kit's Python, found as lab.sh finds it
     notebook = folder / "course" / "00_setup" / "setup.ipynb"

@@ -6,7 +6,8 @@
 # (requirements-gpu.txt).
 # Settings: PYTHON=python3.12 picks another Python (3.11 or newer); TORCH_INDEX is where torch's
 # build comes from (default: PyTorch's cpu or cu128 index; another cuXXX for another CUDA driver,
-# see pytorch.org; empty for the package index alone).
+# see pytorch.org; empty for the package index alone, with `gpu`: PyPI's Linux torch is the CUDA
+# build, whose own Triton the CPU requirements' pin would clash with).
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
@@ -27,8 +28,19 @@ echo "setup: downloads $(sed -n 's/^# download: //p' "$requirements")"
 echo "setup: pip lists each package as it downloads it, then installs them all at once, which can"
 echo "       take a few minutes more on a laptop"
 "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --progress-bar on ${index:+--extra-index-url "$index"} \
-  --requirement "$requirements"
+if ! .venv/bin/python -m pip install --progress-bar on ${index:+--extra-index-url "$index"} \
+  --requirement "$requirements"; then
+  if [ -n "$index" ]; then
+    echo "setup: pip failed. If it could not reach $index, take torch from your" >&2
+    echo "       package index alone: TORCH_INDEX= bash setup.sh gpu (torch's CUDA build, several" >&2
+    echo "       GB, which runs without a GPU too)" >&2
+  fi
+  exit 1
+fi
+# JupyterLab asks on its first start whether to fetch Jupyter's news from the web: never
+mkdir -p .venv/share/jupyter/lab/settings
+echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}' \
+  >.venv/share/jupyter/lab/settings/overrides.json
 echo "setup: installed into .venv; your device and versions:"
 .venv/bin/python -m grader.runtime
 echo "setup: done. Open the course with: bash lab.sh"
