@@ -279,6 +279,25 @@ def test_a_right_solution_written_another_way_passes(sessions, notebook, grade_i
             assert status == "ok", f"'{name}' fails {cell.id}: {detail}"
 
 
+# 10's `named_mistake` given the right dK and dV on `drawn` inputs, where dV dwarfs dK: dK
+# without sm_scale is within 1% of the largest value as well, yet the right output is closer
+RIGHT_OUTPUT_HINT = """
+args = tuple(t.double() for t in gradient_inputs(1, 1, 40, 16, kind="drawn")(checks.generator(0)))
+right = mistakes("dkdv", args, causal=False)[0]
+print(named_mistake(lambda q, k, v, do, out: out.copy_(right), lambda gen: args, "dkdv", False))
+"""
+
+
+@pytest.mark.parametrize("notebook", ["10_flash_backward"])
+def test_a_right_output_is_named_no_mistake(sessions, notebook):
+    """A right kernel that fails a check on its rounding is told of no known mistake: a hint
+    names one only where the output is closer to it than to the right answer."""
+    printed = []
+    status, detail = sessions(notebook).run(RIGHT_OUTPUT_HINT, printed)
+    assert status == "ok", detail
+    assert "".join(printed).strip() == "None", "".join(printed)
+
+
 def _released() -> dict[tuple[str, str], str]:
     """{(notebook, grade_id): source} of every answer cell as course/ releases it."""
     found = {}
