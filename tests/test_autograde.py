@@ -67,6 +67,20 @@ def prefixed(nb, code):
     return nb
 
 
+LATE = b"2026-01-11 20:00:00.000000 UTC"
+
+
+def ran_on(nb, torch_version):
+    """`nb` as saved after its setup cell ran on `torch_version` (grader.runtime.device)."""
+    from grader.runtime import published
+
+    nb = copy.deepcopy(nb)
+    said = {"torch": torch_version, "triton": "3.9.0", "mode": "interpreter"}
+    output = nbformat.v4.new_output("display_data", {published.VERSIONS_MIMETYPE: said})
+    next(c for c in nb.cells if c.cell_type == "code").outputs = [output]
+    return nb
+
+
 def make_class(release, source):
     """{student: files}, each file a notebook or raw bytes, and what nbgrader should find."""
     right = answered(release, source)
@@ -100,7 +114,7 @@ def make_class(release, source):
     )
     return {
         "correct": {"setup.ipynb": prefixed(right, "print('measuring:', RUN_BENCHMARKS)")},
-        "late": {"setup.ipynb": right, "timestamp.txt": b"2026-01-11 20:00:00.000000 UTC"},
+        "late": {"setup.ipynb": ran_on(right, "2.99.0"), "timestamp.txt": LATE},
         "partial": {"setup.ipynb": partial},
         "warns": {"setup.ipynb": warns},
         "edits-given": {"setup.ipynb": edits, "gemm.py": b"x = 1", "notes.txt": b"mine"},
@@ -297,6 +311,8 @@ def test_report_says_speed_was_not_graded(graded):
     out = root / "grading" / ASSIGNMENT
     report = (out / "report.md").read_text()
     assert "Speed was not graded on this device" in report
+    versions = report.split("## Versions")[1]  # the students whose notebook ran on another torch
+    assert "| late |" in versions and "torch 2.99.0" in versions and "| correct |" not in versions
     assert "`speed-relu`" in report
     assert not (out / "speed.png").exists()
     for figure in ("scores.png", "pass_rate.png"):

@@ -123,3 +123,48 @@ def test_an_empty_class_still_reports(tmp_path):
     written = classreport.write(empty, tmp_path)
     assert "0 submissions" in written["markdown"].read_text()
     assert written["csv"].read_text().startswith("student_id,score,max_score")
+
+
+def test_students_whose_notebook_ran_on_other_versions_are_named():
+    import nbformat
+
+    from grader.grading import assemble
+    from grader.runtime import published
+
+    nb = nbformat.v4.new_notebook()
+    setup = nbformat.v4.new_code_cell("DEVICE = device.setup()")
+    said = {"torch": "2.13.0", "triton": "3.9.0", "mode": "interpreter"}
+    setup.outputs = [nbformat.v4.new_output("display_data", {published.VERSIONS_MIMETYPE: said})]
+    nb.cells = [nbformat.v4.new_markdown_cell("# 00"), setup]
+    assert assemble.ran_on(nb) == said
+    assert assemble.ran_on(nbformat.v4.new_notebook()) == {}
+    students = [row("ana", 1, 2, 0), row("ben", 1, 2, 0), row("cy", 1, 2, 0)]
+    students[0].ran_on = said
+    students[1].ran_on = {"torch": "2.11.0", "triton": "3.6.0", "mode": "gpu"}
+    grader = {"torch": "2.11.0", "triton": "3.6.0"}
+    results = classreport.ClassResults("00_setup", "NVIDIA H200", True, POINTS, students,
+                                       versions=grader)  # fmt: skip
+    assert [s.student for s in results.other_versions()] == ["ana"]  # cy recorded nothing
+    section = classreport.render_markdown(results, {}).split("## Versions")[1]
+    assert "torch 2.11.0, triton 3.6.0" in section
+    assert "| ana | 3 | torch 2.13.0, triton 3.9.0, mode interpreter |" in section
+    assert "ben" not in section and "cy" not in section
+
+
+def test_setup_publishes_the_versions_in_a_notebook_kernel_alone(monkeypatch):
+    import IPython
+    import IPython.display
+
+    from grader.runtime import device, published
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda data, raw: shown.append(data))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    device._publish_versions("interpreter")
+    assert shown == []  # a script, a test: nothing displayed
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"kernel": object()})())
+    device._publish_versions("interpreter")
+    (data,) = shown
+    assert data[published.VERSIONS_MIMETYPE] == {**published.versions(), "mode": "interpreter"}
+    assert data["text/plain"].startswith(f"torch {published.versions()['torch']}, Triton ")

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 
 from grader.grading.nbgrader_policy import grade_id_of
+from grader.runtime import published
 
 ASSEMBLED = "assembled"  # nbgrader's submitted_directory while it grades (see autograde)
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file larger than this is not read, nor graded
@@ -112,6 +113,18 @@ def assemble(release, submitted) -> tuple[nbformat.NotebookNode, Dropped]:
     )
     dropped.repeated = sorted(set(dropped.repeated))
     return nb, dropped
+
+
+def ran_on(nb) -> dict[str, str]:
+    """The versions a submitted notebook last ran on, as its setup cell published them
+    (grader.runtime.device); {} where it published none. The student's word, shown to a human
+    beside the grader's own versions, never a verdict."""
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            found = output.get("data", {}).get(published.VERSIONS_MIMETYPE)
+            if isinstance(found, dict):
+                return {k: str(found.get(k))[:40] for k in (*published.TOOLCHAIN, "mode")}
+    return {}
 
 
 def _text(source) -> str:
@@ -207,6 +220,7 @@ class Submission:
     dropped: Dropped = field(default_factory=Dropped)
     stamp: str | None = None  # its timestamp.txt, where nbgrader can read it
     digest: str = ""  # of every file's path and content
+    ran_on: dict[str, str] = field(default_factory=dict)  # `ran_on` of its first notebook saying
 
 
 def read(folder: Path, release: dict[str, object]) -> Submission:
@@ -236,6 +250,7 @@ def read(folder: Path, release: dict[str, object]) -> Submission:
             found.unreadable[name] = why
         else:
             found.notebooks[name], dropped = assemble(given, nb)
+            found.ran_on = found.ran_on or ran_on(nb)
             found.dropped.merge(dropped)
     found.digest = digest.hexdigest()
     return found

@@ -60,7 +60,7 @@ from grader.grading import (
 from grader.grading.assemble import printable
 from grader.grading.intake import AutogradeError, Refused, student_id_problem
 from grader.grading.nbgrader_policy import grade_id_of
-from grader.runtime import profile
+from grader.runtime import profile, published
 
 NBGRADER_VERSION = "0.9"
 KERNEL = "python3"  # nbgrader_config.py's Execute.kernel_name; the jail runs its argv
@@ -825,8 +825,9 @@ def results(
             row.findings.append(findings.Finding("no-feedback", no_feedback[student]))
         rows.append(row)
     return classreport.ClassResults(
-        batch.assignment, device, grades_speed, points, rows, sandboxed=batch.jailed
-    )
+        batch.assignment, device, grades_speed, points, rows, sandboxed=batch.jailed,
+        versions=published.versions(),
+    )  # fmt: skip
 
 
 def _inspect(batch, row, given, run, grades_speed: bool, points) -> list[findings.Finding]:
@@ -841,6 +842,7 @@ def _inspect(batch, row, given, run, grades_speed: bool, points) -> list[finding
         for name, items in vars(findings.inspect_graded(nb, grades_speed=grades_speed)).items():
             getattr(graded, name).extend(items)
     row.speed, row.dropped = graded.speed, handed_in.dropped.describe()
+    row.ran_on = handed_in.ran_on
     return findings.classify(
         run=run,
         submitted=handed_in,

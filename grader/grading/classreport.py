@@ -30,6 +30,7 @@ class StudentRow:
     seconds_late: float = 0.0
     penalty: float = 0.0
     dropped: str = ""  # what of the submission did not run (grader.grading.assemble.Dropped)
+    ran_on: dict[str, str] = field(default_factory=dict)  # grader.grading.findings.ran_on
 
     @property
     def total(self) -> float:
@@ -46,6 +47,14 @@ class ClassResults:
     max_scores: dict[str, float]
     students: list[StudentRow]
     sandboxed: bool = True  # False: graded with `--sandbox none`, said at the top of the report
+    versions: dict[str, str] = field(default_factory=dict)  # the grader's (published.versions)
+
+    def other_versions(self) -> list[StudentRow]:
+        """The students whose notebook last ran on other versions of torch or Triton."""
+        return [
+            s for s in self.students
+            if any(s.ran_on.get(k, v) != v for k, v in self.versions.items())
+        ]  # fmt: skip
 
     @property
     def max_total(self) -> float:
@@ -287,6 +296,24 @@ def _dropped_section(results: ClassResults) -> list[str]:
     ]
 
 
+def _versions_section(results: ClassResults) -> list[str]:
+    mine = ", ".join(f"{k} {v}" for k, v in results.versions.items()) or "versions unknown"
+    rows = results.other_versions()
+    if not rows:
+        return [f"Graded with {mine}; no notebook says it last ran on other versions."]
+
+    def said(s: StudentRow) -> str:
+        return markdown_text(", ".join(f"{k} {v}" for k, v in s.ran_on.items()))
+
+    return [
+        f"Graded with {mine}. These notebooks last ran on other versions (as their setup cell "
+        "recorded). A check whose verdict differs between the two is a defect of the course: "
+        "compare their feedback with what they saw.",
+        "",
+        *_students(rows, "last ran on", said),
+    ]
+
+
 UNSANDBOXED = (
     "> **Graded without the sandbox** (`--sandbox none`): each student's code ran with the "
     "grader's own rights, able to read and write the course directory, the gradebook, the hidden "
@@ -339,6 +366,7 @@ def render_markdown(results: ClassResults, figures: dict[str, str | None]) -> st
     lines += ["", "## Speed", ""] + _speed_section(results, figures.get("speed"))
     lines += ["", "## Needs a human look", ""] + _review_section(results)
     lines += ["", "## Dropped at grading", ""] + _dropped_section(results)
+    lines += ["", "## Versions", ""] + _versions_section(results)
     return "\n".join(lines) + "\n"
 
 

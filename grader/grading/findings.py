@@ -97,6 +97,7 @@ class Submitted:
     dropped: assemble.Dropped = field(default_factory=assemble.Dropped)
     patches: list[detectors.Route] = field(default_factory=list)  # what its answer cells reach
     unchanged_solutions: bool = False
+    ran_on: dict[str, str] = field(default_factory=dict)  # assemble.ran_on
 
 
 @dataclass
@@ -158,7 +159,7 @@ def inspect(found: assemble.Submission, released: dict[str, object]) -> Submitte
     """What a submission, read and assembled (grader.grading.assemble.read), shows a human: what
     of it did not run, what its answer cells reach (grader.grading.detectors), and whether they
     were left as released."""
-    result = Submitted(found.unreadable, found.missing, found.dropped)
+    result = Submitted(found.unreadable, found.missing, found.dropped, ran_on=found.ran_on)
     unchanged = []
     for name, nb in found.notebooks.items():
         answers = detectors.answer_cells(nb, released[name])

@@ -1,7 +1,14 @@
-"""What a speed cell publishes besides its text, named where the grading side and the recordings
-can read it without importing torch: the verdict of each comparison, as data."""
+"""What a notebook publishes besides its text, named where the grading side and the recordings
+can read it without importing torch: the verdict of each comparison of a speed cell, and the
+versions the notebook ran on, as data."""
 
 from dataclasses import asdict, dataclass
+from importlib import metadata
+
+# The display-data type of the versions a notebook ran on, which `device.setup` publishes in the
+# setup cell: the batch grader's report names the students whose versions are not the grader's.
+VERSIONS_MIMETYPE = "application/vnd.gpu-kernels-course.versions+json"
+TOOLCHAIN = ("torch", "triton")  # what a verdict may depend on
 
 # The display-data type of a speed verdict (`Verdict`, shown by `perf.publish_verdict`): the batch
 # grader's report, its checks of the scores and bench/trust.py read verdicts only from it, never
@@ -44,3 +51,14 @@ class Verdict:
     def record(self) -> dict:
         """The JSON published under SPEED_MIMETYPE."""
         return {**asdict(self), "flags": list(self.flags), "passed": self.passed}
+
+
+def versions() -> dict[str, str]:
+    """The versions of the TOOLCHAIN installed here, read without importing it."""
+    found = {}
+    for name in TOOLCHAIN:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "none"
+    return found
