@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader.runtime import attention, checks, gpu_compile, perf, profile, recorded, timing
+from grader.runtime import attention, checks, gpu_compile, hints, perf, profile, recorded, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors for them live on '{DEVICE.torch_device}'.")
 HOPPER = DEVICE.supports("sm_90")
@@ -261,6 +261,41 @@ def persistent_with(num_programs, **tiles):
     return run
 
 
+def carried(a, b, programs, BLOCK_M, BLOCK_N, GROUP_M, **_):
+    """What version 1 writes when its accumulator is set to zero once, before the loop over
+    tiles: each tile the sum of A @ B over every tile its program did so far (a program does
+    tiles start, start + programs, ...; past M and N, the masked loads add zeros)."""
+    M, N = a.shape[0], b.shape[1]
+    rows, cols = triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)
+    want = torch.zeros(rows * BLOCK_M, cols * BLOCK_N, dtype=torch.float64, device=a.device)
+    want[:M, :N] = a.double() @ b.double()
+    out, acc = torch.empty_like(want), {}
+    for tile, (m, n) in enumerate(grouped_order(rows, cols, GROUP_M)):
+        block = (slice(m * BLOCK_M, (m + 1) * BLOCK_M), slice(n * BLOCK_N, (n + 1) * BLOCK_N))
+        acc[tile % programs] = acc.get(tile % programs, 0) + want[block]
+        out[block] = acc[tile % programs]
+    return out[:M, :N]
+
+
+def check_persistent(programs, M, N, K, **tiles):
+    """check_matmul of version 1 on `programs` programs, a failure named where the output is
+    what an accumulator carried from one tile to the next gives."""
+    run = persistent_with(programs, **tiles)
+    try:
+        check_matmul(run, M, N, K, kernels=["matmul_persistent_kernel"])
+    except checks.KernelCheckError as failure:
+        a, b = matmul_inputs(M, N, K)(checks.generator(checks.new_seed()))
+        out = run(a, b, torch.empty(M, N, dtype=a.dtype, device=a.device)).double()
+        wrong = carried(a, b, programs, **{**SMALL_TILES["v1"], **tiles})
+        near = 1e-2 * float(wrong.abs().max())  # the carried sums, rounded as the kernel's
+        if (out - wrong).abs().max() < near < (out - a.double() @ b.double()).abs().max():
+            raise checks.KernelCheckError(failure.detail, [hints.Hint(
+                "wrong-formula", "each tile holds the sum of every tile its program did so far",
+                "set the accumulator to zero at the start of each tile, inside the loop over "
+                "tiles, not once before it")]) from None
+        raise
+
+
 def grade_v1(points=1):
     n = SPEED_N
     gen = checks.generator(checks.new_seed())
@@ -284,7 +319,7 @@ def grade_v1(points=1):
 # %% nbgrader={"grade": true, "grade_id": "test-persistent-visible", "points": 1}
 check_order(5, 3, 2)  # 5 tile rows in bands of 2: the last band has one row
 for programs in (1, 5):  # one program does every tile; five share 4x3 tiles unevenly
-    check_matmul(persistent_with(programs), 61, 45, 40, kernels=["matmul_persistent_kernel"])
+    check_persistent(programs, 61, 45, 40)
 print("visible tests passed: the order of 5x3 tiles; 1 and 5 programs on 61x45x40")
 
 # %% nbgrader={"grade": true, "grade_id": "test-persistent-hidden", "points": 2}
@@ -293,8 +328,8 @@ check_order(4, 4, 4)  # one band; the hidden tests follow
 for case in [(1, 1, 1), (1, 5, 3), (7, 2, 3), (6, 5, 1), (3, 4, 8)]:
     check_order(*case)
 for programs, shape in [(2, (16, 80, 33)), (7, (50, 20, 16)), (64, (35, 35, 17))]:
-    check_matmul(persistent_with(programs), *shape, kernels=["matmul_persistent_kernel"])
-check_matmul(persistent_with(2, GROUP_M=3), 70, 30, 24, kernels=["matmul_persistent_kernel"])
+    check_persistent(programs, *shape)
+check_persistent(2, 70, 30, 24, GROUP_M=3)
 print("hidden tests passed: orders, programs from 2 to more than the tiles, bands of 3")
 ### END HIDDEN TESTS
 

@@ -197,6 +197,7 @@ HINTS = {
     "persistent-kernel": {
         **dict.fromkeys(WRONG["persistent-kernel"]),
         "no mask along K": ("missing-mask", None),
+        "accumulator not reset between tiles": "wrong-formula",
     },
     "tma-smem": dict.fromkeys(WRONG["tma-smem"]),
     "ws-options": dict.fromkeys(WRONG["ws-options"]),
