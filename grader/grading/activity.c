@@ -51,7 +51,10 @@ static hmac_fn hmac;
 static const void *sha256;
 
 static int load_hmac(void) {
-  void *crypto = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+  static const char *names[] = {"libcrypto.so.3", "libcrypto.so.1.1", "libcrypto.so"};
+  void *crypto = NULL;
+  for (size_t i = 0; !crypto && i < sizeof names / sizeof *names; i++)
+    crypto = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   digest_fn digest = crypto ? (digest_fn)dlsym(crypto, "EVP_sha256") : NULL;
   hmac = crypto ? (hmac_fn)dlsym(crypto, "HMAC") : NULL;
   sha256 = digest ? digest() : NULL;
