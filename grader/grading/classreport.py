@@ -30,7 +30,7 @@ class StudentRow:
     seconds_late: float = 0.0
     penalty: float = 0.0
     dropped: str = ""  # what of the submission did not run (grader.grading.assemble.Dropped)
-    ran_on: dict[str, str] = field(default_factory=dict)  # grader.grading.findings.ran_on
+    ran_on: dict[str, str] = field(default_factory=dict)  # grader.grading.assemble.ran_on
 
     @property
     def total(self) -> float:

@@ -132,7 +132,7 @@ def setup(mode: str | None = None) -> Device:
 
 def _publish_versions(mode: str) -> None:
     """In a notebook's kernel, the versions it runs on, as a line and as data: the notebook keeps
-    what it last ran on, which grading compares with its own (grader.grading.findings.ran_on)."""
+    what it last ran on, which grading compares with its own (grader.grading.assemble.ran_on)."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     if getattr(shell, "kernel", None) is None:

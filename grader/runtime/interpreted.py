@@ -160,11 +160,9 @@ def pow(x, y):
     return tl.where(one, 1.0, r).to(getattr(x, "dtype", tl.float32))
 
 
-SUPPLIED = (
-    "tanh", "expm1", "log1p", "fma", "div_rn", "exp", "fast_expf", "exp2", "log", "fast_logf",
-    "log2", "sqrt", "rsqrt", "erf", "floor", "ceil", "sin", "cos", "abs", "isnan", "isinf",
-    "trunc", "round", "rint", "nearbyint", "pow",
-)  # fmt: skip
+# the libdevice functions this module supplies: every one it defines with @triton.jit (a
+# JITFunction, or the interpreter's stand-in for one: both keep the Python function as `fn`)
+SUPPLIED = tuple(n for n, f in dict(globals()).items() if callable(getattr(f, "fn", None)))
 
 
 class NotInInterpreter(hints.HintedError):
