@@ -1095,13 +1095,18 @@ def backward_formula(q, k, v, o, do, lse, causal):
     return out.view(3, b, h, n, d), slack.view(3, b, h, n, d)
 
 
-def matches_formula(grads, q, k, v, o, do, lse, causal, **context):
-    """checks.compare of grads with backward_formula, each element taken as right within what
-    rounding P and dS to float16 may move it: kernels that round them and kernels that do not
+def within_rounding(got, want, slack, name, **context):
+    """checks.compare of got with want, each element taken as right within its `slack` (what
+    rounding P and dS to float16 may move it): kernels that round them and kernels that do not
     both pass, a result for other inputs does not."""
-    want, slack = backward_formula(q, k, v, o, do, lse, causal)
-    nearest = want + (grads.float() - want).clamp(-slack, slack)
-    checks.compare(grads, nearest, name="dQ, dK, dV", **GRAD_TOLERANCE, **context)
+    nearest = want + (got.float() - want).clamp(-slack, slack)
+    checks.compare(got, nearest, name=name, **GRAD_TOLERANCE, **context)
+
+
+def matches_formula(grads, q, k, v, o, do, lse, causal, **context):
+    """within_rounding of dQ, dK and dV, `grads`, and backward_formula's."""
+    within_rounding(grads, *backward_formula(q, k, v, o, do, lse, causal), "dQ, dK, dV",
+                    **context)
 
 
 def speed_case(d, causal):
