@@ -1069,7 +1069,8 @@ else:
 # through `torch.autograd.grad` on the graph of one forward. Yours starts from `O` and `lse` of
 # 07's forward. Before every timed call `Q`, `K`, `V` and `dO` are drawn afresh, so `O` and `lse`
 # then belong to other inputs; that changes nothing in the work, and the output is checked
-# against the same formula in float32, a few heads at a time. Only your three kernels may run in
+# against the same formula in float32, a few heads at a time, each element given the room that
+# rounding P and dS to float16 may take. Only your three kernels may run in
 # the timed calls. FLOPs are counted as $10BHN^2D$ (half for causal), although your two kernels
 # compute 14: the work the gradients need, not the work a design chooses to do.
 
