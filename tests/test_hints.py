@@ -451,3 +451,16 @@ def test_the_audit_of_08_leaves_the_hints_out():
     assert patterns(failure(checks.randn(64, gen=gen()) * 2, checks.randn(64, gen=gen()))) == [
         "wrong-scale"
     ]
+
+
+def test_a_known_mistake_is_named_only_where_it_explains_the_output_better_than_the_right_one():
+    right = torch.linspace(-1, 1, 100, dtype=torch.float64)
+    halved = ("the right output halved", "wrong-scale", right / 2, "multiply by 2")
+    overflow = ("inf", "non-finite", right / 0, "never named: not finite")
+    found = hints.known_mistake((right / 2).float(), right, [overflow, halved])
+    assert (found.pattern, found.evidence) == (
+        "wrong-scale",
+        "the output equals the right output halved",
+    )
+    assert hints.known_mistake(right.float(), right, [halved]) is None  # the right one is closer
+    assert hints.known_mistake((right * 3).float(), right, [halved]) is None  # explains nothing

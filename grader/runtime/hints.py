@@ -120,6 +120,20 @@ def loop_carried(name: str, before: str | None = None, after: str | None = None)
     )
 
 
+def known_mistake(got: torch.Tensor, right: torch.Tensor, mistakes: Sequence) -> Hint | None:
+    """The hint naming the first of `mistakes`, each (what it gives, its pattern, its output,
+    the likely cause), whose output `got` equals to 1% of that output's largest value (its sums
+    rounded as a kernel rounds them), and is closer to than to the `right` output; else None."""
+    got = got.double()
+    off_right = float((got - right).abs().max())
+    for said, pattern, wrong, cause in mistakes:
+        off = float((got - wrong).abs().max())
+        near = off <= 0.01 * float(wrong.abs().max())
+        if bool(wrong.isfinite().all()) and near and off < off_right:
+            return Hint(pattern, f"the output equals {said}", cause)
+    return None
+
+
 def gpu_compile(line: int | None) -> Hint:
     """Triton's compiler refuses the kernel for another reason."""
     where = f" at line {line} of the kernel (its `def` is line 1)" if line else ""

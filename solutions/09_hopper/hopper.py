@@ -285,15 +285,15 @@ def check_persistent(programs, M, N, K, **tiles):
         check_matmul(run, M, N, K, kernels=["matmul_persistent_kernel"])
     except checks.KernelCheckError as failure:
         a, b = matmul_inputs(M, N, K)(checks.generator(checks.new_seed()))
-        out = run(a, b, torch.empty(M, N, dtype=a.dtype, device=a.device)).double()
-        wrong = carried(a, b, programs, **{**SMALL_TILES["v1"], **tiles})
-        near = 1e-2 * float(wrong.abs().max())  # the carried sums, rounded as the kernel's
-        if (out - wrong).abs().max() < near < (out - a.double() @ b.double()).abs().max():
-            raise checks.KernelCheckError(failure.detail, [hints.Hint(
-                "wrong-formula", "each tile holds the sum of every tile its program did so far",
-                "set the accumulator to zero at the start of each tile, inside the loop over "
-                "tiles, not once before it")]) from None
-        raise
+        out = run(a, b, torch.empty(M, N, dtype=a.dtype, device=a.device))
+        carry = ("each tile plus every tile its program did before it", "wrong-formula",
+                 carried(a, b, programs, **{**SMALL_TILES["v1"], **tiles}),
+                 "set the accumulator to zero at the start of each tile, inside the loop over "
+                 "tiles, not once before it")
+        hint = hints.known_mistake(out, a.double() @ b.double(), [carry])
+        if hint is None:
+            raise
+        raise checks.KernelCheckError(failure.detail, [hint]) from None
 
 
 def grade_v1(points=1):
