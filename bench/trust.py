@@ -154,7 +154,7 @@ def parse_output(printed: list) -> tuple[float | None, list[dict], str]:
             "needed": r.needed / 100 if r.unit == "%" else r.needed,
         }
         for r in records
-        if isinstance(r, verdicts.Record) and r.measured is not None
+        if r.measured is not None
     ]
     return score, ratios, "".join(texts)
 

@@ -14,6 +14,7 @@ import torch
 
 from grader.grading import gradebook, verdicts
 from grader.runtime import perf
+from grader.runtime.published import Verdict
 from tests import hostile
 from tests.test_hostile import HONEST, graded
 from tests.test_hostile_gpu import RECORDS, _options
@@ -49,8 +50,8 @@ def _cell(result: hostile.Graded, student: str):
     return cell
 
 
-def _records(cell) -> list[verdicts.Record]:
-    return [r for r in verdicts.published(cell.outputs) if isinstance(r, verdicts.Record)]
+def _records(cell) -> list[Verdict]:
+    return verdicts.published(cell.outputs)
 
 
 def _printed(cell) -> str:
@@ -82,7 +83,7 @@ def batch(tmp_path_factory, registered_course):
     return result, records
 
 
-def _counted(cell: tuple[list[verdicts.Record], str]) -> verdicts.Record:
+def _counted(cell: tuple[list[Verdict], str]) -> Verdict:
     records, printed = cell
     counted = [r for r in records if r.comparison == perf.Traffic.comparison]
     assert len(counted) == 1, f"no count of the DRAM bytes; the cell printed:\n{printed}"

@@ -1,5 +1,4 @@
-"""grader.grading.verdicts: speed verdicts read as data, never from printed text; a malformed
-record is named, never read as a verdict."""
+"""grader.grading.verdicts: speed verdicts read as data, never from printed text."""
 
 import pytest
 from nbformat.v4 import new_output
@@ -17,34 +16,11 @@ def good(comparison="eager", measured=1.5, needed=1.2, unit="x"):
     return perf.Verdict(comparison, measured, needed, unit).record()
 
 
-def error():
-    return new_output("error", ename="AssertionError", evalue="", traceback=[])
-
-
 def test_the_graders_records_read_back():
     (r,) = verdicts.published([shown(good()), new_output("stream", name="stdout", text="x")])
-    assert r == verdicts.Record("eager", 1.5, 1.2, "x", True)
+    assert r == perf.Verdict("eager", 1.5, 1.2, "x") and r.passed
     (r,) = verdicts.published([shown(perf.Verdict("copy bandwidth", 71.0, 80.0, "%").record())])
     assert (r.measured, r.needed, r.unit, r.passed) == (71.0, 80.0, "%", False)
-
-
-@pytest.mark.parametrize(
-    "data, why",
-    [
-        ([1, 2], "not a JSON object"),
-        ({**good(), "comparison": ""}, "without a comparison name"),
-        ({**good(), "measured": "9.9"}, "without finite figures"),
-        ({**good(), "measured": float("inf")}, "without finite figures"),
-        ({**good(), "needed": 0}, "without finite figures"),
-        ({**good(), "unit": "GB/s"}, "with unit 'GB/s'"),
-        ({**good(), "flags": "ok"}, "malformed flags"),
-        ({**good(), "passed": False}, "says passed=False of 1.5x"),
-        ({**good(measured=0.5), "passed": True}, "says passed=True of 0.5x"),
-    ],
-)
-def test_malformed_records_are_named(data, why):
-    (r,) = verdicts.published([shown(data)])
-    assert isinstance(r, str) and why in r, r
 
 
 def test_worst_is_the_comparison_closest_to_failing():
@@ -57,8 +33,6 @@ def test_a_flagged_record_never_passes_and_may_have_no_figure():
     assert (stopped.measured, stopped.passed, stopped.flags) == (None, False, ("output wrong",))
     fast = verdicts.parse(perf.Verdict("eager", 9.0, 2.0, flags=("timer replaced",)).record())
     assert fast.measured == 9.0 and not fast.passed
-    assert "says passed=True of no figure" in verdicts.parse({**good(), "measured": None})
-    assert "says passed=True" in verdicts.parse({**good(), "flags": ["timer replaced"]})
     assert verdicts.worst([stopped, fast]) is fast
 
 
@@ -66,10 +40,6 @@ def test_a_ceiling_passes_at_or_below_it_and_its_worst_is_the_closest_to_it():
     lean = perf.Verdict("the fewest DRAM bytes", 1.02, 1.1, at_most=True).record()
     heavy = perf.Verdict("the fewest DRAM bytes", 1.3, 1.1, at_most=True).record()
     assert verdicts.parse(lean).passed and not verdicts.parse(heavy).passed
-    assert "says passed=False of 1.02x" in verdicts.parse({**lean, "passed": False})
-    assert "says passed=True of 1.3x" in verdicts.parse({**heavy, "passed": True})
-    assert "with at_most 'yes'" in verdicts.parse({**lean, "at_most": "yes"})
-    assert "with at_most True in '%'" in verdicts.parse({**lean, "unit": "%"})
     speed = verdicts.parse(good("eager", 2.1, 2.0))  # 5% past its floor
     ceiling = verdicts.parse(lean)  # 8% under its ceiling
     assert verdicts.worst([speed, ceiling]) is speed

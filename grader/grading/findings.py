@@ -12,6 +12,7 @@ from pathlib import Path
 
 from grader.grading import assemble, detectors, nbgrader_policy, verdicts
 from grader.grading.nbgrader_policy import grade_id_of
+from grader.runtime.published import Verdict
 
 # Every reason a submission needs a human look, in the order the report lists them.
 KINDS = {
@@ -173,7 +174,7 @@ def inspect(found: assemble.Submission, released: dict[str, object]) -> Submitte
 # -- autograded notebooks ----------------------------------------------------------------------
 
 
-def speed_of(grade_id: str, records: list[verdicts.Record]) -> Speed:
+def speed_of(grade_id: str, records: list[Verdict]) -> Speed:
     """A speed cell's verdict from the records it published (none: it measured nothing)."""
     flags = tuple(f for r in records for f in r.flags)
     worst = verdicts.worst(records)
@@ -219,7 +220,7 @@ def inspect_graded(nb, *, grades_speed: bool = False) -> Graded:
             if o.output_type == "error":
                 result.errors.append(CellError(label, o.get("ename", ""), o.get("evalue", "")))
         if cell_score(cell) is not None and label.startswith("speed-"):
-            records = [r for r in verdicts.published(outputs) if isinstance(r, verdicts.Record)]
+            records = verdicts.published(outputs)
             result.speed.append(speed_of(label, records) if grades_speed else Speed(label, False))
         text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
         if OUTPUT_CUT in text:

@@ -1,36 +1,12 @@
 """Speed verdicts read back as data: `grader.runtime.perf.publish_verdict` publishes each
 comparison of a speed cell as display data of type SPEED_MIMETYPE beside its line of text; the
 batch grader's report and bench/trust.py read them here. Printed text is never read as a verdict.
-At grading the records are the judge's (grader.grading.judge): the student's process never runs
-a speed cell."""
+At grading the records are the judge's (grader.grading.judge): speed cells run where no student
+code does, so a record there is read as the judge wrote it."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-from grader.runtime.published import SPEED_MIMETYPE
-
-UNITS = ("x", "%")
-
-
-@dataclass(frozen=True)
-class Record:
-    """One published comparison: `measured` (None: the measurement stopped, flagged) and
-    `needed` in `unit` ("x" or "%"), a floor, or a ceiling where `at_most` (the DRAM bytes
-    counted over the fewest); `flags` say why the figure cannot be trusted."""
-
-    comparison: str
-    measured: float | None
-    needed: float
-    unit: str
-    passed: bool
-    flags: tuple[str, ...] = ()
-    at_most: bool = False
-
-    @property
-    def margin(self) -> float | None:
-        return margin(self.measured, self.needed, self.at_most)
+from grader.runtime.published import SPEED_MIMETYPE, Verdict
 
 
 def margin(measured: float | None, needed: float | None, at_most: bool) -> float | None:
@@ -41,34 +17,14 @@ def margin(measured: float | None, needed: float | None, at_most: bool) -> float
     return needed / measured if at_most else measured / needed
 
 
-def parse(data: object) -> Record | str:
-    """The record in one SPEED_MIMETYPE payload, or why it is not a well-formed one."""
-    if not isinstance(data, dict):
-        return f"a speed record that is not a JSON object ({type(data).__name__})"
-    comparison, measured, needed = data.get("comparison"), data.get("measured"), data.get("needed")
-    unit, passed, flags = data.get("unit"), data.get("passed"), data.get("flags", [])
-    at_most = data.get("at_most", False)
-    numbers = (needed,) if measured is None else (measured, needed)
-    if not isinstance(comparison, str) or not comparison:
-        return "a speed record without a comparison name"
-    if not all(type(v) in (int, float) and math.isfinite(v) for v in numbers) or needed <= 0:
-        return f"a speed record for {comparison!r} without finite figures"
-    if unit not in UNITS or not isinstance(passed, bool):
-        return f"a speed record for {comparison!r} with unit {unit!r}, passed {passed!r}"
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        return f"a speed record for {comparison!r} with malformed flags"
-    if not isinstance(at_most, bool) or (at_most and unit != "x"):
-        return f"a speed record for {comparison!r} with at_most {at_most!r} in {unit!r}"
-    within = measured is not None and (measured <= needed if at_most else measured >= needed)
-    if passed != (within and not flags):
-        figure = "no figure" if measured is None else f"{measured:g}{unit}"
-        return f"a speed record for {comparison!r} that says passed={passed} of {figure}"
-    figure = None if measured is None else float(measured)
-    return Record(comparison, figure, float(needed), unit, passed, tuple(flags), at_most)
+def parse(data: dict) -> Verdict:
+    """The verdict in one SPEED_MIMETYPE payload (`Verdict.record`)."""
+    fields = ("comparison", "measured", "needed", "unit", "flags", "at_most")
+    return Verdict(**{**{k: data[k] for k in fields}, "flags": tuple(data["flags"])})
 
 
-def published(outputs: list) -> list[Record | str]:
-    """Every speed record in a cell's outputs (parsed, or why not), in order."""
+def published(outputs: list) -> list[Verdict]:
+    """Every speed verdict in a cell's outputs, in order."""
     return [
         parse(o["data"][SPEED_MIMETYPE])
         for o in outputs
@@ -77,7 +33,7 @@ def published(outputs: list) -> list[Record | str]:
     ]
 
 
-def worst(records: list[Record]) -> Record | None:
-    """The record with a figure furthest short of (or least past) its threshold."""
+def worst(records: list[Verdict]) -> Verdict | None:
+    """The verdict with a figure furthest short of (or least past) its threshold."""
     measured = [r for r in records if r.measured is not None]
-    return min(measured, key=lambda r: r.margin, default=None)
+    return min(measured, key=lambda r: margin(r.measured, r.needed, r.at_most), default=None)
