@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout without an inst
     sys.path.insert(0, str(ROOT))
 
 from bench import _notebook, _report  # noqa: E402
-from grader.grading import verdicts  # noqa: E402
+from grader.runtime.published import Verdict  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "report" / "trust.json"
 REPEAT_LIMIT = 0.03  # two medians of one kernel, one run: at most 3% apart
@@ -140,7 +140,7 @@ def parse_output(printed: list) -> tuple[float | None, list[dict], str]:
     the speed records the cell published (dicts). The score is the last text if it is a number
     (the cell's last expression), each ratio a {'measured', 'needed'} pair from one record."""
     texts = [p for p in printed if isinstance(p, str)]
-    records = [verdicts.parse(p) for p in printed if not isinstance(p, str)]
+    records = [Verdict.read(p) for p in printed if not isinstance(p, str)]
     score = None
     if texts:
         try:

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grader.grading import assemble, detectors, findings, verdicts
+from grader.grading import assemble, detectors, findings
 from grader.runtime import perf
 
 pytestmark = pytest.mark.tooling  # nbgrader's checksums
@@ -294,7 +294,7 @@ def test_a_flagged_speed_cell_is_read_and_needs_a_look():
         "is the output cached between timed calls?"
     )
     flagged = perf.Verdict("copy bandwidth", 4400.0, 80.0, "%", flags=(why,))
-    speed = findings.speed_of("speed-fused-bandwidth", [verdicts.parse(flagged.record())])
+    speed = findings.speed_of("speed-fused-bandwidth", [perf.Verdict.read(flagged.record())])
     assert not speed.passed and speed.flags == (why,)
     graded = findings.Graded(speed=[speed])
     (found,) = findings.classify(
@@ -302,9 +302,9 @@ def test_a_flagged_speed_cell_is_read_and_needs_a_look():
     )
     assert found.kind == "cheating" and found.detail.startswith("speed-fused-bandwidth: measured")
     stopped = perf.Verdict("copy bandwidth", None, 80.0, "%", flags=(why,))
-    speed = findings.speed_of("speed-fused-bandwidth", [verdicts.parse(stopped.record())])
+    speed = findings.speed_of("speed-fused-bandwidth", [perf.Verdict.read(stopped.record())])
     assert (speed.measured, speed.flags) == (None, (why,))
-    passed = verdicts.parse(perf.Verdict("eager", 2.5, 2.0).record())
+    passed = perf.Verdict.read(perf.Verdict("eager", 2.5, 2.0).record())
     clean = findings.Graded(speed=[findings.speed_of("speed-f", [passed])])
     assert (
         findings.classify(

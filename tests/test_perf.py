@@ -223,7 +223,7 @@ def test_a_flagged_cell_scores_zero_and_says_why(capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert f"{perf.FLAGGED}: the timer lies" in printed and "0 of 2 points" in printed
     (data,) = shown
-    record = verdicts.parse(data[perf.SPEED_MIMETYPE])
+    record = perf.Verdict.read(data[perf.SPEED_MIMETYPE])
     assert record.flags == ("the timer lies",) and not record.passed and record.measured == 3.0
     assert data["text/plain"].endswith("FLAGGED")
 
@@ -252,7 +252,7 @@ def test_the_dram_bytes_counted_are_graded_beside_the_speed_as_a_ceiling(capsys)
     assert "1.05x the fewest DRAM bytes, counted by Nsight Compute (at most 1.1x) ok" in out
     assert "1.50x the fewest DRAM bytes, counted by Nsight Compute (at most 1.1x) TOO SLOW" in out
     assert "NOT YET: short of the fewest DRAM bytes" in out
-    record = verdicts.parse(heavy[1].record())
+    record = perf.Verdict.read(heavy[1].record())
     assert record == heavy[1] and not record.passed
     assert verdicts.margin(record.measured, 1.1, True) == pytest.approx(1.1 / 1.5)
 

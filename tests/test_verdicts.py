@@ -24,14 +24,14 @@ def test_the_graders_records_read_back():
 
 
 def test_worst_is_the_comparison_closest_to_failing():
-    records = [verdicts.parse(good("a", 0.95, 0.8)), verdicts.parse(good("b", 0.7, 0.8))]
+    records = [perf.Verdict.read(good("a", 0.95, 0.8)), perf.Verdict.read(good("b", 0.7, 0.8))]
     assert verdicts.worst(records).comparison == "b" and verdicts.worst([]) is None
 
 
 def test_a_flagged_record_never_passes_and_may_have_no_figure():
-    stopped = verdicts.parse(perf.Verdict("eager", None, 2.0, flags=("output wrong",)).record())
+    stopped = perf.Verdict.read(perf.Verdict("eager", None, 2.0, flags=("output wrong",)).record())
     assert (stopped.measured, stopped.passed, stopped.flags) == (None, False, ("output wrong",))
-    fast = verdicts.parse(perf.Verdict("eager", 9.0, 2.0, flags=("timer replaced",)).record())
+    fast = perf.Verdict.read(perf.Verdict("eager", 9.0, 2.0, flags=("timer replaced",)).record())
     assert fast.measured == 9.0 and not fast.passed
     assert verdicts.worst([stopped, fast]) is fast
 
@@ -39,11 +39,11 @@ def test_a_flagged_record_never_passes_and_may_have_no_figure():
 def test_a_ceiling_passes_at_or_below_it_and_its_worst_is_the_closest_to_it():
     lean = perf.Verdict("the fewest DRAM bytes", 1.02, 1.1, at_most=True).record()
     heavy = perf.Verdict("the fewest DRAM bytes", 1.3, 1.1, at_most=True).record()
-    assert verdicts.parse(lean).passed and not verdicts.parse(heavy).passed
-    speed = verdicts.parse(good("eager", 2.1, 2.0))  # 5% past its floor
-    ceiling = verdicts.parse(lean)  # 8% under its ceiling
+    assert perf.Verdict.read(lean).passed and not perf.Verdict.read(heavy).passed
+    speed = perf.Verdict.read(good("eager", 2.1, 2.0))  # 5% past its floor
+    ceiling = perf.Verdict.read(lean)  # 8% under its ceiling
     assert verdicts.worst([speed, ceiling]) is speed
-    assert verdicts.worst([speed, verdicts.parse(heavy)]).at_most
+    assert verdicts.worst([speed, perf.Verdict.read(heavy)]).at_most
 
 
 def test_a_cells_speed_reads_a_ceiling_the_right_way_up():

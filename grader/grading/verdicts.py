@@ -17,16 +17,10 @@ def margin(measured: float | None, needed: float | None, at_most: bool) -> float
     return needed / measured if at_most else measured / needed
 
 
-def parse(data: dict) -> Verdict:
-    """The verdict in one SPEED_MIMETYPE payload (`Verdict.record`)."""
-    fields = ("comparison", "measured", "needed", "unit", "flags", "at_most")
-    return Verdict(**{**{k: data[k] for k in fields}, "flags": tuple(data["flags"])})
-
-
 def published(outputs: list) -> list[Verdict]:
     """Every speed verdict in a cell's outputs, in order."""
     return [
-        parse(o["data"][SPEED_MIMETYPE])
+        Verdict.read(o["data"][SPEED_MIMETYPE])
         for o in outputs
         if o.get("output_type") in ("display_data", "execute_result")
         and SPEED_MIMETYPE in o.get("data", {})

@@ -2,6 +2,8 @@
 can read it without importing torch: the verdict of each comparison of a speed cell, and the
 versions the notebook ran on, as data."""
 
+from __future__ import annotations
+
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
@@ -51,6 +53,12 @@ class Verdict:
     def record(self) -> dict:
         """The JSON published under SPEED_MIMETYPE."""
         return {**asdict(self), "flags": list(self.flags), "passed": self.passed}
+
+    @classmethod
+    def read(cls, record: dict) -> Verdict:
+        """The verdict `record()` published (an older recording's has no `at_most`)."""
+        return cls(record["comparison"], record["measured"], record["needed"], record["unit"],
+                   tuple(record["flags"]), record.get("at_most", False))  # fmt: skip
 
 
 def versions() -> dict[str, str]:

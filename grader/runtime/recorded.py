@@ -358,8 +358,5 @@ def replay(outputs: list[dict], env: dict) -> None:
         elif "verdict" in output:
             from grader.runtime.published import Verdict
 
-            v = output["verdict"]
-            verdict = Verdict(v["comparison"], v["measured"], v["needed"], v["unit"],
-                              tuple(v["flags"]), v.get("at_most", False))  # fmt: skip
-            print(verdict.line())
+            print(Verdict.read(output["verdict"]).line())
     sys.stdout.flush()
