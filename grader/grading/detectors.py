@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import kernelguard
 
+from grader.grading.roles import python
+
 WATCHED = ("grader", "torch", "triton")  # what the student's process reports its evidence with
 DYNAMIC = {
     "exec": "runs code from a string with exec",
@@ -76,13 +78,6 @@ class Route:
 
     def __str__(self) -> str:
         return f"cell {self.cell} {self.what}"
-
-
-def python(source: str) -> str:
-    """Cell source as Python: IPython magics and shell escapes commented out."""
-    return "\n".join(
-        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
-    )
 
 
 def parse(source: str) -> ast.Module:
