@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.runtime import device, integrity, profile, recorded
+from grader.runtime import device, profile, recorded
 from grader.runtime.profile import ProfileError
 
 DATA = Path(__file__).parent / "data"
@@ -865,7 +865,7 @@ def test_what_is_sent_runs_in_the_child_as_a_module(notebook_module, tmp_path, m
     monkeypatch.delitem(sys.modules, profile.SOURCES_MODULE, raising=False)
     (tmp_path / "child").mkdir()
     sources = profile.sources_for(notebook_module.problem)
-    integrity.load_sources(sources, tmp_path / "child", profile.SOURCES_MODULE)
+    profile.load_sources(sources, tmp_path / "child", profile.SOURCES_MODULE)
     module = sys.modules.pop(profile.SOURCES_MODULE)
     assert module.problem(4)().tolist() == [1.0] * 4  # x doubled in place by the kernel, halved
 

@@ -11,17 +11,13 @@ process and the test in the judge's, it is opened there too and what it saw come
 - `checked_call` also records the call's Triton launches (`grader.runtime.launches`).
 
 What they cannot catch: work that bypasses torch's Python API (`torch.ops.aten`, numpy, ctypes);
-code written to notice the guards and behave differently under them. `load_sources` defines
-code sent as text in a child process (grader.runtime.profile).
+code written to notice the guards and behave differently under them.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -198,21 +194,3 @@ def checked_call(launcher: Callable, *args, kernels: Sequence[str], **kwargs):
     returned = out if isinstance(out, torch.Tensor) else None
     launches.verify(rec, [*args, *kwargs.values()], who, returned=returned)
     return out
-
-
-# -- code sent to a child process -----------------------------------------------------------------
-
-PRELUDE = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
-
-
-def load_sources(sources: Sequence[str], folder: Path, name: str):
-    """The module `name` made of `sources` after PRELUDE, written into `folder` (Triton reads a
-    kernel's source from its file) and registered in sys.modules: what a child process runs of
-    code sent from a notebook (here, and in grader.runtime.profile)."""
-    path = folder / f"{name}.py"
-    path.write_text(PRELUDE + "\n\n".join(sources) + "\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module

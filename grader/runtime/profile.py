@@ -1085,6 +1085,19 @@ def sources_for(factory: Callable) -> list[str]:
     return [line for line in lines.values() if line] + bodies
 
 
+PRELUDE = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
+
+
+def load_sources(sources: Sequence[str], folder: Path, name: str) -> types.ModuleType:
+    """The module `name` made of `sources` after PRELUDE, written into `folder` (Triton reads a
+    kernel's source from its file) and imported: what the child runs of the code `each` sends."""
+    from grader.runtime import verify
+
+    path = folder / f"{name}.py"
+    path.write_text(PRELUDE + "\n\n".join(sources) + "\n")
+    return verify.load_module(path, name)
+
+
 # -- the profiled process -------------------------------------------------------------------------
 
 
@@ -1096,10 +1109,8 @@ def _child(spec_path: str) -> int:
     import torch
 
     if spec.get("sources"):
-        from grader.runtime import integrity
-
         # a folder of the child's own: the spec's may be the grader's, which it only reads
-        integrity.load_sources(spec["sources"], Path(tempfile.mkdtemp()), SOURCES_MODULE)
+        load_sources(spec["sources"], Path(tempfile.mkdtemp()), SOURCES_MODULE)
     mark = None
     if spec.get("markers"):
         from grader.runtime.profile_marker import Marker
