@@ -181,17 +181,8 @@ def speed_of(grade_id: str, records: list[Verdict]) -> Speed:
     if worst is None:  # nothing measured (the isolated measurement failed, or the cell did)
         return Speed(grade_id, graded_here=True, flags=flags)
     passed = all(r.passed for r in records)
-    return Speed(
-        grade_id,
-        True,
-        passed,
-        worst.measured,
-        worst.needed,
-        worst.unit,
-        len(records),
-        flags,
-        worst.at_most,
-    )
+    return Speed(grade_id, True, passed, worst.measured, worst.needed, worst.unit, len(records),
+                 flags, worst.at_most)  # fmt: skip
 
 
 def cell_score(cell) -> float | None:
