@@ -80,11 +80,11 @@ WRONG = {
             DKDV,
             (
                 "dv = tl.dot(pT.to(do.dtype), do, dv)",
-                "dv = tl.dot(pT.to(do.dtype), do, dv.to(tl.float16)).to(dv.dtype)",
+                "dv = (dv + tl.dot(pT.to(do.dtype), do)).to(tl.float16).to(dv.dtype)",
             ),
             (
                 "dk = tl.dot(dsT.to(q.dtype), q, dk)",
-                "dk = tl.dot(dsT.to(q.dtype), q, dk.to(tl.float16)).to(dk.dtype)",
+                "dk = (dk + tl.dot(dsT.to(q.dtype), q)).to(tl.float16).to(dk.dtype)",
             ),
         ),
         "P rebuilt without the log-sum-exp": swapped(
@@ -137,12 +137,13 @@ HINTS = {
     DELTA: {
         "stub left in place": None,
         "delta from the wrong product": "wrong-formula",
-        "products in float16": "non-finite",
+        # the GPU's checks meet the rounding at their larger sizes before the overflow
+        "products in float16": ("non-finite", "low-precision"),
     },
     DKDV: {
         "stub left in place": None,
         "a forgotten * sm_scale in dK": "wrong-scale",
-        "float16 accumulators": "non-finite",
+        "float16 accumulators": ("non-finite", "low-precision"),
         "P rebuilt without the log-sum-exp": "wrong-formula",
         "dS without delta": "wrong-formula",
     },
