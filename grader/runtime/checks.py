@@ -341,7 +341,7 @@ def _probed(failure, again, args, reference, rtol, atol) -> KernelCheckError | N
     store)."""
     patterns = [h.pattern for h in failure.hints]
     if patterns == ["row-normalisation"]:
-        probe = _floats(args, lambda t: t.sort(dim=-1, descending=True).values)
+        probe = _floats(args, lambda t: t.float().sort(dim=-1, descending=True).values.to(t.dtype))
         hint = hints_.largest_first()
     elif patterns == ["store-dtype"]:
         low = torch.bfloat16 if "bfloat16" in failure.hints[0].evidence else torch.float16
