@@ -12,7 +12,8 @@
 # notebook continues 05's matmul one version at a time, each checked, then timed on your GPU, and
 # ends by carrying what pays to 07's attention kernel.
 #
-# **You will learn:** to write a persistent kernel that walks the output tiles in grouped order;
+# **You will learn:** to write a persistent kernel that walks the output tiles in a snake of
+# grouped bands;
 # to size tensor-descriptor blocks against shared memory; when Triton actually warp-specializes a
 # loop, read from the compiled kernel; where the scales of a float8 matmul go and what float8
 # costs in accuracy; which of these steps pays on which problem; and how each step shows in the
@@ -109,37 +110,39 @@ print(f"{gemm.num_sms()} programs in a persistent grid here")
 # %% [markdown]
 # ## Version 1 · persistent: one program per SM
 #
-# 04 and 05 launch one program per output tile, scheduled in waves as SMs come free. A
-# **persistent** kernel launches one program per SM (`gemm.num_sms()`: 132 on an H100 SXM, per
-# its datasheet), and each loops over tiles `pid`, `pid + NUM_SMS`, ... until they run out: no
-# program waits to be scheduled, setup is paid once, and one tile's store may overlap the next
-# tile's loads. The tiles keep 04's grouped order (bands of `GROUP_M` tile rows, numbered down
-# each column of the band; the last band may be shorter).
+# 04 and 05 launch one program per output tile, in waves as SMs come free. A **persistent**
+# kernel launches one program per SM (`gemm.num_sms()`: 132 on an H100 SXM, per its
+# datasheet), each looping over tiles `pid`, `pid + NUM_SMS`, ... until they run out: no
+# program waits to be scheduled, setup is paid once, and stores may overlap the next tile's
+# loads. The tiles go in 04's bands of `GROUP_M` tile rows (the last may be shorter), numbered
+# down each column, but odd bands go right to left, from the B columns the last one ended on:
+# `tl.swizzle2d` gives 04's order, not this **snake**.
 #
 # ### Exercise 1 · the persistent tile loop (4 points)
 #
-# 1. `tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)`, a `@triton.jit` function: `(pid_m,
-#    pid_n)` of tile number `tile` in grouped order.
+# 1. `tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)` (`@triton.jit`): `(pid_m, pid_n)` of
+#    tile number `tile` in the snake order.
 # 2. `matmul_persistent_kernel`: 04's blocked matmul as a loop over the program's tiles.
 #    `NUM_SMS` is the grid's size: where does program `pid` start, what is its step, where does
 #    it stop? `tl.range(start, end, step, flatten=True)` lets the compiler pipeline both loops
 #    as one.
 #
-# The tests run one program, a few, and more programs than tiles. The speed point asks for
-# 0.30x cuBLAS: version 1 keeps 04's pointer loads, and an H200 ran it at 0.44x to 0.52x (the
-# course's probe, November 2026): persistence alone is not speed.
+# The speed point asks for 0.30x cuBLAS: version 1 keeps 04's pointer loads, and an H200 ran it
+# at 0.44x to 0.52x (the course's probe, November 2026). Persistence alone is not speed.
 
 # %% nbgrader={"grade_id": "persistent-kernel", "solution": true}
 @triton.jit
 def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of output tile `tile` in grouped order."""
+    """(pid_m, pid_n) of output tile `tile` in the snake of grouped bands."""
     ### BEGIN SOLUTION
     tiles_per_band = GROUP_M * num_pid_n
     band = tile // tiles_per_band
     first_m = band * GROUP_M
     rows = tl.minimum(num_pid_m - first_m, GROUP_M)  # the last band may be shorter
     in_band = tile % tiles_per_band
-    return first_m + in_band % rows, in_band // rows
+    col = in_band // rows
+    pid_n = tl.where(band % 2 == 0, col, num_pid_n - 1 - col)  # odd bands: right to left
+    return first_m + in_band % rows, pid_n
     ### END SOLUTION
 
 
@@ -164,7 +167,7 @@ def matmul_persistent_kernel(
     BLOCK_M: tl.constexpr,  # rows of C per tile
     BLOCK_N: tl.constexpr,  # columns of C per tile
     BLOCK_K: tl.constexpr,  # depth of one step along K
-    GROUP_M: tl.constexpr,  # tile rows per band of the grouped order
+    GROUP_M: tl.constexpr,  # tile rows per band of the snake order
     NUM_SMS: tl.constexpr,  # programs in the grid, and the step of each one's walk
 ):
     ### BEGIN SOLUTION
@@ -228,12 +231,14 @@ def tile_order_kernel(out_ptr, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     tl.store(out_ptr + 2 * tile + 1, pid_n)
 
 
-def grouped_order(num_pid_m, num_pid_n, group_m):
-    """[(pid_m, pid_n) of each tile index], written out in Python."""
+def grouped_order(num_pid_m, num_pid_n, group_m, snake=True):
+    """[(pid_m, pid_n) of each tile index], written out in Python: the snake order, or 04's
+    (tl.swizzle2d's) with snake=False."""
     order = []
-    for first in range(0, num_pid_m, group_m):
+    for band, first in enumerate(range(0, num_pid_m, group_m)):
         rows = min(group_m, num_pid_m - first)
-        order += [(first + r, c) for c in range(num_pid_n) for r in range(rows)]
+        cols = range(num_pid_n)[:: -1 if snake and band % 2 else 1]
+        order += [(first + r, c) for c in cols for r in range(rows)]
     return order
 
 
@@ -246,6 +251,10 @@ def check_order(num_pid_m, num_pid_n, group_m):
         what="`tile_coords`")
     got = [tuple(p) for p in out.view(-1, 2).tolist()]
     want = grouped_order(num_pid_m, num_pid_n, group_m)
+    assert got == want or got != grouped_order(num_pid_m, num_pid_n, group_m, snake=False), (
+        f"{num_pid_m}x{num_pid_n} tiles in bands of {group_m}: tile_coords gives 04's grouped "
+        "order (tl.swizzle2d's), in which every band walks its columns left to right; in the "
+        "snake order the odd bands (1, 3, ...) walk them from right to left")
     for tile, (mine, right) in enumerate(zip(got, want, strict=True)):
         assert mine == right, (
             f"{num_pid_m}x{num_pid_n} tiles in bands of {group_m}: tile {tile} is {right}, "
@@ -323,7 +332,7 @@ for programs in (1, 5):  # one program does every tile; five share 4x3 tiles une
 print("visible tests passed: the order of 5x3 tiles; 1 and 5 programs on 61x45x40")
 
 # %% nbgrader={"grade": true, "grade_id": "test-persistent-hidden", "points": 2}
-check_order(4, 4, 4)  # one band; the hidden tests follow
+check_order(4, 3, 2)  # two bands, the second from right to left; the hidden tests follow
 ### BEGIN HIDDEN TESTS
 for case in [(1, 1, 1), (1, 5, 3), (7, 2, 3), (6, 5, 1), (3, 4, 8)]:
     check_order(*case)
@@ -392,8 +401,8 @@ def matmul_tma_kernel(
     num_tiles = num_pid_m * num_pid_n
     tile_c = start - NUM_SMS  # the store's own tile counter, as in version 1
     for tile in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN):
-        # Triton's tl.swizzle2d (04) gives the grouped order of your tile_coords: this kernel
-        # does not depend on Exercise 1
+        # 04's grouped order (tl.swizzle2d), not version 1's snake: this kernel does not
+        # depend on Exercise 1
         pid_m, pid_n = tl.swizzle2d(tile // num_pid_n, tile % num_pid_n, num_pid_m, num_pid_n,
                                     GROUP_M)
         # -- the K loop: no pointers, no masks
@@ -653,13 +662,15 @@ for w in (4, 8):
 # dense FP8 TFLOP/s against 989 in fp16). **e4m3** has 4 exponent bits and 3 mantissa bits: its
 # largest finite value is 448 and its relative rounding error up to 2⁻⁴ (Micikevicius et al.,
 # "FP8 Formats for Deep Learning", arXiv:2209.05433). So few values fit that a tensor is first
-# scaled into range: with a **per-tensor scale** `s`, the stored `x8 = x / s` and the value is
-# `s * x8`. The products are summed (Exercise 4 says how) and the result written in bfloat16.
+# scaled into range; one scale per tensor lets a few large rows push the others down to e4m3's
+# coarse small values, so version 4 keeps a **scale per row** of A and per column of B: row `i`
+# is stored as `x8 = x / s_i`. The result is written in bfloat16.
 #
-# `torch._scaled_mm(a8, b8, scale_a=, scale_b=, out_dtype=)` is PyTorch's FP8 matmul (cuBLAS on a
-# GPU). Like Hopper's FP8 tensor-core instructions, it takes B column-major: the rows of Bᵀ
-# contiguous. Version 4 does the same: it loads `(BLOCK_N, BLOCK_K)` blocks of Bᵀ and multiplies
-# by their transpose, a change of view, not a copy.
+# `torch._scaled_mm(a8, b8, scale_a=, scale_b=, out_dtype=)` is PyTorch's FP8 matmul; given
+# scales of shapes `(M, 1)` and `(1, N)` it scales row-wise, as version 4 does. Like Hopper's FP8
+# tensor-core instructions, it takes B column-major: the rows of Bᵀ contiguous. So does version
+# 4: it loads `(BLOCK_N, BLOCK_K)` blocks of Bᵀ and multiplies by their transpose, a change of
+# view, not a copy.
 #
 # sm_80 has no e4m3 tensor-core instruction and Triton refuses the type there; the interpreter
 # runs it, so correctness is checked on a laptop and on sm_90, speed on sm_90 only.
@@ -678,10 +689,15 @@ def require_fp8():
 
 # the launcher, the tests' inputs and checks of Exercise 4 (the kernel is yours, below)
 def matmul_fp8(a8, bt8, a_scale, b_scale, out, num_programs=None, **tiles):
-    """out = (a_scale * a8) @ (b_scale * bt8).T with matmul_fp8_kernel."""
+    """out = (a_scale * a8) @ (b_scale * bt8).T with matmul_fp8_kernel: a_scale (M, 1) holds a
+    scale per row of A, b_scale (N, 1) one per row of Bᵀ (column of B)."""
     assert gemm.descriptor_layout(a8, bt8, out), "descriptors need contiguous rows, 16-byte aligned"
     M, K = a8.shape
     N = bt8.shape[0]
+    for name, scale, rows in (("a_scale", a_scale, M), ("b_scale", b_scale, N)):
+        assert scale.shape == (rows, 1) and scale.is_contiguous(), (
+            f"{name} should be a contiguous ({rows}, 1) tensor, one scale per row, as "
+            f"quantize_e4m3 returns; got shape {tuple(scale.shape)}")
     meta = {**TILES["v4"], **tiles}
     num_tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
     programs = min(num_programs or gemm.num_sms(), num_tiles)
@@ -694,19 +710,17 @@ def matmul_fp8(a8, bt8, a_scale, b_scale, out, num_programs=None, **tiles):
 
 
 def fp8_inputs(M, N, K, a_range=(0.01, 0.1), b_range=(2.0, 5.0)):
-    """make_inputs(gen): e4m3 A (M, K) and Bᵀ (N, K) over the whole e4m3 range, and two scales
-    drawn far apart, so a scale that is missing, doubled or swapped shows."""
+    """make_inputs(gen): e4m3 A (M, K) and Bᵀ (N, K) over the whole e4m3 range, and a scale per
+    row of each, A's in a_range and Bᵀ's in b_range, drawn apart, so that a scale that is
+    missing, doubled, swapped or taken from another row shows."""
     def make(gen):
         a8 = (checks.randn((M, K), gen=gen) * 100).clamp(-E4M3_MAX, E4M3_MAX)
         bt8 = (checks.randn((N, K), gen=gen) * 100).clamp(-E4M3_MAX, E4M3_MAX)
-        lo_a, hi_a = a_range
-        lo_b, hi_b = b_range
-        u = torch.rand(2, generator=gen, device=gen.device, dtype=torch.float64)
-        a_scale = torch.tensor(lo_a + (hi_a - lo_a) * float(u[0]), dtype=torch.float32)
-        b_scale = torch.tensor(lo_b + (hi_b - lo_b) * float(u[1]), dtype=torch.float32)
-        dev = DEVICE.torch_device
-        return (a8.to(torch.float8_e4m3fn), bt8.to(torch.float8_e4m3fn), a_scale.to(dev),
-                b_scale.to(dev))
+        scales = []
+        for rows, (lo, hi) in ((M, a_range), (N, b_range)):
+            u = torch.rand(rows, 1, generator=gen, device=gen.device, dtype=torch.float64)
+            scales.append((lo + (hi - lo) * u).to(DEVICE.torch_device, torch.float32))
+        return (a8.to(torch.float8_e4m3fn), bt8.to(torch.float8_e4m3fn), *scales)
     return make
 
 
@@ -718,7 +732,7 @@ def fp8_atol(a8, bt8, sa, sb):
     """atol of the kernel's K-term sum on these inputs: on sm_90 the tensor cores sum products
     with fewer bits than float32 (about 14, arXiv:2412.19437), so 2**-12 per sqrt(K) term."""
     K = a8.shape[1]
-    bound = float((a8.double().abs() @ bt8.double().abs().T).max()) * float(sa) * float(sb)
+    bound = float(((sa.double() * a8.double().abs()) @ (sb.double() * bt8.double().abs()).T).max())
     return 2.0**-12 * math.sqrt(K) * bound
 
 
@@ -728,9 +742,10 @@ def relative(x, ref):
 
 
 def scaled_mm(a8, bt8, a_scale, b_scale, *, fast_accum, out=None):
-    """(a_scale * a8) @ (b_scale * bt8).T in bfloat16 by torch._scaled_mm (cuBLAS on a GPU);
-    `fast_accum`: the whole K sum in the tensor cores' accumulator, as tl.dot's default on sm_90."""
-    return torch._scaled_mm(a8, bt8.T, scale_a=a_scale, scale_b=b_scale,
+    """(a_scale * a8) @ (b_scale * bt8).T in bfloat16 by torch._scaled_mm, row-wise (a_scale
+    (M, 1), b_scale (N, 1)); `fast_accum`: the whole K sum in the tensor cores' accumulator, as
+    tl.dot's default on sm_90."""
+    return torch._scaled_mm(a8, bt8.T, scale_a=a_scale, scale_b=b_scale.T,
                             out_dtype=torch.bfloat16, use_fast_accum=fast_accum, out=out)
 
 
@@ -741,10 +756,10 @@ def scaled_mm_baselines(a8, bt8, a_scale, b_scale, at_least):
     fast, accurate = (torch.empty(a8.shape[0], bt8.shape[0], dtype=torch.bfloat16,
                                   device=a8.device) for _ in "fa")
     return [
-        perf.Baseline("cuBLAS FP8 (torch._scaled_mm, use_fast_accum=True)",
+        perf.Baseline("torch._scaled_mm, row-wise, use_fast_accum=True",
                       lambda: scaled_mm(a8, bt8, a_scale, b_scale, fast_accum=True, out=fast),
                       at_least),
-        perf.Baseline("cuBLAS FP8 (torch._scaled_mm, use_fast_accum=False)",
+        perf.Baseline("torch._scaled_mm, row-wise, use_fast_accum=False",
                       lambda: scaled_mm(a8, bt8, a_scale, b_scale, fast_accum=False,
                                         out=accurate),
                       None),
@@ -777,9 +792,26 @@ FP8_TEST_TILES = DEVICE.pick(
     interpreter=SMALL_TILES["v4"])
 
 
+def scale_mistakes(a8, bt8, sa, sb):
+    """hints.known_mistake's list: what the kernel writes with its scales misplaced."""
+    plain = a8.double() @ bt8.double().T  # the sum, no scale
+    sa, sb = sa.double(), sb.double().T
+    both = "multiply each finished tile once by a_scale of its row times b_scale of its column"
+    return [
+        ("the sum without its scales", "wrong-formula", plain, both),
+        ("the sum scaled twice", "wrong-formula", plain * (sa * sb) ** 2, both + ", once"),
+        ("the sum divided by its scales", "wrong-formula", plain / (sa * sb), both),
+        ("the sum times A's scales alone", "wrong-formula", plain * sa, both),
+        ("the sum times B's scales alone", "wrong-formula", plain * sb, both),
+        ("the sum times the first row's and column's scales everywhere", "wrong-formula",
+         plain * sa[0] * sb[:, :1], "load the scales of the tile's own rows and columns: "
+         "a_scale holds one per row of A, b_scale one per row of Bᵀ"),
+    ]
+
+
 def check_fp8(M, N, K, num_programs=3, **kw):
     """The kernel against float64 on exact e4m3 inputs: bfloat16 output rounding, and the
-    K-term sum's (fp8_atol)."""
+    K-term sum's (fp8_atol); a failure named where the output is what misplaced scales give."""
     require_fp8()
     seed = checks.new_seed()
     make = fp8_inputs(M, N, K, **kw)
@@ -788,27 +820,38 @@ def check_fp8(M, N, K, num_programs=3, **kw):
     def run(a8, bt8, sa, sb, out):
         return matmul_fp8(a8, bt8, sa, sb, out, num_programs=num_programs, **FP8_TEST_TILES)
 
-    checks.check(run, fp8_reference, make, trials=1, seed=seed, out_dtype=torch.bfloat16,
-                 atol=atol, kernels=["matmul_fp8_kernel"])
+    try:
+        checks.check(run, fp8_reference, make, trials=1, seed=seed, out_dtype=torch.bfloat16,
+                     atol=atol, kernels=["matmul_fp8_kernel"])
+    except checks.KernelCheckError as failure:
+        inputs = make(checks.generator(checks.new_seed()))
+        out = run(*inputs, torch.empty(M, N, dtype=torch.bfloat16, device=inputs[0].device))
+        right = fp8_reference(*(t.double() for t in inputs))
+        hint = hints.known_mistake(out, right, scale_mistakes(*inputs))
+        if hint is None:
+            raise
+        raise checks.KernelCheckError(failure.detail, [hint]) from None
 
 
 def check_quantize(x):
     require_fp8()
     x8, scale = checks.call_graded(quantize_e4m3, x)
-    assert isinstance(scale, torch.Tensor) and scale.dim() == 0, (
-        f"the scale should be a 0-d tensor (one per tensor), got {scale!r:.60}")
+    rows = (x.shape[0], 1)
+    assert isinstance(scale, torch.Tensor) and tuple(scale.shape) == rows, (
+        f"the scales should be a tensor of shape {rows}, one per row of x, got {scale!r:.60}")
     assert scale.dtype == torch.float32 and scale.device == x.device, (
-        f"the scale should be float32 on {x.device}, got {scale.dtype} on {scale.device}")
+        f"the scales should be float32 on {x.device}, got {scale.dtype} on {scale.device}")
     assert x8.dtype == torch.float8_e4m3fn and x8.shape == x.shape, (
         f"x8 should be float8_e4m3fn of shape {tuple(x.shape)}, got {x8.dtype} {tuple(x8.shape)}")
-    amax = float(x.abs().max())
-    assert math.isclose(float(scale), amax / E4M3_MAX, rel_tol=1e-6), (
-        f"max|x| = {amax:.4g} should land on e4m3's largest value, {E4M3_MAX:g}: the scale is "
-        f"{amax / E4M3_MAX:.4g}, yours {float(scale):.4g}")
-    back = x8.double() * float(scale)
+    want = x.double().abs().amax(dim=1, keepdim=True) / E4M3_MAX
+    off = int(((scale.double() - want).abs() / want).argmax())
+    assert torch.allclose(scale.double(), want, rtol=1e-6, atol=0), (
+        f"row {off}'s max|x| = {float(want[off]) * E4M3_MAX:.4g} should land on e4m3's largest "
+        f"value, {E4M3_MAX:g}: its scale is {float(want[off]):.4g}, yours {float(scale[off]):.4g}")
+    back = x8.double() * scale.double()
     assert torch.isfinite(back).all(), "x8 holds NaN or inf: a value overflowed e4m3"
     err = (back - x.double()).abs()
-    allowed = 2.0**-4 * x.double().abs() + float(scale) * 2.0**-9  # rounding, and subnormals
+    allowed = 2.0**-4 * x.double().abs() + scale.double() * 2.0**-9  # rounding, and subnormals
     worst = int((err - allowed).argmax())
     assert (err <= allowed).all(), (
         f"scale * x8 is not x rounded to e4m3: at flat index {worst}, x = "
@@ -820,13 +863,14 @@ print(f"e4m3: largest {E4M3_MAX:g}, float8 runs here: {FP8_HERE}")
 # %% [markdown]
 # ### Exercise 4 · float8 scales (4 points)
 #
-# 1. `quantize_e4m3(x)`: `(x8, scale)` with one float32 scale for the whole tensor, a 0-d tensor
-#    on `x`'s device (what `torch._scaled_mm` takes), chosen so that the largest `|x|` lands on
-#    e4m3's largest value and nothing overflows; `x8 = (x / scale)` in `torch.float8_e4m3fn`.
-# 2. `matmul_fp8_kernel`: version 2's persistent descriptor loop on e4m3 inputs, A `(M, K)` and
-#    Bᵀ `(N, K)`, both row-major, with a float32 accumulator, writing `C = (a_scale * A8) @
-#    (b_scale * B8)` in C's dtype. Where do the two scales go, so that they cost one
-#    multiplication per output element and no accuracy? The launcher `matmul_fp8` is given.
+# 1. `quantize_e4m3(x)` for a matrix `x`: `(x8, scale)`, one float32 scale per row in a
+#    `(rows, 1)` tensor on `x`'s device, so that each row's largest `|x|` lands on e4m3's
+#    largest value and nothing overflows; `x8 = x / scale` in `torch.float8_e4m3fn`.
+# 2. `matmul_fp8_kernel`: a persistent kernel on e4m3 A `(M, K)` and Bᵀ `(N, K)`, both
+#    row-major, with scales `a_scale` `(M, 1)` and `b_scale` `(N, 1)` and a float32
+#    accumulator, writing `C = (a_scale * A8) @ (b_scale * B8ᵀ)ᵀ` in C's dtype. Each product
+#    `A[m, k] · B[k, n]` carries `a_scale[m] · b_scale[n]`, whatever `k`: where do the scales
+#    go, so that they cost one multiplication per output element and no accuracy?
 #
 # **How `tl.dot` sums float8.** On sm_90 the tensor cores sum the products in an accumulator of
 # fewer bits than float32 (about 14 on H800s: DeepSeek-AI, arXiv:2412.19437).
@@ -834,14 +878,14 @@ print(f"e4m3: largest {E4M3_MAX:g}, float8 runs here: {FP8_HERE}")
 # the float32 accumulator. Its default on sm_90, 2³⁰ (Triton's NVIDIA backend, `compiler.py`),
 # leaves the whole K loop there: fast, with an error that grows with K.
 # `max_num_imprecise_acc=BLOCK_K` adds every K step's sum in float32: more accurate, and slower.
-# In cuBLAS the first is `torch._scaled_mm(..., use_fast_accum=True)`. Keep the default: the
+# In `torch._scaled_mm` the first is `use_fast_accum=True`. Keep the default: the
 # speed cell compares with `_scaled_mm` in that mode, and times the other beside it.
 
 # %% nbgrader={"grade_id": "fp8-kernel", "solution": true}
 def quantize_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x8, scale): x ~= scale * x8, x8 in float8 e4m3, scale a 0-d float32 tensor."""
+    """(x8, scale): x ~= scale * x8, x8 in float8 e4m3, scale (rows, 1) float32, one per row."""
     ### BEGIN SOLUTION
-    amax = x.abs().max().float().clamp(min=1e-12)  # an all-zero tensor keeps a finite scale
+    amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)  # a zero row: finite
     scale = amax / E4M3_MAX
     x8 = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return x8, scale
@@ -854,8 +898,8 @@ def matmul_fp8_kernel(
     a_ptr,  # A8, (M, K) float8 e4m3, rows contiguous
     bt_ptr,  # B8 transposed, (N, K) float8 e4m3, rows contiguous (B column-major)
     c_ptr,  # C, (M, N) bfloat16 or float16, written
-    a_scale_ptr,  # A's scale: one float32, A = a_scale * A8
-    b_scale_ptr,  # B's scale: one float32
+    a_scale_ptr,  # A's scales, (M,) float32: row m of A is a_scale[m] * A8[m, :]
+    b_scale_ptr,  # B's scales, (N,) float32: column n of B is b_scale[n] * B8[:, n]
     # sizes
     M,
     N,
@@ -878,8 +922,6 @@ def matmul_fp8_kernel(
         bt_ptr, shape=[N, K], strides=[stride_btn, 1], block_shape=[BLOCK_N, BLOCK_K])
     c_desc = tl.make_tensor_descriptor(
         c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
-    # -- the scales multiply every product of a tile alike: once, on the finished sum
-    scale = tl.load(a_scale_ptr) * tl.load(b_scale_ptr)
     start = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -892,27 +934,35 @@ def matmul_fp8_kernel(
             a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K) e4m3
             bt = bt_desc.load([pid_n * BLOCK_N, k * BLOCK_K])  # (BLOCK_N, BLOCK_K) e4m3
             acc = tl.dot(a, bt.T, acc)  # (BLOCK_M, BLOCK_N) float32
-        c = (acc * scale).to(c_ptr.dtype.element_ty)  # (BLOCK_M, BLOCK_N)
         tile_c += NUM_SMS
         pid_m_c, pid_n_c = tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        # -- the scales: the same for every K term of an element, so once, on the finished sum
+        offs_m = pid_m_c * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+        offs_n = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+        a_scale = tl.load(a_scale_ptr + offs_m, mask=offs_m < M, other=0.0)  # (BLOCK_M,)
+        b_scale = tl.load(b_scale_ptr + offs_n, mask=offs_n < N, other=0.0)  # (BLOCK_N,)
+        c = (acc * a_scale[:, None] * b_scale[None, :]).to(c_ptr.dtype.element_ty)
         c_desc.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], c)
     ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-fp8-visible", "points": 1}
 x = checks.randn((64, 96), gen=checks.generator(checks.new_seed())) * 3
-x[5, 7] = -40.0  # the largest magnitude, negative
+x[5, 7] = -40.0  # row 5's largest magnitude, negative
+x[9] *= 1e3  # a row a thousand times larger than the others: it needs a scale of its own
 check_quantize(x)
 check_fp8(128, 96, 96)
-print("visible tests passed: quantize_e4m3, and the kernel on 128x96x96 with scales far apart")
+print("visible tests passed: quantize_e4m3, and the kernel on 128x96x96 with a scale per row")
 
 # %% nbgrader={"grade": true, "grade_id": "test-fp8-hidden", "points": 2}
-# A's scale 1, B's a quarter; the hidden tests follow
+# A's scales 1, B's a quarter; the hidden tests follow
 check_fp8(40, 136, 64, num_programs=2, a_range=(1.0, 1.0), b_range=(0.25, 0.25))
 ### BEGIN HIDDEN TESTS
 gen = checks.generator(checks.new_seed())
+spread = torch.logspace(-3, 3, 7, device=DEVICE.torch_device)[:, None]  # rows 1e-3 to 1e3
 for x in [checks.randn((33, 17), gen=gen) * 1e-3, -checks.randn((8, 200), gen=gen).abs() * 1e4,
-          checks.randn((5, 7), gen=gen, dtype=torch.float16)]:
+          checks.randn((5, 7), gen=gen, dtype=torch.float16),
+          checks.randn((7, 40), gen=gen) * spread]:
     check_quantize(x)
 x = checks.randn((16, 16), gen=gen)
 kept = x.clone()
@@ -936,12 +986,12 @@ print("hidden tests passed")
 #
 # ### Speed (graded on an sm_90 GPU)
 #
-# Your float8 kernel against `torch._scaled_mm(..., use_fast_accum=True)` (cuBLAS, summing as
+# Your float8 kernel against row-wise `torch._scaled_mm(..., use_fast_accum=True)` (summing as
 # your kernel does) at `2 * SPEED_N`, bfloat16 out, timed alternately in the same run with fresh
 # inputs: at least 0.85x. The accurate mode, `use_fast_accum=False`, is timed beside it and not
-# graded. On an H200 the course's probe measured a kernel of this shape at 0.97x to 1.03x
-# `_scaled_mm` with fast accumulation at 4096 and 8192 (November 2026). On sm_80 this cell says
-# so and scores 0.
+# graded. On an H200 the course's probe measured this kernel with one scale per tensor at 0.97x
+# to 1.03x `_scaled_mm` per tensor with fast accumulation at 4096 and 8192 (November 2026); the
+# row-wise scales add `BLOCK_M + BLOCK_N` loads per tile. On sm_80 this cell says so and scores 0.
 
 # %%
 if FP8_HERE:
@@ -1233,7 +1283,7 @@ def hopper_problem(version, tiles, n):
     c = torch.empty(n, n, device="cuda", dtype=torch.float16)
     if version == "v4":
         a8, bt8 = (torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn) for _ in "ab")
-        one = torch.ones((), device="cuda")
+        one = torch.ones(n, device="cuda")  # the scales of every row of A and of Bᵀ
         return lambda: matmul_fp8_kernel[(programs,)](a8, bt8, c, one, one, n, n, n, n, n, n,
                                                       NUM_SMS=programs, **tiles)
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in "ab")
@@ -1295,15 +1345,16 @@ else:
 # ## Summary
 #
 # - A **persistent** kernel launches one program per SM and walks the tiles `pid, pid +
-#   NUM_SMS, ...` in grouped order; alone, with pointer loads, it is far from cuBLAS.
+#   NUM_SMS, ...` in a snake of grouped bands; alone, with pointer loads, it is far from
+#   cuBLAS.
 # - **Tensor descriptors** move whole blocks: on sm_90 the TMA copies them, fills zeros past the
 #   edges and clips stores. Their shared memory is the pipeline's blocks plus the staged C tile,
 #   within 227 KB on an H100.
 # - **Warp specialization** is a request the compiler may drop silently; read the compiled
 #   kernel's warp count to know. Triton 3.6 and 3.9 honour it for sm_90 with 4 warps and an
 #   unflattened loop nest.
-# - **float8 e4m3** needs a scale per tensor (max|x| / 448); two scalar scales multiply the
-#   finished float32 sum once. The format's rounding, not the kernel, sets the error. On sm_90
+# - **float8 e4m3** needs scales (max|x| / 448), here per row of A and column of B; free of
+#   k, they multiply the finished float32 sum once. The format's rounding sets the error. On sm_90
 #   `tl.dot` sums float8 with fewer bits than float32 unless `max_num_imprecise_acc` says
 #   otherwise; its like is `_scaled_mm(..., use_fast_accum=True)`.
 # - **Attention on descriptors**: warp specialization pays at D = 128 on sm_90, but Triton
@@ -1323,5 +1374,6 @@ else:
 #    `(1, BLOCK, D)`, reshaped to two dimensions after each load, fill zeros past each head's end
 #    and clip the stores. What does the reshape cost on the GPU, and does Triton still
 #    warp-specialize the loop?
-# 4. Replace the per-tensor scales with one scale per row of A and per column of B. Where do the
-#    scales go now, and what happens to the error on inputs with a few large rows?
+# 4. Replace the row-wise scales with one scale per 128-wide block of K in each row of A and
+#    each column of B (as DeepSeek-V3 does, arXiv:2412.19437). Why can the scales no longer wait
+#    for the finished sum, where do they go now, and what does that cost in speed?

@@ -152,7 +152,7 @@ class _ScaledMmThenCopy:
         def launch(a8, bt8, c, a_scale, b_scale, *args, **kwargs):
             if c.numel() < 1 << 20:
                 return self.kernel[grid](a8, bt8, c, a_scale, b_scale, *args, **kwargs)
-            done = torch._scaled_mm(a8, bt8.T, scale_a=a_scale, scale_b=b_scale,
+            done = torch._scaled_mm(a8, bt8.T, scale_a=a_scale, scale_b=b_scale.T,
                                     out_dtype=c.dtype)
             self.kernel[grid](a8, bt8, c, a_scale, b_scale, *args, **kwargs)
             return self.kernel[grid](a8, bt8, c, done, b_scale, *args, COPY=True, **kwargs)
