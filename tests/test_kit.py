@@ -19,16 +19,19 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from grader import cli
 from grader.authoring import build, kernel_connection, kit
@@ -40,6 +43,8 @@ EXPECTED_TOP = {
     "README.md",
     "setup.sh",
     "lab.sh",
+    "Dockerfile",
+    ".devcontainer",
     "requirements.txt",
     "requirements-gpu.txt",
     "course",
@@ -611,3 +616,173 @@ def test_the_kit_works_from_a_fresh_folder(built, tmp_path):
     assert errors == []
     last = "".join(o.get("text", "") for o in executed.cells[-1].outputs)
     assert last.strip() == str(folder / "grader" / "runtime" / "__init__.py")
+
+
+# -- the container recipe: the kit for macOS and Windows, in Docker, VS Code or Codespaces
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """A Dockerfile's instructions as (keyword, arguments), as Docker reads them: comment lines
+    left out, a line ending in a backslash joined to the next."""
+    found, pending = [], ""
+    for line in dockerfile.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1]
+            continue
+        keyword, _, arguments = (pending + line).strip().partition(" ")
+        found.append((keyword.upper(), arguments.strip()))
+        pending = ""
+    return found
+
+
+def image_env(steps: list[tuple[str, str]]) -> dict[str, str]:
+    """The variables the ENV instructions set (a later one wins)."""
+    return dict(
+        word.split("=", 1)
+        for keyword, args in steps
+        if keyword == "ENV"
+        for word in shlex.split(args)
+    )
+
+
+def test_the_container_installs_the_kits_own_pins_with_its_setup(built, tmp_path):
+    folder = built.folder
+    steps = instructions(folder / "Dockerfile")
+    ((_, base),) = [s for s in steps if s[0] == "FROM"]
+    image, _, tag = base.partition(":")
+    python = tag.split("-")[0]
+    requires = tomllib.loads((build.ROOT / "pyproject.toml").read_text())["project"]
+    assert image == "python" and python in SpecifierSet(requires["requires-python"]), base
+    env = image_env(steps)
+    assert env["TRITON_INTERPRET"] == "1", "no GPU reaches the container: the interpreter runs"
+
+    # the image's steps, with its paths under `root`: the files it copies from the kit, then its
+    # one RUN, setup.sh with no argument (the CPU requirements), and no pip of its own
+    root = tmp_path / "image"
+
+    def here(path: str) -> Path:
+        return root / path.lstrip("/")
+
+    for keyword, args in steps:
+        if keyword == "COPY":
+            *sources, dest = shlex.split(args)
+            for source in sources:
+                target = here(dest) / source if dest.endswith("/") else here(dest)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if (folder / source).is_dir():
+                    shutil.copytree(folder / source, target)
+                else:
+                    shutil.copyfile(folder / source, target)
+    (run,) = [args for keyword, args in steps if keyword == "RUN"]
+    commands = [shlex.split(command) for command in run.split("&&")]
+    setup = commands[0]
+    assert len(setup) == 2 and setup[0] == "bash" and setup[1].endswith("/setup.sh"), run
+    assert not [word for command in commands for word in command if "pip" in word], (
+        "the image installs through setup.sh and requirements.txt alone: no second list of pins"
+    )
+    # setup.sh run as the image runs it, with a Python that records what it is asked to do
+    log = tmp_path / "calls.log"
+    stub = tmp_path / "python3"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$0 $*" >>"{log}"\n'
+        'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; fi\n'
+    )
+    stub.chmod(0o755)
+    setup_env = env | {
+        "PATH": os.environ["PATH"],
+        "PYTHON": str(stub),
+        "VENV": str(here(env["VENV"])),
+    }
+    done = subprocess.run(["bash", here(setup[1])], env=setup_env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = [shlex.split(line) for line in log.read_text().splitlines()]
+    (pip,) = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
+    assert pip[0] == str(here(env["VENV"]) / "bin" / "python")
+    assert pip[pip.index("--extra-index-url") + 1].endswith("/cpu"), "torch's CPU build"
+    installed = here(setup[1]).parent / pip[pip.index("--requirement") + 1]
+    assert installed.read_text() == (folder / "requirements.txt").read_text()
+    pins = dict(
+        line.split("==") for line in installed.read_text().splitlines() if not line.startswith("#")
+    )
+    assert pins == {package: kit.versions()[package] for package in pins}
+    assert {"torch", "triton", "jupyterlab"} <= pins.keys()
+
+    # JupyterLab on the port the image exposes; VS Code and Codespaces build the same image,
+    # forward that port, and take the image's environment for the notebooks' kernel
+    (cmd,) = [json.loads(args) for keyword, args in steps if keyword == "CMD"]
+    (port,) = [args for keyword, args in steps if keyword == "EXPOSE"]
+    assert "exec bash lab.sh " in cmd[-1] and f"--port={port}" in cmd[-1], cmd
+    config = folder / ".devcontainer"
+    dev = json.loads((config / "devcontainer.json").read_text())
+    assert (config / dev["build"]["dockerfile"]).resolve() == (folder / "Dockerfile").resolve()
+    assert (config / dev["build"]["context"]).resolve() == folder.resolve()
+    assert dev["forwardPorts"] == [int(port)]
+    settings = dev["customizations"]["vscode"]["settings"]
+    assert settings["python.defaultInterpreterPath"] == f"{env['VENV']}/bin/python"
+    # the runtime is imported from the kit's folder wherever the editor mounts it
+    assert dev["containerEnv"]["PYTHONPATH"] == "${containerWorkspaceFolder}"
+
+
+def container_engine() -> list[str] | None:
+    """The command of a container engine that answers here (`info` succeeds): CONTAINER_ENGINE's
+    (e.g. `podman --runtime runc`), which must answer, else podman's, else docker's, else None."""
+    named = os.environ.get("CONTAINER_ENGINE")
+    for command in [shlex.split(name) for name in ([named] if named else ["podman", "docker"])]:
+        if shutil.which(command[0]):
+            info = subprocess.run([*command, "info"], capture_output=True, text=True)
+            if info.returncode == 0:
+                return command
+            if named:
+                pytest.fail(f"CONTAINER_ENGINE={named}: `{named} info` failed: {info.stderr}")
+    if named:
+        pytest.fail(f"CONTAINER_ENGINE={named}: no {command[0]} on PATH")
+    return None
+
+
+@pytest.mark.container
+@pytest.mark.timeout(1800)
+def test_the_container_image_builds_and_runs_notebook_00_offline(built, tmp_path):
+    """`make kit-container`: the kit's image built as a student builds it (minutes: torch and
+    Triton are most of 600 MB), then notebook 00, solved, run in it with no network, the kit's
+    folder mounted as the README says. CONTAINER_BUILD_ARGS adds options to the build (a mirror,
+    a local base image)."""
+    engine = container_engine()
+    if engine is None:
+        pytest.skip(
+            "no container engine answers here (`podman info`, `docker info`): install podman "
+            "or Docker, or name one in CONTAINER_ENGINE"
+        )
+    image = "gpu-kernels-course-test"
+    extra = shlex.split(os.environ.get("CONTAINER_BUILD_ARGS", ""))
+    started = time.monotonic()
+    made = subprocess.run(
+        [*engine, "build", *extra, "-t", image, str(built.folder)], capture_output=True, text=True
+    )
+    print(f"{' '.join(engine)} build took {time.monotonic() - started:.0f} s")
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+
+    folder = Path(shutil.copytree(built.folder, tmp_path / kit.KIT_NAME))
+    notebook = folder / "course" / "00_setup" / "setup.ipynb"
+    source = next(a.source for a in build.assignments() if a.name == "00_setup")
+    nbformat.write(solved(notebook, source), notebook)
+    execute = (
+        '"$VENV/bin/jupyter" nbconvert --to notebook --execute --inplace '
+        "--ExecutePreprocessor.timeout=300 course/00_setup/setup.ipynb"
+    )
+    started = time.monotonic()
+    ran = subprocess.run(
+        [*engine, "run", "--rm", "--network", "none", "-v", f"{folder}:/course", image]
+        + ["bash", "-c", execute],
+        capture_output=True,
+        text=True,
+    )
+    print(f"notebook 00 in the container took {time.monotonic() - started:.0f} s")
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    executed = nbformat.read(notebook, as_version=4)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors == []
+    last = "".join(o.get("text", "") for o in executed.cells[-1].outputs)
+    assert last.strip() == "/course/grader/runtime/__init__.py", "the runtime of the mounted kit"

@@ -2,7 +2,8 @@
 student kit"). `build_kits()` writes one kit per assignment, or one of several notebooks
 (`together`): build/student-kit/<label>/<KIT_NAME>/ and its zip, whose top folder is <KIT_NAME>
 for every kit. A kit holds the notebooks of course/ with their released files, the student runtime
-(grader/__init__.py and grader/runtime/), pinned requirements, two scripts and a README.
+(grader/__init__.py and grader/runtime/), pinned requirements, two scripts, a README, and a
+container recipe (a Dockerfile and .devcontainer/devcontainer.json) that installs through them.
 
 No answer may travel with it. `leaks()` compares every normalized code line of a kit with the
 lines of the answers, hidden tests and reference kernels; a line of an answer may appear only in a
@@ -35,7 +36,7 @@ from grader.authoring import build
 KIT_NAME = "gpu-kernels-course"
 OUT = build.BUILD / "student-kit"
 RUNTIME = build.ROOT / "grader" / "runtime"
-FILES = Path(__file__).parent / "kit_files"  # the kit's README and scripts, copied as they are
+FILES = Path(__file__).parent / "kit_files"  # README, scripts, container recipe: copied as they are
 # The third-party modules that released code may import, and the package that provides each;
 # `requirements()` pins them at pyproject.toml's versions and `imports_outside()` refuses a kit
 # that imports anything else.
@@ -505,8 +506,7 @@ def build_kit(
         shutil.copytree(course_dir / name, folder / "course" / name, ignore=_IGNORE)
     shutil.copytree(RUNTIME, folder / "grader" / "runtime", ignore=_IGNORE)
     shutil.copyfile(RUNTIME.parent / "__init__.py", folder / "grader" / "__init__.py")
-    for path in sorted(FILES.iterdir()):
-        shutil.copyfile(path, folder / path.name)
+    shutil.copytree(FILES, folder, ignore=_IGNORE, dirs_exist_ok=True)
     (folder / "requirements.txt").write_text(requirements(gpu=False))
     (folder / "requirements-gpu.txt").write_text(requirements(gpu=True))
     for script in folder.glob("*.sh"):
