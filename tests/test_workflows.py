@@ -1,7 +1,8 @@
 """The CI workflows do what docs/versions.md and the README say: the CPU workflow runs `.ci/run`
 on Python 3.11 with a pip cache and keeps the JUnit report; the GPU workflow runs `.ci/gpu` on a
 self-hosted GPU runner with time limits, never for a fork's pull request, and uploads what the
-Makefile writes; the weekly workflow tests the newest torch CPU build and triton."""
+Makefile writes; the weekly workflow tests the newest torch CPU build and triton; the kit's
+container recipe is built and run with Docker when what it is made of changes."""
 
 import pytest
 import yaml
@@ -105,6 +106,23 @@ def newest_problems(workflow):
     return problems
 
 
+def kit_container_problems(workflow):
+    problems = common_problems(workflow)
+    (job,) = workflow["jobs"].values()
+    if "make kit-container" not in runs(job):
+        problems.append("the kit-container workflow must run make kit-container")
+    if job.get("env", {}).get("CONTAINER_ENGINE") != "docker":
+        problems.append(
+            "the kit-container workflow must name docker, so that a missing engine fails"
+        )
+    for event in ("push", "pull_request"):
+        if "grader/authoring/kit_files/**" not in (triggers(workflow).get(event) or {}).get(
+            "paths", []
+        ):
+            problems.append(f"the kit-container workflow must run on a {event} to the kit's files")
+    return problems
+
+
 @pytest.fixture
 def makefile(root):
     return (root / "Makefile").read_text()
@@ -123,9 +141,21 @@ def test_newest_workflow(root):
     assert newest_problems(load(root, "newest.yml")) == []
 
 
+def test_kit_container_workflow(root):
+    workflow = load(root, "kit-container.yml")
+    assert kit_container_problems(workflow) == []
+    (job,) = workflow["jobs"].values()
+    del job["env"]["CONTAINER_ENGINE"]  # a runner without Docker would then skip, not fail
+    triggers(workflow)["push"]["paths"].remove("grader/authoring/kit_files/**")
+    assert kit_container_problems(workflow) == [
+        "the kit-container workflow must name docker, so that a missing engine fails",
+        "the kit-container workflow must run on a push to the kit's files",
+    ]
+
+
 def test_every_workflow_is_checked(root):
     names = {p.name for p in (root / ".github" / "workflows").iterdir()}
-    assert names == {"cpu.yml", "gpu.yml", "newest.yml"}
+    assert names == {"cpu.yml", "gpu.yml", "newest.yml", "kit-container.yml"}
 
 
 def test_the_checks_reject_unsafe_or_incomplete_workflows(root, makefile):
