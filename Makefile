@@ -29,7 +29,7 @@ AUTOGRADE_ARGS ?=
 
 .PHONY: help setup lab test test-fast test-gpu test-gpu-notebooks test-gpu-tests bench release \
 	check lint wheelhouse clean autograde student-kit kit-container grading-cost throughput \
-	recordings
+	recordings test-grader-pins
 
 help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
@@ -52,6 +52,8 @@ help:
 	@echo "                (default: all), TOGETHER=1 puts them in one kit"
 	@echo "make kit-container  build the kit's container image (Docker or podman) and run notebook 00"
 	@echo "                in it offline (minutes; skipped where no engine answers)"
+	@echo "make test-grader-pins  the known-wrong and other-ways corpora on the GPU grading image's"
+	@echo "                torch and Triton, in the interpreter (its own venv, .venv-grader)"
 	@echo "make clean      remove build/ and caches (keeps .venv)"
 
 setup: $(STAMP)
@@ -166,6 +168,23 @@ student-kit: release
 # then notebook 00 run in the image with no network (tests/test_kit.py, marked `container`; kept
 # out of `make test`: the build downloads about 600 MB and takes minutes). CONTAINER_ENGINE picks
 # the engine (default: podman, else docker), CONTAINER_BUILD_ARGS adds build options.
+# The corpora of tests/test_known_wrong.py (each known-wrong kernel refused with its hint, each
+# correct kernel written another way accepted) in the interpreter, on the torch and Triton of the
+# GPU grading image (its recordings name them, tests/test_environment.py checks): what the kit's
+# pins decide, the grader's pins must decide too. Its own venv; CI's `pins` job runs it.
+GRADER_TORCH  ?= torch==2.11.0
+GRADER_TRITON ?= triton==3.6.0
+GRADER_VENV   ?= .venv-grader
+# Triton before 3.7 interprets with NumPy before 2.4 only (the doctor names the combination)
+GRADER_NUMPY  ?= numpy==2.3.5
+test-grader-pins:
+	$(MAKE) --no-print-directory setup VENV=$(GRADER_VENV) TRITON="$(GRADER_TRITON)" \
+	  TORCH="$(GRADER_TORCH) --index-url https://download.pytorch.org/whl/cpu"
+	$(GRADER_VENV)/bin/python -m pip install -q "$(GRADER_NUMPY)"
+	$(GRADER_VENV)/bin/python -m grader doctor --strict
+	$(GRADER_VENV)/bin/python -m pytest -m "slow and not gpu" $(XDIST) $(PYTEST_ARGS) \
+	  tests/test_known_wrong.py
+
 kit-container: setup
 	$(PY) -m pytest -m container -s tests/test_kit.py $(PYTEST_ARGS)
 

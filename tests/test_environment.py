@@ -1,5 +1,7 @@
-"""environment.yml, pyproject.toml and the Makefile name the same versions."""
+"""environment.yml, pyproject.toml and the Makefile name the same versions; the Makefile's
+grader pins are the GPU grading image's, as its recordings name them."""
 
+import json
 import re
 import tomllib
 
@@ -41,3 +43,21 @@ def test_environment_yml_matches_pyproject(root):
         assert conda.get(name) == pin, f"{name}: pyproject {pin}, environment.yml {conda.get(name)}"
     extra = set(conda) - set(declared)
     assert not extra, f"environment.yml has packages pyproject lacks: {sorted(extra)}"
+
+
+def test_the_grader_pins_are_the_gpu_images_that_recorded_the_course(root):
+    """`make test-grader-pins` runs the corpora on the torch and Triton every GPU recording was
+    made with: the grader's toolchain, beside the kit's."""
+    makefile = (root / "Makefile").read_text()
+    grader = dict(re.findall(r"^GRADER_(TORCH|TRITON)\s*\?=\s*\w+==([\w.]+)", makefile, re.M))
+    recorded = {
+        name: {json.loads(f.read_text())["environment"][name.lower()].split("+")[0]
+               for f in (root / "grader/runtime/recordings").glob("*.json")}
+        for name in ("TORCH", "TRITON")
+    }  # fmt: skip
+    assert recorded["TORCH"] and recorded["TRITON"], "no recordings found"
+    for name, versions in recorded.items():
+        assert versions == {grader[name]}, (
+            f"GRADER_{name} is {grader[name]}; the GPU recordings were made with {versions}: "
+            "re-record them, or move the pin"
+        )

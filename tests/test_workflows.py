@@ -52,7 +52,10 @@ def cpu_problems(workflow):
     problems = common_problems(workflow)
     if not {"push", "pull_request"} <= set(triggers(workflow)):
         problems.append("the CPU workflow must run on push and pull_request")
-    (job,) = workflow["jobs"].values()
+    jobs = workflow["jobs"]
+    if not any("make test-grader-pins" in runs(j) for j in jobs.values()):
+        problems.append("the CPU workflow must run the corpora on the grader's pins")
+    job = jobs.get("test", {})
     if ".ci/run" not in runs(job):
         problems.append("the CPU workflow must run .ci/run")
     setup = [s for s in steps(job) if s.get("uses", "").startswith("actions/setup-python")]
@@ -185,6 +188,14 @@ def test_the_checks_reject_unsafe_or_incomplete_workflows(root, makefile):
     assert any("never writes" in p for p in gpu_problems(gpu, makefile.replace("build/report", "")))
 
     cpu = load(root, "cpu.yml")
-    ((name, job),) = cpu["jobs"].items()
-    no_run = {**cpu, "jobs": {name: {**job, "steps": [s for s in steps(job) if "run" not in s]}}}
+    job = cpu["jobs"]["test"]
+    no_run = {
+        **cpu,
+        "jobs": {
+            **cpu["jobs"],
+            "test": {**job, "steps": [s for s in steps(job) if "run" not in s]},
+        },
+    }
     assert any(".ci/run" in p for p in cpu_problems(no_run))
+    no_pins = {**cpu, "jobs": {"test": job}}
+    assert any("grader's pins" in p for p in cpu_problems(no_pins))
