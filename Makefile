@@ -27,7 +27,7 @@ ASSIGNMENT ?=
 SUBMISSIONS ?=
 AUTOGRADE_ARGS ?=
 
-.PHONY: help setup lab test test-fast test-gpu test-gpu-notebooks test-gpu-tests bench release \
+.PHONY: help setup lab test test-fast test-extended test-gpu test-gpu-notebooks test-gpu-tests bench release \
 	check lint wheelhouse clean autograde student-kit kit-container grading-cost throughput \
 	recordings test-grader-pins
 
@@ -35,6 +35,7 @@ help:
 	@echo "make lab        set up if needed, build course/, start JupyterLab on it"
 	@echo "make test       set up if needed, run the CPU test suite (interpreter mode)"
 	@echo "make test-fast  the unit tests alone: no notebook runs, graded classes or browser"
+	@echo "make test-extended  the CPU tests too long for make test (10's hostile class, minutes)"
 	@echo "make release    build course/ from solutions/"
 	@echo "make check      fail when course/ or a committed diagram is stale"
 	@echo "make test-gpu   solution notebooks at full size, then GPU tests (needs a CUDA GPU)"
@@ -88,12 +89,16 @@ lab: release
 # (tests/conftest.py); GPU tests never do, as they time kernels.
 XDIST := -n auto --dist loadfile --no-loadscope-reorder
 test: setup
-	$(PY) -m pytest -m "not gpu and not container" $(XDIST) $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu and not container and not extended" $(XDIST) $(PYTEST_ARGS)
 
 # The tests not marked slow (tests that execute notebooks, grade a class or drive a browser are):
 # a couple of minutes on two cores. New tests are in unless they carry the mark.
 test-fast: setup
 	$(PY) -m pytest -m "not gpu and not slow and not container" $(XDIST) $(PYTEST_ARGS)
+
+# The CPU tests marked extended, past make test's 15 minutes on two cores: 10's hostile batch.
+test-extended: setup
+	$(PY) -m pytest -m "extended and not gpu" $(XDIST) $(PYTEST_ARGS)
 
 # On a GPU, two steps, each short enough for one 10-minute job, both run even when one fails.
 # test-gpu-notebooks: every solution notebook (or NOTEBOOKS="04_matmul 05_autotuning") once, at

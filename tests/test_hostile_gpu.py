@@ -1,4 +1,4 @@
-"""The hostile class on a GPU: 02's, 05's, 07's and 09's attackers graded end to end by
+"""The hostile class on a GPU: 02's, 05's, 07's, 09's and 10's attackers graded end to end by
 `python -m grader autograde --mode gpu`, each student's kernel in its sandbox on a GPU of its
 own, beside an honest student and each attacker's honest base, speed cells included. Every
 attack on speed (tests/hostile/speed_routes.py) must be flagged with its speed cells at 0; every
@@ -22,7 +22,13 @@ from tests.test_hostile import EVERYONE, check_attacker, graded
 
 pytestmark = pytest.mark.gpu
 
-GPU_BATCHES = ("02_first_kernels", "05_autotuning", "07_flash_attention", "09_hopper")
+GPU_BATCHES = (
+    "02_first_kernels",
+    "05_autotuning",
+    "07_flash_attention",
+    "09_hopper",
+    "10_flash_backward",
+)
 ONLY = {s for s in os.environ.get("COURSE_HOSTILE_STUDENTS", "").split(",") if s}
 ATTACKERS = [
     a
@@ -95,7 +101,16 @@ def test_the_honest_student_earns_every_point_speed_included(batches, assignment
     assert result.review["honest-1"] == "", result.review["honest-1"]
 
 
-@pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda a: a.student)
+@pytest.mark.parametrize(
+    "attacker",
+    [
+        pytest.param(
+            a, marks=[pytest.mark.xfail(strict=True, reason=a.known_gap)] if a.known_gap else []
+        )
+        for a in ATTACKERS
+    ],
+    ids=lambda a: a.student,
+)
 def test_attacker_on_a_gpu(batches, attacker):
     _needs_its_gpu(attacker.assignment)
     result, _, _ = batches(attacker.assignment)
