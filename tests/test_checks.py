@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from grader.runtime import bounds, checks, stubs
+from grader.runtime import bounds, checks, recorded, stubs
 from tests import kernels
 
 
@@ -127,17 +127,26 @@ def test_tolerances_follow_dtype():
         checks.compare((expected * 1.01).to(torch.float16), expected)
 
 
-def test_inputs_are_fresh_on_every_call():
+def test_inputs_are_the_same_every_run_and_fresh_at_grading(monkeypatch):
+    """Each trial draws its own inputs. Outside grading a check draws the same ones on every
+    call, so a visible test's verdict is the same every run; while nbgrader grades, each call
+    draws fresh ones."""
     seen = []
 
     def spy(x, out):
         seen.append(x.clone())
         return out.copy_(torch.relu(x))
 
+    monkeypatch.delenv(recorded.GRADING_ENV, raising=False)
     checks.check(spy, kernels.relu_reference, inputs(32), trials=2)
     checks.check(spy, kernels.relu_reference, inputs(32), trials=1)
     assert not torch.equal(seen[0], seen[1])
-    assert not torch.equal(seen[0], seen[2])
+    assert torch.equal(seen[0], seen[2])
+    monkeypatch.setenv(recorded.GRADING_ENV, recorded.GRADING)
+    checks.check(spy, kernels.relu_reference, inputs(32), trials=1)
+    checks.check(spy, kernels.relu_reference, inputs(32), trials=1)
+    assert not torch.equal(seen[3], seen[4])
+    assert not torch.equal(seen[0], seen[3])
 
 
 def test_seed_reproduces_inputs_and_is_printed_on_failure():

@@ -6,7 +6,9 @@ it (and the given cells a `WithGiven` rewrites, by theirs) and the cells up to t
 last test cell are run again: a test cell must fail. Where the module states the hint a failure
 must carry (HINTS: a pattern of grader.runtime.hints, None for a bug that fits none, or a tuple
 of those where the failure depends on memory a read past the end finds), the failure's message
-must name that pattern, and only that one.
+must name that pattern, and only that one. A source a visible test rejects is rejected on every
+run: the run drew nothing a later run would draw otherwise (the checks' seed is fixed outside
+grading), or it fails a visible test in each of 30 runs.
 A source whose hint is a compile error (Triton's GPU compiler refuses it, in interpreter mode
 through grader.runtime.gpu_compile) must fail the visible test, where it is first launched.
 Slow-but-correct sources (SLOW, GPU only) must pass every test and score 0 in every speed cell.
@@ -36,7 +38,7 @@ import pytest
 
 import tests.known_wrong
 from grader.authoring import build
-from grader.runtime import device, doctor, handin, recorded
+from grader.runtime import device, doctor, handin
 from tests.known_wrong import WithGiven
 from tests.notebook_session import Session, segments
 
@@ -104,6 +106,47 @@ print(json.dumps({"compiled": gpu_compile.COMPILED, "needs": gpu_compile.NEEDS})
 """
 
 
+# Defines, in a kernel, `_mark()` and `_drew()`: whether the code run since the mark drew from a
+# source a later run would draw from otherwise: a global generator (torch's, NumPy's, Python's)
+# moved, or checks.new_seed gave a seed other than checks.VISIBLE_SEED (a fresh one, at grading).
+DRAWS = """
+import random as _random
+
+import numpy as _numpy
+import torch as _torch
+
+from grader.runtime import checks as _checks
+
+
+def _generators():
+    cuda = _torch.cuda.get_rng_state_all() if _torch.cuda.is_initialized() else []
+    state = _numpy.random.get_state()
+    return [_torch.get_rng_state(), *cuda, _torch.from_numpy(state[1].copy())], (
+        state[2:], _random.getstate())
+
+
+def _mark():
+    global _marked
+    _marked = _generators()
+    _seeds.clear()
+
+
+def _drew():
+    (tensors, rest), (now, now_rest) = _marked, _generators()
+    moved = rest != now_rest or any(not _torch.equal(a, b) for a, b in zip(tensors, now))
+    return moved or any(s != _checks.VISIBLE_SEED for s in _seeds)
+
+
+def _recorded(new_seed=_checks.new_seed):
+    _seeds.append(new_seed())
+    return _seeds[-1]
+
+
+_seeds = []
+_checks.new_seed = _recorded
+"""
+
+
 def _sessions(**env):
     """A function that opens (once) the Session of a notebook, with `env` set for its kernel,
     and keeps what the solution's own run compiled for the GPU as `compiled_by_reference`;
@@ -122,19 +165,17 @@ def _sessions(**env):
             found = json.loads("".join(printed))
             opened[name].compiled_by_reference = found["compiled"]
             opened[name].needs = {k: tuple(v) for k, v in found["needs"].items()}
+            assert opened[name].run(DRAWS)[0] == "ok"
         return opened[name]
 
     return session, opened
 
 
-GRADING = {recorded.GRADING_ENV: recorded.GRADING}
-
-
 @pytest.fixture(scope="module")
 def sessions():
-    # as while nbgrader grades: the course's recorded figures are named, not drawn (they grade
-    # nothing, and drawing them cost each notebook's run about a second of CPU)
-    session, opened = _sessions(**GRADING)
+    # as the student's copy runs: the checks draw from checks.VISIBLE_SEED, not afresh as while
+    # nbgrader grades
+    session, opened = _sessions()
     yield session
     for s in opened.values():
         s.close()
@@ -143,7 +184,7 @@ def sessions():
 @pytest.fixture(scope="module")
 def interpreted_sessions():
     """Sessions whose kernels run in interpreter mode, on a machine with a GPU."""
-    session, opened = _sessions(COURSE_MODE="interpreter", **GRADING)
+    session, opened = _sessions(COURSE_MODE="interpreter")
     yield session
     for s in opened.values():
         s.close()
@@ -175,6 +216,30 @@ def fails_where_it_must(case, cell):
             f"'{case[2]}' does not compile for the GPU, yet passed the visible test and failed "
             f"{grade_id}"
         )
+
+
+REPEATS = 30  # runs in each of which a visible test must fail a known-wrong source
+
+
+def fails_every_run(session, ran, name):
+    """The visible test fails `name` in REPEATS runs of REPEATS. Where the pieces `ran` (the
+    exercise, the cells after it up to the failing test, as (a test, hidden, code)) drew nothing
+    a later run would draw otherwise, every run is this one; else they run again until there
+    have been REPEATS runs, each of which must fail a visible test."""
+    printed = []
+    assert session.run("print(_drew())", printed)[0] == "ok"
+    if "".join(printed).strip() == "False":
+        return
+    failed = 1
+    for _ in range(REPEATS - 1):
+        for test, hidden, code in ran:
+            if session.run(code)[0] != "ok" and test and not hidden:
+                failed += 1
+                break
+    assert failed == REPEATS, (
+        f"'{name}' failed the visible test in {failed} runs of {REPEATS}: its inputs are drawn "
+        "afresh (not from checks.new_seed's fixed seed), and some draws let it pass"
+    )
 
 
 def is_test(cell):
@@ -223,24 +288,28 @@ def test_the_solutions_kernels_compile_for_the_gpu(sessions, dev, notebook):
 )
 def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
     """Each known-wrong source fails a test cell, with its hint; and a test the student can run
-    (a visible test cell, or the visible lines of a hidden-test cell) fails, unless the module
-    lists it in HIDDEN_ONLY with the reason no visible test can catch it. After the first failure
+    (a visible test cell, or the visible lines of a hidden-test cell) fails, on every run
+    (fails_every_run), unless the module lists it in HIDDEN_ONLY with the reason no visible test
+    can catch it. After the first failure
     in a hidden region, only the visible lines of the test cells run on: the student's copy."""
     case = (notebook, grade_id, name)
     if case in INTERPRETER_ONLY and device.current().is_gpu:
         pytest.skip("only the interpreter's bounds check rejects it")
     session = sessions(notebook)
     with swapped_in(session, grade_id, SOURCES[case]) as (exercise, cells):
+        assert session.run("_mark()")[0] == "ok"
         status, detail = session.run(exercise)
         if status != "ok":  # a wrong source may already fail to define itself; that counts
             carries_its_hint(case, detail)
             return
+        ran = [(False, False, exercise)]  # (a test, hidden, code) of each piece run
         hidden_failure = None  # (grade_id, detail) of the first failure, in a hidden region
         for cell, source in cells:
             for hidden, code in segments(source) if is_test(cell) else [(False, source)]:
                 if hidden and hidden_failure:
                     continue
                 status, detail = session.run(code)
+                ran.append((is_test(cell), hidden, code))
                 if status == "ok" or not is_test(cell):
                     continue
                 if hidden_failure is None:  # rejected, with `detail` as the student reads it
@@ -250,6 +319,7 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
                     assert case not in HIDDEN_ONLY, (
                         f"'{name}' fails a visible test of {grade_id}: remove it from HIDDEN_ONLY"
                     )
+                    fails_every_run(session, ran, name)
                     return
                 hidden_failure = (cell.metadata["nbgrader"]["grade_id"], detail)
         if hidden_failure is None:

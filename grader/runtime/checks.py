@@ -1,6 +1,6 @@
-"""Correctness checks for kernels: fresh random inputs on every call, outputs poisoned with a
-recognisable NaN before the kernel runs, float64 references, dtype-aware tolerances, and messages
-that say where the first mismatch is and what to fix."""
+"""Correctness checks for kernels: random inputs (drawn afresh at grading, from a fixed seed
+elsewhere), outputs poisoned with a recognisable NaN before the kernel runs, float64 references,
+dtype-aware tolerances, and messages that say where the first mismatch is and what to fix."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from grader.runtime import device, handin, launches, precision, stubs
+from grader.runtime import device, handin, launches, precision, recorded, stubs
 from grader.runtime import hints as hints_
 
 if os.environ.get("TRITON_INTERPRET") == "1":  # device.setup chose the interpreter, which runs
@@ -41,6 +41,7 @@ _INT_POISON = -0x5A5A5A5A
 MAX_LISTED = 5
 TF32_TO_FLOAT32 = 2.0**13  # TF32's unit roundoff (2^-11) over float32's (2^-24)
 GUARD = 16384  # poisoned elements on each side of an output: more than any block oversteps
+VISIBLE_SEED = 0  # of every draw outside grading: a visible test's verdict is the same every run
 
 
 class KernelCheckError(hints_.HintedError):
@@ -58,8 +59,12 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
 
 
 def new_seed() -> int:
-    """A fresh seed from the operating system: every call checks different inputs."""
-    return secrets.randbits(48)
+    """The seed of a check's inputs: while nbgrader grades, a fresh one from the operating system,
+    so the hidden tests draw anew for every submission; elsewhere VISIBLE_SEED, so a visible test
+    fails a wrong kernel on every run, or on none."""
+    if os.environ.get(recorded.GRADING_ENV) == recorded.GRADING:
+        return secrets.randbits(48)
+    return VISIBLE_SEED
 
 
 def generator(seed: int, where: str | None = None) -> torch.Generator:
@@ -367,7 +372,8 @@ def check(
     seed: int | None = None,
     kernels: Sequence[str] = (),
 ) -> None:
-    """Check `candidate` against `reference` on `trials` fresh sets of inputs.
+    """Check `candidate` against `reference` on `trials` sets of inputs, seeds `seed`, `seed` + 1,
+    ... (`seed` from new_seed() where not given).
 
     make_inputs(gen) returns the positional arguments. The reference receives them upcast to
     float64 and returns the expected output. With writes_out (the course's convention for kernel
@@ -390,8 +396,9 @@ def check(
         raise ValueError("kernels= needs writes_out: the output must be known before the call")
     on_gpu = device.current().is_gpu
     first_args = None
+    seed = new_seed() if seed is None else seed
     for trial in range(trials):
-        trial_seed = new_seed() if seed is None else seed + trial
+        trial_seed = seed + trial
         args = tuple(make_inputs(generator(trial_seed)))
         if first_args is None:
             first_args = args

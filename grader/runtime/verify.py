@@ -1,7 +1,7 @@
 """A KernelBench-style audit of a candidate kernel against a reference.
 
 `audit(candidate, reference, cases)` runs a sweep of cases (sizes of 1, odd and larger, several
-dtypes, non-contiguous views, flags such as causal, extreme values), each on several fresh seeds
+dtypes, non-contiguous views, flags such as causal, extreme values), each on several seeds
 written into the same memory, with every tensor the candidate allocates poisoned and every call to
 the reference watched; it prints a table of what failed, where and by how much, and returns a
 `Report`. One crashing case does not stop the sweep. Nothing in it needs a GPU.
@@ -315,8 +315,9 @@ def _run_case(candidate, reference, case: Case, forbid, poison: bool, seed: int 
     first_bad: tuple[int, ...] | None = None
     first_args = None
     previous = None
+    seed = checks.new_seed() if seed is None else seed
     for trial in range(case.trials):
-        trial_seed = checks.new_seed() if seed is None else seed + trial
+        trial_seed = seed + trial
         seeds.append(trial_seed)
         tag = f"seed {trial + 1}" if case.trials > 1 else "the call"
         try:
@@ -415,7 +416,7 @@ def audit(
     runs, tensors it allocates with torch.empty and friends hold NaN poison (`poison`), and calls
     to the functions named in `forbid` are recorded and fail the case. `review` (see
     offset_review) is added to the report and counts toward `passed`. `seed` fixes the seeds
-    (for reproducing a failure); by default every run draws fresh ones.
+    (for reproducing a failure); by default they follow checks.new_seed().
     """
     handin.advise()
     forbid = frozenset(forbid)

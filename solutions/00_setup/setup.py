@@ -101,7 +101,8 @@ print(report)
 # %% [markdown]
 # The correctness checks keep a wrong kernel from passing by luck:
 #
-# - **fresh random inputs** on every call (a failure prints the seed, to reproduce it);
+# - **random inputs**, the same on every run of a visible test, so its verdict is too (a failure
+#   prints the seed); at grading, the hidden tests draw fresh ones;
 # - **poisoned outputs**: the output is filled with a NaN whose bit pattern no arithmetic produces,
 #   so an element your kernel never wrote is found and reported;
 # - **a float64 reference**, compared with **tolerances per dtype** (those of
@@ -191,14 +192,14 @@ def relu(x: torch.Tensor, out: torch.Tensor, block: int = 1024) -> torch.Tensor:
 
 
 def relu_inputs(n, dtype=torch.float32):
-    """A function the grader calls with a fresh random generator for each trial."""
+    """A function the grader calls with a random generator, seeded anew for each trial."""
     return lambda gen: (checks.randn(n, gen=gen, dtype=dtype),)
 
 
 # %% [markdown]
 # ### Visible test
 #
-# `checks.check` calls `relu` on fresh random inputs (two trials), with `out` poisoned, checks
+# `checks.check` calls `relu` on random inputs (two trials), with `out` poisoned, checks
 # that `relu_kernel` wrote `out`, and compares the result with the float64 reference. 2500
 # elements take three programs of 1024, the last one partly masked; then the same in float16.
 
@@ -363,7 +364,7 @@ perf.grade(perf.Case(lambda: relu(x_speed, out_speed), kernels=["relu_kernel"],
 # - The doctor reports the device, the versions, and known-bad combinations with their fixes.
 # - A grid of programs runs a Triton kernel; each owns a block of offsets, and a mask keeps the
 #   last block inside the tensor.
-# - The grader checks fresh random inputs, with poisoned outputs, against a float64 reference; its
+# - The grader checks random inputs, with poisoned outputs, against a float64 reference; its
 #   messages name a stub left in place, an output never stored, elements never written, or the
 #   first mismatches.
 # - Speed is graded as a ratio against a baseline timed in the same run.

@@ -900,11 +900,12 @@ else:
 # of $B$ per program, care more than the blocked kernel?
 
 # %%
-base = checks.randn((19, 37), gen=checks.generator(checks.new_seed()))  # a row-major N x K tensor
+gen = checks.generator(checks.new_seed())
+base = checks.randn((19, 37), gen=gen)  # a row-major N x K tensor
 b_t = base.t()  # K x N, the same memory
 print(f"b_t: shape {tuple(b_t.shape)}, strides {b_t.stride()}, contiguous: {b_t.is_contiguous()}, "
       f"same memory as base: {b_t.data_ptr() == base.data_ptr()}")
-a_small = checks.randn((23, 37), gen=checks.generator(checks.new_seed()))
+a_small = checks.randn((23, 37), gen=gen)
 out_small = torch.empty(23, 19, device=DEVICE.torch_device)
 rtol_t, atol_t = matmul_tolerance(a_small, b_t, torch.float32)
 checks.compare(matmul(a_small, b_t, out_small), a_small.double() @ b_t.double(), rtol=rtol_t,

@@ -180,40 +180,46 @@ def check_merge(a, b, dtype=torch.float32):
                    hint=hints.unrescaled_merge(d, m, [(m1, d1), (m2, d2)]))
 
 
-def chunks(rows, width, scale=1.0, shift=0.0):
-    """Random chunks whose values float32 holds exactly, so states convert without rounding m."""
-    return (torch.randn(rows, width, dtype=torch.float64) * scale + shift).float().double()
+def chunks(gen, rows, width, scale=1.0, shift=0.0):
+    """Random chunks drawn from `gen` (a CPU generator), whose values float32 holds exactly, so
+    states convert without rounding m."""
+    x = torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    return (x * scale + shift).float().double()
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-merge-visible", "points": 1}
-check_merge(chunks(1000, 16), chunks(1000, 16))
-check_merge(chunks(1000, 16, scale=5), chunks(1000, 40, shift=3), dtype=torch.float64)
+gen = checks.generator(checks.new_seed(), where="cpu")
+check_merge(chunks(gen, 1000, 16), chunks(gen, 1000, 16))
+check_merge(chunks(gen, 1000, 16, scale=5), chunks(gen, 1000, 40, shift=3), dtype=torch.float64)
 empty = torch.full((10, 4), -math.inf, dtype=torch.float64)
 check_merge(empty, empty)  # two empty parts: the empty state (-inf, 0)
-check_merge(chunks(100, 4, shift=5e3), chunks(100, 4, shift=-5e3))  # maxima 1e4 apart
+check_merge(chunks(gen, 100, 4, shift=5e3), chunks(gen, 100, 4, shift=-5e3))  # maxima 1e4 apart
 print("visible test passed: 2000 random pairs of chunks, float32 and float64; empty parts; "
       "maxima far apart")
 
 # %% nbgrader={"grade": true, "grade_id": "test-merge-hidden", "points": 2}
-check_merge(chunks(8, 4), chunks(8, 4, shift=-2))
+gen = checks.generator(checks.new_seed(), where="cpu")
+check_merge(chunks(gen, 8, 4), chunks(gen, 8, 4, shift=-2))
 ### BEGIN HIDDEN TESTS
 minus_inf = torch.full((64, 8), -math.inf, dtype=torch.float64)
-check_merge(minus_inf, chunks(64, 8))  # the left part is empty
-check_merge(chunks(64, 8), minus_inf)  # the right part is empty
+check_merge(minus_inf, chunks(gen, 64, 8))  # the left part is empty
+check_merge(chunks(gen, 64, 8), minus_inf)  # the right part is empty
 check_merge(minus_inf, minus_inf)  # both: (-inf, 0), not NaN
 check_merge(minus_inf, minus_inf, dtype=torch.float64)
-partly = chunks(64, 8)
+partly = chunks(gen, 64, 8)
 partly[:, ::2] = -math.inf  # some -inf inside a chunk
 check_merge(partly, minus_inf)
-left = chunks(256, 8)
-right = chunks(256, 8)
+left = chunks(gen, 256, 8)
+right = chunks(gen, 256, 8)
 right[:, 3] = left.amax(dim=1)  # equal maxima
 right = torch.minimum(right, left.amax(dim=1, keepdim=True))
 check_merge(left, right)
-check_merge(chunks(256, 8, scale=3, shift=1e4), chunks(256, 8, scale=3, shift=-1e4))  # far apart
-check_merge(chunks(256, 8, scale=3, shift=-1e4), chunks(256, 8, scale=3, shift=1e4))
-check_merge(chunks(256, 8, shift=100), chunks(256, 8, shift=-5))  # beyond exp's float32 range
-check_merge(chunks(256, 8, scale=1e4), chunks(256, 8, scale=1e4))
+far = 1e4  # maxima 2e4 apart
+check_merge(chunks(gen, 256, 8, scale=3, shift=far), chunks(gen, 256, 8, scale=3, shift=-far))
+check_merge(chunks(gen, 256, 8, scale=3, shift=-far), chunks(gen, 256, 8, scale=3, shift=far))
+# beyond exp's float32 range
+check_merge(chunks(gen, 256, 8, shift=100), chunks(gen, 256, 8, shift=-5))
+check_merge(chunks(gen, 256, 8, scale=1e4), chunks(gen, 256, 8, scale=1e4))
 print("hidden tests passed: empty states, equal maxima, maxima 2e4 apart")
 ### END HIDDEN TESTS
 
@@ -226,8 +232,9 @@ print("hidden tests passed: empty states, equal maxima, maxima 2e4 apart")
 # nothing.
 
 # %%
+gen = checks.generator(checks.new_seed(), where="cpu")
 for dtype in (torch.float32, torch.float64):
-    a, b, c = (state_of(chunks(100_000, 8, scale=4, shift=s)) for s in (-3.0, 0.0, 5.0))
+    a, b, c = (state_of(chunks(gen, 100_000, 8, scale=4, shift=s)) for s in (-3.0, 0.0, 5.0))
     a, b, c = ([t.to(dtype) for t in s] for s in (a, b, c))
     left_m, left_d = merge(*merge(*a, *b), *c)
     right_m, right_d = merge(*a, *merge(*b, *c))
