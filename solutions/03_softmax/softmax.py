@@ -605,22 +605,19 @@ assert isinstance(UNCOALESCED, (set, frozenset)) and UNCOALESCED <= set(review),
 print("visible test passed: fetched_per_used on the three recorded profiles; UNCOALESCED is a set "
       "of their labels")
 
-# %% nbgrader={"grade": true, "grade_id": "test-review-coalesced-hidden", "points": 1}
-# the set is checked when the notebook is graded
-assert UNCOALESCED, "UNCOALESCED names no copy: are all three free of waste?"
-### BEGIN HIDDEN TESTS
-_WASTE = {label for label, k in review.items() if 32 * k.l1_load_sectors >= 2 * used}
-_WHY = {"A": "A's tiles are 128 columns wide, each row contiguous: a warp's loads touch only "
-             "the sectors they use",
-        "B": "B's neighbouring lanes read addresses a row apart: each fetches a sector of its own, "
-             "which L2 then serves again to the lanes that need its other bytes",
-        "C": "C moves 16 bytes a thread: 16 sectors are the fewest a 512-byte request can touch, "
-             "and it reads what it needs"}
-_wrong = sorted(UNCOALESCED ^ _WASTE)
-assert not _wrong, f"UNCOALESCED = {sorted(UNCOALESCED)} is not right: " + "; ".join(
-    _WHY[label] for label in _wrong)
-print("hidden test passed: the uncoalesced copies")
-### END HIDDEN TESTS
+# %% nbgrader={"grade": true, "grade_id": "test-review-coalesced-set", "points": 1}
+# a copy wastes where its loads fetch at least twice the bytes it uses
+waste = {label for label, k in review.items() if 32 * k.l1_load_sectors >= 2 * used}
+why = {"A": "A's tiles are 128 columns wide, each row contiguous: a warp's loads touch only the "
+            "sectors they use",
+       "B": "B's neighbouring lanes read addresses a row apart: each fetches a sector of its own, "
+            "which L2 then serves again to the lanes that need its other bytes",
+       "C": "C moves 16 bytes a thread: 16 sectors are the fewest a 512-byte request can touch, "
+            "and it reads what it needs"}
+wrong = sorted(UNCOALESCED ^ waste)
+assert not wrong, f"UNCOALESCED = {sorted(UNCOALESCED)} is not right: " + "; ".join(
+    why[label] for label in wrong)
+print("visible test passed: UNCOALESCED names the copies whose loads fetch bytes they do not use")
 
 # %% [markdown]
 # ## `num_warps`: how many threads share a row

@@ -321,22 +321,6 @@ def softmax(x, out, *, num_warps=None, rows_per_program=None):
     },
 }
 
-# Sources that only a hidden test can reject, with the reason no visible test can catch them
-# (tests/test_known_wrong.py).
-_THE_ANSWER = (
-    "the set is the answer: the visible test checks the ratio it rests on and the labels' form, "
-    "and a test that compared the set would hand the answer out"
-)
-HIDDEN_ONLY = {
-    "review-coalesced": dict.fromkeys(
-        (
-            "the most sectors per request called uncoalesced",
-            "the tiled copy called uncoalesced",
-        ),
-        _THE_ANSWER,
-    ),
-}
-
 # Right, written other ways than the reference: each must pass every test of its exercise, in the
 # interpreter as on a GPU (tests/test_known_wrong.py).
 OTHER_WAYS = {
