@@ -8,6 +8,7 @@ visible tests said. (tests/hostile/hidden_tests.py's students look for the hidde
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import csv
@@ -19,9 +20,11 @@ import nbformat
 import pytest
 
 from grader import cli
+from grader.authoring import build
 from grader.grading import gradebook
 from tests import hostile, shared
 from tests.hostile.hidden_tests import page_keeps_hidden_tests_hidden
+from tests.notebook_session import segments
 
 pytestmark = pytest.mark.tooling  # nbgrader grades; the unit tests below need nbgrader
 
@@ -105,3 +108,92 @@ def test_partial_students_fail_only_the_hidden_tests(batches, assignment):
     scores = result.scores["partial"]
     assert scores[f"{tests}-visible"] == points[f"{tests}-visible"], scores
     assert scores[f"{tests}-hidden"] == 0, scores
+
+
+BARE = (ast.Tuple, ast.Name)  # an assert's message that names values but says nothing of them
+
+
+def _parsed(source: str) -> ast.Module:
+    """A code cell as Python, its IPython lines (magics, shell commands) left out."""
+    kept = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    return ast.parse("\n".join(kept))
+
+
+def _unexplained(tree: ast.AST) -> list[str]:
+    """The statements of `tree` that fail with no sentence to show: an `assert` without a message
+    (or with a bare tuple or name for one), a `raise` of an exception made without arguments."""
+    found = []
+    for node in ast.walk(tree):
+        bare = isinstance(node, ast.Assert) and (node.msg is None or type(node.msg) in BARE)
+        if bare:
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            if not node.exc.args and not node.exc.keywords:
+                found.append(ast.unparse(node))
+    return found
+
+
+def _explanation_gaps(notebook: nbformat.NotebookNode) -> tuple[list[str], int]:
+    """Each statement a test cell of `notebook` can fail on without a message, in the cell or in a
+    function of a given cell that it calls (at any depth), as "grade_id: statement"; and how many
+    test cells hold a hidden region. The course's runtime, which every other check goes through,
+    raises with a message of its own (tests/test_checks.py); answer cells are the student's."""
+    functions = {}
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("solution"):
+            for node in ast.walk(_parsed(cell.source)):
+                if isinstance(node, ast.FunctionDef):
+                    functions[node.name] = node
+    gaps, hidden = [], 0
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("grade") or meta.get("solution") or meta["grade_id"].startswith("speed-"):
+            continue
+        hidden += any(h for h, _ in segments(cell.source))
+        reached, todo = set(), [_parsed(cell.source)]
+        while todo:
+            tree = todo.pop()
+            gaps += [f"{meta['grade_id']}: {s}" for s in _unexplained(tree)]
+            for node in ast.walk(tree):
+                name = getattr(node.func, "id", None) if isinstance(node, ast.Call) else None
+                if name in functions and name not in reached:
+                    reached.add(name)
+                    todo.append(functions[name])
+    return gaps, hidden
+
+
+@pytest.mark.parametrize("assignment", [a.name for a in build.assignments()])
+def test_every_failing_test_says_why(assignment):
+    """A failing hidden test reaches the feedback page as its message alone (the traceback would
+    quote hidden lines): every way a test cell fails, in its hidden region or not, carries a
+    sentence that explains it."""
+    (a,) = [a for a in build.assignments() if a.name == assignment]
+    gaps, hidden = _explanation_gaps(build.to_notebook(a.source))
+    assert hidden, f"{assignment} has no test cell with a hidden region: is it read as released?"
+    assert not gaps, "a failure with no message; give each a sentence:\n" + "\n".join(gaps)
+
+
+def test_a_failure_without_a_message_is_found():
+    """The search above finds a bare assert in a hidden region, one in a given function that a
+    test calls through another, and a bare raise; and passes a test whose failures all speak."""
+    cells = [
+        nbformat.v4.new_code_cell(
+            "def outer(x):\n    return inner(x)\n\n\ndef inner(x):\n    assert x"
+        ),
+        nbformat.v4.new_code_cell("def answer():\n    assert False"),
+        nbformat.v4.new_code_cell(
+            "outer(1)\n### BEGIN HIDDEN TESTS\nassert answer() is None, (1, 2)\n"
+            "raise ValueError()\n### END HIDDEN TESTS\n"
+        ),
+        nbformat.v4.new_code_cell('assert answer() is None, "answer returns None"'),
+    ]
+    cells[1].metadata["nbgrader"] = {"solution": True, "grade_id": "answer"}
+    cells[2].metadata["nbgrader"] = {"grade": True, "grade_id": "test-hidden"}
+    cells[3].metadata["nbgrader"] = {"grade": True, "grade_id": "test-visible"}
+    gaps, hidden = _explanation_gaps(nbformat.v4.new_notebook(cells=cells))
+    assert hidden == 1
+    assert gaps == [
+        "test-hidden: assert answer() is None, (1, 2)",
+        "test-hidden: raise ValueError()",
+        "test-hidden: assert x",
+    ], gaps

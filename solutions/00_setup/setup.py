@@ -184,7 +184,8 @@ def relu_kernel(
 # %%
 def relu(x: torch.Tensor, out: torch.Tensor, block: int = 1024) -> torch.Tensor:
     """out = max(x, 0) elementwise, computed by relu_kernel."""
-    assert x.is_contiguous() and out.is_contiguous() and out.shape == x.shape
+    assert x.is_contiguous() and out.is_contiguous() and out.shape == x.shape, (
+        "x and out must be contiguous and of one shape")
     n = x.numel()
     grid = (triton.cdiv(n, block),)
     relu_kernel[grid](x, out, n, BLOCK=block)

@@ -182,7 +182,8 @@ def add_kernel(
 def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block: int = 1024) -> torch.Tensor:
     """out = x + y elementwise, computed by add_kernel with `block` elements per program."""
     assert x.shape == y.shape == out.shape, "x, y and out must have one shape"
-    assert x.is_contiguous() and y.is_contiguous() and out.is_contiguous()
+    assert x.is_contiguous() and y.is_contiguous() and out.is_contiguous(), (
+        "x, y and out must be contiguous")
     n = x.numel()
     add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)
     return out

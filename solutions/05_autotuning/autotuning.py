@@ -226,7 +226,8 @@ finally:
 print("visible tests passed")
 
 # %% nbgrader={"grade": true, "grade_id": "test-smem-hidden", "points": 2}
-assert checks.call_graded(smem_bytes, 16, 16, 16, 1, 4) == 2048  # the hidden tests follow
+assert checks.call_graded(smem_bytes, 16, 16, 16, 1, 4) == 2048, (  # the hidden tests follow
+    "one stage of two 16x16 blocks of 4 bytes takes 2048 bytes")
 ### BEGIN HIDDEN TESTS
 rng = np.random.default_rng()
 
@@ -244,12 +245,17 @@ powers = [16, 32, 64, 128, 256]
 for _ in range(300):
     bm, bn, bk = (int(rng.choice(powers)) for _ in range(3))
     s, size = int(rng.integers(1, 7)), int(rng.choice([1, 2, 4]))
-    assert smem_bytes(bm, bn, bk, s, size) == _need(bm, bn, bk, s, size), (bm, bn, bk, s, size)
+    assert smem_bytes(bm, bn, bk, s, size) == _need(bm, bn, bk, s, size), (
+        f"smem_bytes{(bm, bn, bk, s, size)} = {smem_bytes(bm, bn, bk, s, size)}, expected "
+        f"{_need(bm, bn, bk, s, size)}")
     limit = int(rng.integers(16, 400)) * 1024
     cfg = _config(bm, bn, bk, s)
-    assert fits(cfg, size, limit) == (_need(bm, bn, bk, s, size) <= limit), (bm, bn, bk, s, size, limit)
+    assert fits(cfg, size, limit) == (_need(bm, bn, bk, s, size) <= limit), (
+        f"fits({gemm.describe(cfg)}, {size}, {limit}) should be "
+        f"{_need(bm, bn, bk, s, size) <= limit}: it needs {_need(bm, bn, bk, s, size)} bytes")
     assert fits(cfg, size, _need(bm, bn, bk, s, size)), "a config that needs exactly the limit fits"
-    assert not fits(cfg, size, _need(bm, bn, bk, s, size) - 1)
+    assert not fits(cfg, size, _need(bm, bn, bk, s, size) - 1), (
+        "a config that needs one byte more than the limit does not fit")
 
 saved_limit = SMEM_LIMIT
 try:
@@ -398,9 +404,11 @@ def check_structure(space, full_space):
             v = cfg.kwargs[name]
             assert isinstance(v, int) and 16 <= v <= 256 and v & (v - 1) == 0, (
                 f"{name}={v!r}: a power of two from 16 (tl.dot's smallest block) to 256")
-        assert isinstance(cfg.kwargs["GROUP_M"], int) and cfg.kwargs["GROUP_M"] >= 1
+        assert isinstance(cfg.kwargs["GROUP_M"], int) and cfg.kwargs["GROUP_M"] >= 1, (
+            f"GROUP_M={cfg.kwargs['GROUP_M']!r}: a whole number of row blocks, 1 or more")
         assert cfg.num_warps in (1, 2, 4, 8, 16), f"num_warps={cfg.num_warps}: a power of two"
-        assert isinstance(cfg.num_stages, int) and cfg.num_stages >= 1
+        assert isinstance(cfg.num_stages, int) and cfg.num_stages >= 1, (
+            f"num_stages={cfg.num_stages!r}: a whole number, 1 or more")
     for cfg in space:
         assert gemm.describe(cfg) not in seen, f"{gemm.describe(cfg)} twice"
         seen.add(gemm.describe(cfg))

@@ -434,7 +434,7 @@ def softmax_three_pass_kernel(
 
 def launch_rows(kernel, x, out, block=BLOCK, num_warps=NUM_WARPS):
     """One program per row of the 2-D tensor x; rows may be strided, columns contiguous."""
-    assert x.ndim == 2 and out.shape == x.shape
+    assert x.ndim == 2 and out.shape == x.shape, "x must be 2-D and out of its shape"
     assert x.stride(1) == 1 and out.stride(1) == 1, "columns must be contiguous"
     kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), out.stride(0),
                           BLOCK=block, num_warps=num_warps)

@@ -246,27 +246,30 @@ DEFECTS = {
 named = verify.check_defect_names(DEFECTS, "draft_a")
 print(f"draft_a: {len(named)} ids named, all known; graded against the planted set")
 ### BEGIN HIDDEN TESTS
-assert named == {"missing-mask", "causal-off-by-one", "assumes-contiguous", "int32-offset"}, (
-    "draft_a: the set named is not the set of defects planted"
-)
+_planted = {"missing-mask", "causal-off-by-one", "assumes-contiguous", "int32-offset"}
+assert named == _planted, (
+    f"draft_a: {len(named - _planted)} of the ids named are not defects of draft_a, and "
+    f"{len(_planted - named)} of its defects are not named")
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-b", "points": 1}
 named = verify.check_defect_names(DEFECTS, "draft_b")
 print(f"draft_b: {len(named)} ids named, all known; graded against the planted set")
 ### BEGIN HIDDEN TESTS
-assert named == {"address-cache", "uninit-read", "wrong-scale", "fp16-accum"}, (
-    "draft_b: the set named is not the set of defects planted"
-)
+_planted = {"address-cache", "uninit-read", "wrong-scale", "fp16-accum"}
+assert named == _planted, (
+    f"draft_b: {len(named - _planted)} of the ids named are not defects of draft_b, and "
+    f"{len(_planted - named)} of its defects are not named")
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-c", "points": 1}
 named = verify.check_defect_names(DEFECTS, "draft_c")
 print(f"draft_c: {len(named)} ids named, all known; graded against the planted set")
 ### BEGIN HIDDEN TESTS
-assert named == {"torch-fallback", "no-rescale", "zero-fill"}, (
-    "draft_c: the set named is not the set of defects planted"
-)
+_planted = {"torch-fallback", "no-rescale", "zero-fill"}
+assert named == _planted, (
+    f"draft_c: {len(named - _planted)} of the ids named are not defects of draft_c, and "
+    f"{len(_planted - named)} of its defects are not named")
 ### END HIDDEN TESTS
 
 # %% [markdown]

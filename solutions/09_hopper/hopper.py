@@ -528,7 +528,9 @@ for _ in range(300):
     bm, bn, bk = (int(rng.choice(powers)) for _ in range(3))
     s, i, o = int(rng.integers(1, 6)), int(rng.choice([1, 2, 4])), int(rng.choice([1, 2, 4]))
     need = _need(bm, bn, bk, s, i, o)
-    assert tma_smem_bytes(bm, bn, bk, s, i, o) == need, (bm, bn, bk, s, i, o)
+    assert tma_smem_bytes(bm, bn, bk, s, i, o) == need, (
+        f"tma_smem_bytes{(bm, bn, bk, s, i, o)} = {tma_smem_bytes(bm, bn, bk, s, i, o)}, expected "
+        f"{need}")
     limit = int(rng.integers(16, 600)) * 1024
     boxes = max(bm, bn, bk) <= 256
     check_fits(tile_config(bm, bn, bk, s), i, o, limit, boxes and need <= limit)
