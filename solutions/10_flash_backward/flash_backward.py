@@ -202,9 +202,16 @@ for causal in (False, True):
 # %% [markdown]
 # ## δ, one number per row
 #
-# The backward starts with $\delta = \mathrm{rowsum}(dO \circ O)$: one float32 per query row,
-# `(B, H, N)` like `lse`, read from $O$ and $dO$ once. Both kernels below need it, so a small
-# kernel of its own computes it first, one program per block of `BLOCK_M` rows.
+# The backward is three launches after the forward: δ, then dK and dV, then dQ; the figure shows
+# what each reads and writes. δ comes first: $\delta = \mathrm{rowsum}(dO \circ O)$, one float32
+# per query row, `(B, H, N)` like `lse`, read from $O$ and $dO$ once. Both gradient kernels need
+# it, so a small kernel of its own computes it, one program per block of `BLOCK_M` rows.
+#
+# ![A grid of tensors against kernels in launch order: what 07's forward, the delta kernel, the
+# dK/dV kernel and the dQ kernel each read and write, with shapes; the tiles of P, dP and dS only
+# rebuilt on chip](figures/dataflow.svg)
+#
+# *Memory holds `lse` and δ, N floats per head each; the N × N matrices exist only as tiles.*
 #
 # ### Exercise 1 · δ per row (2 points)
 #
@@ -486,7 +493,7 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large val
 # $dP^\top = V\,dO^\top$ and $dS^\top = P^\top \circ (dP^\top - \delta)$ (δ broadcast along the
 # query axis, now the columns), and adds $dS^\top Q$ to `dk`. At the end it multiplies `dk` by
 # $s$ once and stores both: each program writes its own rows, so no two programs touch the same
-# memory. Nothing of size N × N exists; `Q`, `dO`, `lse` and δ stream past each program.
+# memory.
 #
 # `attn_bwd_dkdv_kernel` does this for non-causal attention: the whole query blocks without a
 # mask, then the ragged tail, whose rows past N load zeros and `lse = +inf`, so that their
@@ -662,12 +669,17 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large gra
 # %% [markdown]
 # ## Causal attention, backward
 #
-# Query $i$ sees the keys $j \le i$, so key $j$ is seen by the queries $i \ge j$. For the program
-# that owns the keys `[start_n, start_n + BLOCK_N)`, a query block that ends before `start_n` sees
-# none of them: the loop never visits it. A query block that starts at `start_n + BLOCK_N` or
-# later sees all of them: no mask. Only the query blocks that overlap the key block, on the
-# diagonal, need a mask, per (key, query) pair. It is 07's picture transposed: there a query tile
-# walked the keys up to the diagonal; here a key block walks the queries from the diagonal on.
+# Query $i$ sees the keys $j \le i$, so key $j$ is seen by the queries $i \ge j$. The program
+# that owns the keys `[start_n, start_n + BLOCK_N)` skips the query blocks that end before
+# `start_n`, visits those that start at `start_n + BLOCK_N` or later without a mask, and masks
+# per (key, query) pair only those on the diagonal. It is 07's picture transposed: a key block
+# walks the queries from the diagonal on.
+#
+# ![The causal score matrix in blocks: each key block's program skips the query blocks above
+# the diagonal, masks the diagonal ones and visits the rest without a mask; program 1 outlined,
+# its loop walking down](figures/dkdv_loop.svg)
+#
+# *Each program keeps one key block's K and V on chip; the query blocks stream past.*
 #
 # ### Exercise 3 · The causal mask, backward (2 points)
 #
@@ -757,15 +769,21 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large sco
 # ## dQ: a second kernel, or atomics
 #
 # $dQ_i = s \sum_j dS_{ij} K_j$ sums over the keys, but each program of the dK/dV kernel holds one
-# key block. For it to produce dQ too, every program would add its share into the same rows of
-# dQ at once: atomic float32 additions (`tl.atomic_add`), the route FlashAttention-2's CUDA
-# backward takes (Dao 2023, arXiv:2307.08691). Atomics make the order of the sum, and so its last
-# bits, change from run to run, and add traffic of their own.
+# key block. To produce dQ too, every program would add its share into the same rows of dQ:
+# atomic float32 additions (`tl.atomic_add`), the route FlashAttention-2's CUDA backward takes
+# (Dao 2023, arXiv:2307.08691). Atomics make the order of the sum, and so its last bits, change
+# from run to run, and add traffic.
 #
-# The course takes the other route: a second kernel, one program per query block as in the
-# forward, that walks the key blocks, rebuilds $P$ and $dP$, and accumulates dQ on chip, with
-# 07's causal block skipping. It computes $QK^\top$ and $dO\,V^\top$ a second time, seven
-# products instead of five, and needs no atomics: the same bits every run.
+# The course takes the other route: a second kernel, one program per query block, that walks the
+# key blocks as 07's forward does, causal skipping included, and accumulates dQ on chip. It
+# computes $QK^\top$ and $dO\,V^\top$ again, seven products instead of five, and needs no
+# atomics: the same bits every run.
+#
+# ![The causal score matrix in blocks: each query block's program visits the key blocks before
+# it without a mask and its diagonal ones with the mask, and skips the rest; one query block
+# outlined, its loop walking across](figures/dq_loop.svg)
+#
+# *The dK/dV loop turned around: key blocks stream past a resident query tile.*
 #
 # ### Exercise 4 · The dQ kernel (5 points)
 #
