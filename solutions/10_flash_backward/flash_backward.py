@@ -506,7 +506,9 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large val
 # where `MASKED`), `q`, `do`, `lse` and `delta` are loaded. Work out in which units `qkT` must be
 # for `exp2` against `lse`, which operands `tl.dot` wants in float16 and which stays float32, and
 # where δ broadcasts. The tests of this exercise are non-causal; Exercise 3 adds the causal
-# kernel. If you change this cell, run Exercise 3's again.
+# kernel. If you change this cell, run Exercise 3's again. Add into an accumulator with
+# `dv += tl.dot(a, b)`: gradcheck runs these kernels in float64, which Triton 3.6 refuses in
+# `tl.dot(a, b, dv)`; on a GPU, Triton folds the `+=` into the product.
 
 # %% nbgrader={"grade_id": "bwd-dkdv", "solution": true}
 @triton.jit
@@ -546,10 +548,11 @@ def _attn_bwd_dkdv_blocks(
         # -- Pᵀ rebuilt, dV += Pᵀ dO, dPᵀ = V dOᵀ, dSᵀ = Pᵀ (dPᵀ - delta), dK += dSᵀ Q
         ### BEGIN SOLUTION
         pT = tl.math.exp2(qkT * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        dv = tl.dot(pT.to(do.dtype), do, dv)  # (BLOCK_N, D)
+        # `+=`, not tl.dot's third argument: Triton 3.6 adds a float64 product (gradcheck's) only so
+        dv += tl.dot(pT.to(do.dtype), do)  # (BLOCK_N, D)
         dpT = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M)
         dsT = pT * (dpT - delta[None, :])  # (BLOCK_N, BLOCK_M)
-        dk = tl.dot(dsT.to(q.dtype), q, dk)  # (BLOCK_N, D)
+        dk += tl.dot(dsT.to(q.dtype), q)  # (BLOCK_N, D)
         ### END SOLUTION
         q_ptrs += BLOCK_M * stride_qn
         do_ptrs += BLOCK_M * stride_don
@@ -828,7 +831,7 @@ def _attn_bwd_dq_blocks(
             qk = tl.where(cols[None, :] < key_limit[:, None], qk, float("-inf"))
         p = tl.math.exp2(qk * qk_scale - lse[:, None])  # (BLOCK_M, BLOCK_N)
         ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
-        dq = tl.dot(ds.to(k.dtype), k, dq)  # (BLOCK_M, D)
+        dq += tl.dot(ds.to(k.dtype), k)  # (BLOCK_M, D), `+=` as in dK/dV
         ### END SOLUTION
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn

@@ -62,7 +62,8 @@ def _fwd_blocks(
         p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        # `+=`: Triton 3.6 adds a float64 product (gradcheck's) into an accumulator only so
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_ij
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn

@@ -79,11 +79,11 @@ WRONG = {
             NOTEBOOK,
             DKDV,
             (
-                "dv = tl.dot(pT.to(do.dtype), do, dv)",
+                "dv += tl.dot(pT.to(do.dtype), do)",
                 "dv = (dv + tl.dot(pT.to(do.dtype), do)).to(tl.float16).to(dv.dtype)",
             ),
             (
-                "dk = tl.dot(dsT.to(q.dtype), q, dk)",
+                "dk += tl.dot(dsT.to(q.dtype), q)",
                 "dk = (dk + tl.dot(dsT.to(q.dtype), q)).to(tl.float16).to(dk.dtype)",
             ),
         ),
