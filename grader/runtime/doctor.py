@@ -119,11 +119,6 @@ def findings(
             f"{versions['triton']} is installed: torch.compile and Triton kernels may fail. "
             "Reinstall the pair."
         )
-    if _tuple(versions.get("numpy")) >= (2,) and () < _tuple(versions.get("torch")) < (2, 3):
-        problem(
-            f"numpy {versions['numpy']} with torch {versions['torch']}: torch older than 2.3 was "
-            "built against NumPy 1 and fails to convert tensors. Install numpy<2 or a newer torch."
-        )
     widgets = _tuple(versions.get("ipywidgets"))
     lab_widgets = _tuple(versions.get("jupyterlab_widgets"))
     if widgets and lab_widgets and (widgets[0] - 5) != lab_widgets[0]:
