@@ -20,16 +20,13 @@ def _speed_text(outcome: Outcome) -> str:
     return ", ".join(parts)
 
 
-def _graded_text(outcome: Outcome) -> str:
-    return "-" if outcome.grades is None else f"{outcome.grades.passed}/{outcome.grades.total}"
-
-
 def table(outcomes: list[Outcome]) -> str:
     """A plain-text table, one row per notebook and a total."""
     rows = [("notebook", "seconds", "graded passed", "speed scores", "status")]
     for o in outcomes:
         status = "ok" if o.ok else "FAILED"
-        rows.append((o.name, f"{o.seconds:.1f}", _graded_text(o), _speed_text(o), status))
+        graded = "-" if o.grades is None else f"{o.grades.passed}/{o.grades.total}"
+        rows.append((o.name, f"{o.seconds:.1f}", graded, _speed_text(o), status))
     failed = sum(not o.ok for o in outcomes)
     total = sum(o.seconds for o in outcomes)
     rows.append(("total", f"{total:.1f}", "", "", f"{failed} of {len(outcomes)} failed"))

@@ -137,10 +137,6 @@ def read_notebook(path: Path):
     return assemble.parse_notebook(data)
 
 
-def cell_label(cell, index: int) -> str:
-    return grade_id_of(cell) or cell.get("id") or f"#{index}"
-
-
 def solutions_unchanged(submitted, released) -> bool:
     """True when every solution cell is exactly as released: nothing was attempted."""
     from nbgrader import utils
@@ -205,7 +201,7 @@ def inspect_graded(nb, *, grades_speed: bool = False) -> Graded:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        label = cell_label(cell, i)
+        label = grade_id_of(cell) or cell.get("id") or f"#{i}"
         outputs = cell.get("outputs", [])
         for o in outputs:
             if o.output_type == "error":

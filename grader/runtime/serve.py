@@ -315,14 +315,11 @@ def failure(exc: Exception, name: object) -> dict:
     if isinstance(exc, launches.IntegrityError):
         return {"kind": "integrity", "message": _text(exc)}
     if isinstance(exc, hints.HintedError):
-        return {"kind": "check", "message": _text(exc.detail), "hints": _hints(exc.hints)}
+        hinted = [[h.pattern, h.evidence, h.cause] for h in exc.hints]
+        return {"kind": "check", "message": _text(exc.detail), "hints": hinted}
     return {"kind": "error", "type": type(exc).__name__[:100], "message": _text(exc)}
 
 
 def _text(value) -> str:
     text = str(value)
     return text if len(text) <= ERROR_TEXT else text[:ERROR_TEXT] + " [...]"
-
-
-def _hints(found) -> list[list[str]]:
-    return [[h.pattern, h.evidence, h.cause] for h in found]

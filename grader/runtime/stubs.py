@@ -22,23 +22,14 @@ class StubNotFilled(AssertionError):
     """The graded code still holds the exercise stub."""
 
 
-def _kernel_name_from_compile_error(message: str) -> str | None:
-    match = re.search(r"^\s*def\s+(\w+)\s*\(", message, re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def _innermost_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return frames[-1] if frames else None
-
-
 def explain(exc: BaseException, what: str = "your code") -> str | None:
     """A one-sentence explanation when `exc` comes from an unfilled stub, else None."""
     # Compiler path (GPU): the `raise` statement itself is rejected.
     if type(exc).__name__ in {"CompilationError", "UnsupportedLanguageConstruct"}:
         message = str(exc)
         if "Raise" in message and "NotImplementedError" in message:
-            kernel = _kernel_name_from_compile_error(message) or "your kernel"
+            named = re.search(r"^\s*def\s+(\w+)\s*\(", message, re.MULTILINE)
+            kernel = named.group(1) if named else "your kernel"
             return (
                 f"`{kernel}` still holds the exercise stub (`{STUB_LINE}`): replace the "
                 "`# YOUR CODE HERE` lines inside the kernel with your solution, "
@@ -51,8 +42,8 @@ def explain(exc: BaseException, what: str = "your code") -> str | None:
     while type(cause).__name__ == "InterpreterError" and cause.__cause__ is not None:
         cause = cause.__cause__
     if isinstance(cause, NotImplementedError) and not cause.args:  # not Triton's, which says why
-        frame = _innermost_frame(cause)
-        name = frame.name if frame is not None and frame.name != "<module>" else None
+        frames = traceback.extract_tb(cause.__traceback__)
+        name = frames[-1].name if frames and frames[-1].name != "<module>" else None
         # `what` where it names the function that holds the stub ("Exercise 1's `fits`")
         where = what if name is None or f"`{name}`" in what else f"`{name}`"
         return (
