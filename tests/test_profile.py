@@ -255,7 +255,7 @@ def test_parse_ranks_the_stalls_by_their_share_of_stalled_cycles():
     assert math.isclose(add.stalls[2].share, 9.75 / stalled)
     assert [s.reason for s in matmul.stalls] == ["barrier", "dispatch_stall", "long_scoreboard"]
     assert math.isclose(matmul.stalls[0].share, 5.15 / 14.26)
-    assert len(profile.parse_csv(SAMPLE, top_stalls=5)[0].stalls) == 5
+    assert len(profile.stalls_of(profile.parse_csv(SAMPLE)[0].raw, top=5)) == 5
 
 
 @pytest.mark.parametrize(
@@ -592,7 +592,7 @@ def test_profile_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
     for flags in (
         "--csv --page raw --print-units base",
         "-k regex:^(profile_canary_add|probe_matmul)$",
-        "--launch-count 2 --launch-skip 0",
+        "--launch-count 2",
         "--clock-control base --cache-control all",
         "--profile-from-start off",
         f"{sys.executable} -m grader.runtime.profile",
@@ -625,11 +625,9 @@ def test_a_script_is_profiled_from_its_start(tmp_path):
         kernels=["add_kernel"],
         metrics=["gpu__time_duration.sum"],
         launch_count=3,
-        launch_skip=2,
     )
     assert argv[-2:] == [sys.executable, str(script)]
     assert argv[argv.index("--profile-from-start") + 1] == "on"
-    assert argv[argv.index("--launch-skip") + 1] == "2"
     assert argv[argv.index("--clock-control") + 1] == "base"
     with pytest.raises(ValueError, match="clock_control is one of"):
         profile.command(

@@ -322,9 +322,7 @@ def _launch_shape(text: str | None) -> tuple[int, int, int] | None:
     return tuple(int(g) for g in m.groups()) if m else None
 
 
-def parse_csv(
-    text: str, *, top_stalls: int = 3, asked: Sequence[str] | None = None
-) -> list[KernelProfile]:
+def parse_csv(text: str, *, asked: Sequence[str] | None = None) -> list[KernelProfile]:
     """The launches of ncu's `--csv --page raw` output (a header, a row of units, a row per
     launch; other lines passed over), or [] where it has no header. Only the columns of the
     metrics asked for are read, as numbers: ncu adds hundreds unasked, some of them text ("No-CC"
@@ -356,7 +354,7 @@ def parse_csv(
             header[i]: in_base_units(number(row[i]), units[i], UNITS[header[i]])
             for i in metric_columns
         }
-        found.append(_record(dict(zip(header, row, strict=True)), raw, top_stalls))
+        found.append(_record(dict(zip(header, row, strict=True)), raw))
     return found
 
 
@@ -371,7 +369,7 @@ def stalls_of(raw: Mapping[str, float | None], top: int = 3) -> tuple[Stall, ...
     return tuple(Stall(reason, value, value / total) for reason, value in ranked if value > 0)
 
 
-def _record(cells: Mapping[str, str], raw: dict, top_stalls: int) -> KernelProfile:
+def _record(cells: Mapping[str, str], raw: dict) -> KernelProfile:
     figures = {m.feeds: raw.get(m.name) for m in METRICS if m.feeds not in PER_REQUEST}
     for feeds, name in PER_REQUEST.items():
         sectors, requests = raw.get(name.format("sectors")), raw.get(name.format("requests"))
@@ -382,7 +380,7 @@ def _record(cells: Mapping[str, str], raw: dict, top_stalls: int) -> KernelProfi
         launch=int(number(cells.get("ID", "")) or 0),
         grid=_launch_shape(cells.get("Grid Size")),
         block=_launch_shape(cells.get("Block Size")),
-        stalls=stalls_of(raw, top_stalls),
+        stalls=stalls_of(raw),
         raw=raw,
         **figures,
     )
@@ -542,7 +540,6 @@ def command(
     kernels: Sequence[str],
     metrics: Sequence[str],
     launch_count: int | None,
-    launch_skip: int = 0,
     clock_control: str = CLOCK_CONTROL,
 ) -> list[str]:
     """The ncu command line that profiles `target` (see `profile`)."""
@@ -553,7 +550,6 @@ def command(
     argv += ["--metrics", ",".join(metrics), "--print-kernel-base", "function"]
     argv += ["-k", kernel_filter(kernels)] if kernels else []
     argv += ["--launch-count", str(launch_count)] if launch_count else []
-    argv += ["--launch-skip", str(launch_skip)]
     argv += ["--clock-control", clock_control, "--cache-control", CACHE_CONTROL]
     argv += ["--replay-mode", "kernel", "--profile-from-start", "on" if script else "off"]
     argv += ["--log-file", str(log), sys.executable]
