@@ -157,12 +157,8 @@ def code_lines(text: str) -> tuple[tuple[int, str], ...]:
                 lines[row - 1] = lines[row - 1][:col]
     except (tokenize.TokenError, IndentationError, SyntaxError):
         lines = [line.split("#", 1)[0] for line in lines]
-    out = []
-    for i, line in enumerate(lines, 1):
-        norm = re.sub(r"\s+", "", line)
-        if len(norm) >= TRIVIAL and norm not in EMPTY_RETURNS:
-            out.append((i, norm))
-    return tuple(out)
+    norms = ((i, re.sub(r"\s+", "", line)) for i, line in enumerate(lines, 1))
+    return tuple((i, n) for i, n in norms if len(n) >= TRIVIAL and n not in EMPTY_RETURNS)
 
 
 def regions(source: str, kind: str) -> tuple[list[str], str]:
@@ -379,11 +375,9 @@ def versions(root: Path = build.ROOT) -> dict[str, str]:
     """Exact versions by package: pyproject.toml's pins, torch's and triton's from the Makefile
     (pyproject.toml gives them as ranges)."""
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    pins = {}
-    for req in [*project["dependencies"], *project["optional-dependencies"]["course"]]:
-        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([\w.]+)", req.strip())
-        if m:
-            pins[m.group(1).lower()] = m.group(2)
+    reqs = [*project["dependencies"], *project["optional-dependencies"]["course"]]
+    exact = (re.fullmatch(r"([A-Za-z0-9_.-]+)==([\w.]+)", r.strip()) for r in reqs)
+    pins = {m.group(1).lower(): m.group(2) for m in exact if m}
     makefile = (root / "Makefile").read_text()
     pinned = re.findall(r"^(TORCH|TRITON)\s*\?=\s*\w+==([\w.]+)", makefile, re.M)
     return pins | {var.lower(): version for var, version in pinned}
@@ -419,15 +413,14 @@ def requirements(gpu: bool, root: Path = build.ROOT) -> str:
 def imports_outside(folder: Path) -> list[str]:
     """Third-party modules imported by the kit's code that PROVIDERS does not cover."""
     local = {"grader"} | {p.stem for p in (folder / "course").rglob("*.py")}
-    found = []
-    for piece in kit_text(folder):
-        if not piece.is_code:
-            continue
-        for name in imported(piece.text, piece.path):
-            top = name.split(".")[0]
-            if top not in sys.stdlib_module_names and top not in local | PROVIDERS.keys():
-                found.append(f"{piece.path}: imports {name}")
-    return found
+    known = sys.stdlib_module_names | local | PROVIDERS.keys()
+    return [
+        f"{piece.path}: imports {name}"
+        for piece in kit_text(folder)
+        if piece.is_code
+        for name in imported(piece.text, piece.path)
+        if name.split(".")[0] not in known
+    ]
 
 
 @functools.cache

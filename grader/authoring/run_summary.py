@@ -13,11 +13,10 @@ from grader.authoring.execute import Outcome
 def _speed_text(outcome: Outcome) -> str:
     if outcome.grades is None or not outcome.grades.speed:
         return "-"
-    parts = []
-    for grade_id, (score, points) in outcome.grades.speed.items():
-        shown = "not run" if score is None else f"{score:g}/{points:g}"
-        parts.append(f"{grade_id.removeprefix('speed-')} {shown}")
-    return ", ".join(parts)
+    return ", ".join(
+        f"{grade_id.removeprefix('speed-')} {'not run' if s is None else f'{s:g}/{points:g}'}"
+        for grade_id, (s, points) in outcome.grades.speed.items()
+    )
 
 
 def table(outcomes: list[Outcome]) -> str:
