@@ -75,21 +75,12 @@ def not_configured() -> str:
     )
 
 
-def chat(
-    prompt: str,
-    *,
-    config: Config,
-    system: str | None = SYSTEM,
-    temperature: float = 0.2,
-    max_tokens: int | None = None,
-) -> str:
+def chat(prompt: str, *, config: Config, system: str | None = SYSTEM) -> str:
     """The model's reply to `prompt` (the first choice's message content)."""
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": prompt}
     ]
-    body = {"model": config.model, "messages": messages, "temperature": temperature}
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
+    body = {"model": config.model, "messages": messages, "temperature": 0.2}
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if config.api_key:
         headers["Authorization"] = f"Bearer {config.api_key}"

@@ -122,8 +122,6 @@ def measure_until_stable(
     fn: Callable[[], object],
     sampler: Sampler,
     *,
-    warmup_ms: int = 25,
-    rep_ms: int = 100,
     tolerance: float = 0.01,
     max_rounds: int = 6,
 ) -> Timing:
@@ -135,7 +133,7 @@ def measure_until_stable(
         raise ValueError("max_rounds must be at least 2: stability compares two rounds")
 
     def sample() -> Timing:
-        return Timing(tuple(sampler(fn, warmup_ms, rep_ms)), 1, True)
+        return Timing(tuple(sampler(fn, 25, 100)), 1, True)  # 25 ms of warm-up, 100 of samples
 
     previous = sample()
     for rounds in range(2, max_rounds + 1):
