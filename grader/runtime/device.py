@@ -17,12 +17,7 @@ MODES = (GPU, INTERPRETER)
 
 # The course's supported class: Ampere (sm_80) or newer. Hopper (sm_90) content is flagged.
 SUPPORTED_CAPABILITY = (8, 0)
-FEATURE_CAPABILITY = {
-    "sm_80": (8, 0),
-    "sm_90": (9, 0),
-    "bf16": (8, 0),
-    "tf32": (8, 0),
-}
+FEATURE_CAPABILITY = {"sm_80": (8, 0), "sm_90": (9, 0), "bf16": (8, 0), "tf32": (8, 0)}
 FEATURE_NAMES = {
     "sm_80": "an Ampere-class GPU (sm_80) or newer",
     "sm_90": "a Hopper-class GPU (sm_90) or newer",

@@ -119,11 +119,7 @@ def device_sampler(
 
 
 def measure_until_stable(
-    fn: Callable[[], object],
-    sampler: Sampler,
-    *,
-    tolerance: float = 0.01,
-    max_rounds: int = 6,
+    fn: Callable[[], object], sampler: Sampler, *, tolerance: float = 0.01, max_rounds: int = 6
 ) -> Timing:
     """Take rounds of samples until two successive round medians agree within `tolerance`.
 

@@ -47,9 +47,7 @@ TAXONOMY: dict[str, Defect] = {
     d.id: d
     for d in (
         Defect(
-            "missing-mask",
-            "missing boundary mask on ragged sizes",
-            "the ragged-N cases and N=1",
+            "missing-mask", "missing boundary mask on ragged sizes", "the ragged-N cases and N=1"
         ),
         Defect(
             "wrong-scale",
@@ -61,31 +59,21 @@ TAXONOMY: dict[str, Defect] = {
             "accumulator not rescaled when the running max changes",
             "the rising-scores case (several key blocks, larger scores later)",
         ),
-        Defect(
-            "causal-off-by-one",
-            "causal mask off by one",
-            "the causal cases",
-        ),
+        Defect("causal-off-by-one", "causal mask off by one", "the causal cases"),
         Defect(
             "zero-fill",
             "masked scores filled with 0 instead of -inf",
             "the causal cases (and ragged N, where the tail is masked)",
         ),
         Defect(
-            "fp16-accum",
-            "accumulation in fp16",
-            "the fp16 case with |V| near 1000 and flat scores",
+            "fp16-accum", "accumulation in fp16", "the fp16 case with |V| near 1000 and flat scores"
         ),
         Defect(
             "int32-offset",
             "int32 offset overflow at large sizes",
             "the offset review (no run at a small size can show it)",
         ),
-        Defect(
-            "assumes-contiguous",
-            "assumes contiguous inputs",
-            "the strided-views case",
-        ),
+        Defect("assumes-contiguous", "assumes contiguous inputs", "the strided-views case"),
         Defect(
             "uninit-read",
             "reads memory it never wrote",
