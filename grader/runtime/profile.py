@@ -67,6 +67,7 @@ import sys
 import tempfile
 import time
 import types
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -665,12 +666,7 @@ def run_ncu(argv: list[str], *, cwd: str, env: dict, timeout: float) -> tuple[in
     return proc.returncode, stdout, stderr
 
 
-@dataclass(frozen=True)
-class _Gpu:
-    name: str
-    major: int
-    minor: int
-    l2_bytes: int | None
+_Gpu = namedtuple("_Gpu", "name major minor l2_bytes")  # l2_bytes None where torch lacks it
 
 
 def _gpu() -> _Gpu:
