@@ -280,11 +280,6 @@ _REAL = "_course_triton_language"
 # -- the launch -----------------------------------------------------------------------------------
 
 
-def _line(filename: str, lineno: int) -> str:
-    text = linecache.getline(filename, lineno).strip()
-    return f"line {lineno} (`{text}`)" if text else f"line {lineno}"
-
-
 def _how_far(arg: _Argument, elements: int) -> str:
     names = " and ".join(f"`{n}`" for n in arg.names)
     shape = f"{str(arg.tensor.dtype).removeprefix('torch.')}{list(arg.tensor.shape)}"
@@ -299,7 +294,9 @@ def _verdict(name: str, arenas: list[_Arena], report: _Report) -> OutOfBoundsErr
         found = [f for a in arenas for address in (low, high) if (f := a.owner(address))]
         if found:
             arg, elements = max(found, key=lambda f: abs(f[1]))
-            lines.append(f"a load at {_line(filename, lineno)} reads {_how_far(arg, elements)}")
+            text = linecache.getline(filename, lineno).strip()
+            at = f"line {lineno} (`{text}`)" if text else f"line {lineno}"
+            lines.append(f"a load at {at} reads {_how_far(arg, elements)}")
     for arena in arenas:
         for arg, elements in arena.written():
             lines.append(f"a store writes {_how_far(arg, elements)}")

@@ -494,11 +494,6 @@ def _calls(node, attr: str) -> bool:
     )
 
 
-def _targets(node) -> set[str]:
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-
-
 def offset_review(kernel, shapes: Iterable[Sequence[int]] = (), *, limit: int = INT32_MAX):
     """Review `kernel`'s offset arithmetic for int32 overflow, for tensors of `shapes`.
 
@@ -542,7 +537,8 @@ def offset_review(kernel, shapes: Iterable[Sequence[int]] = (), *, limit: int = 
         for node in assigns:
             if node.value is None:
                 continue
-            targets = _targets(node)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
             if is_wide(node.value):
                 wide |= targets
             if is_pid(node.value):
