@@ -4,6 +4,9 @@ a kernel it compiles passes, once per program and launch; the configuration a he
 autotuning wrapper launches is the one compiled; the launch's signature is the one a GPU launcher
 would compile; on a GPU nothing is added."""
 
+import importlib.util
+import json
+
 import pytest
 import torch
 
@@ -165,6 +168,95 @@ def test_a_verdict_is_kept_for_later_processes(monkeypatch, tmp_path):
         check(ck.launcher(ck.float16_sum_kernel))
     check(ck.launcher(ck.row_sum_kernel))
     assert len(gpu_compile.COMPILED) == before + 4  # two launches, two targets each
+
+
+EDITED = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def edited_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    total = tl.zeros((BLOCK,), tl.{dtype})
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)
+        total += x
+    tl.store(out_ptr + row, tl.sum(total, axis=0))
+"""
+
+
+def edited_kernel(folder, dtype):
+    """`edited_kernel` of a module `edited` whose file, in `folder`, accumulates in `dtype`: the
+    same kernel, module and launch, edited between runs (float16 changes type in its loop)."""
+    path = folder / "edited.py"
+    path.parent.mkdir()
+    path.write_text(EDITED.format(dtype=dtype))
+    spec = importlib.util.spec_from_file_location("edited", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.edited_kernel
+
+
+def helper_requests(monkeypatch) -> list:
+    """The requests the helper is asked from now on, in a process that has kept no verdict."""
+    monkeypatch.setattr(gpu_compile, "_VERDICTS", {})
+    asked, ask = [], gpu_compile._HELPER.ask
+    monkeypatch.setattr(gpu_compile._HELPER, "ask", lambda request: asked.append(1) or ask(request))
+    return asked
+
+
+def test_an_edited_kernel_is_compiled_again_and_the_unedited_one_is_not(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    right, edited = (
+        edited_kernel(tmp_path / "a", "float32"),
+        edited_kernel(tmp_path / "b", "float16"),
+    )
+    asked = helper_requests(monkeypatch)
+    check(ck.launcher(right))
+    assert len(asked) == 1
+    asked = helper_requests(monkeypatch)
+    with pytest.raises(gpu_compile.GPUCompileError, match="Loop-carried variable total"):
+        check(ck.launcher(edited))  # the first one's verdict, kept on disk, is not its
+    assert len(asked) == 1
+    asked = helper_requests(monkeypatch)
+    check(ck.launcher(right))
+    with pytest.raises(gpu_compile.GPUCompileError, match="Loop-carried variable total"):
+        check(ck.launcher(edited))
+    assert asked == []  # both verdicts come from the disk
+
+
+def corrupted(text: str, passing: str) -> dict[str, str]:
+    """Ways a kept verdict (`text`, a refusal) can go wrong; `passing`: another launch's entry,
+    a kernel that compiles."""
+    kept = json.loads(text)
+    altered = [{**r, "error": None} for r in kept["results"]]
+    return {
+        "cut short": text[: len(text) // 2],
+        "a bare list": json.dumps(altered),
+        "altered": json.dumps({**kept, "results": altered}),
+        "another launch's": passing,
+    }
+
+
+@pytest.mark.parametrize("how", ["cut short", "a bare list", "altered", "another launch's"])
+def test_a_corrupted_verdict_on_disk_is_compiled_again_not_trusted(monkeypatch, tmp_path, how):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gpu_compile, "_VERDICTS", {})
+    kept = tmp_path / "course-gpu-compile"
+    check(ck.launcher(ck.row_sum_kernel))
+    (passing,) = kept.glob("*.json")
+    with pytest.raises(gpu_compile.GPUCompileError):
+        check(ck.launcher(ck.float16_sum_kernel))
+    (refused,) = set(kept.glob("*.json")) - {passing}
+    sound = refused.read_text()
+    refused.write_text(corrupted(sound, passing.read_text())[how])
+    asked = helper_requests(monkeypatch)
+    with pytest.raises(gpu_compile.GPUCompileError, match="Loop-carried variable total"):
+        check(ck.launcher(ck.float16_sum_kernel))
+    assert len(asked) == 1
+    assert refused.read_text() == sound  # kept anew
 
 
 def test_a_helper_that_ends_without_an_answer_is_reported(monkeypatch, tmp_path):

@@ -11,7 +11,9 @@ the globals they name to a helper process (`grader.runtime.compile_helper`) that
 without the interpreter. The helper stops after TTGIR, where compile errors arise, skipping LLVM
 IR, PTX and ptxas, which take most of the time (for a 128x256x64 float16 matmul tile, 0.1 s to
 TTGIR against 2 to 3 s to a cubin, on one CPU core). Each new launch costs tens of milliseconds
-per target; its verdict is kept in the process and in a file beside Triton's cache.
+per target; its verdict is kept in the process and in a file beside Triton's cache, keyed by the
+program's sources, the launch, Triton's release and this check's code, and sealed with that key
+(a file cut short or altered is compiled again).
 
 Not seen: what only a launch finds (too much shared memory, addresses out of bounds), errors of
 later stages, launches with tuples or with constexprs other than numbers, strings, booleans, None
@@ -296,15 +298,30 @@ def _kept(digest: str) -> Path:
     return Path(knobs.cache.dir) / "course-gpu-compile" / f"{digest}.json"
 
 
+def _seal(digest: str, results: list) -> str:
+    return hashlib.sha256((digest + json.dumps(results, sort_keys=True)).encode()).hexdigest()
+
+
 def _keep(digest: str, results: list) -> None:
     path = _kept(digest)
     partial = path.with_name(f"{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps(results))
+        partial.write_text(json.dumps({"results": results, "seal": _seal(digest, results)}))
         os.replace(partial, path)
     except OSError:
         pass  # a cache that cannot be written costs a compile next time, nothing else
+
+
+def _kept_verdict(digest: str) -> list | None:
+    """The verdict an earlier process kept for `digest`; None where there is none, or where the
+    file is not what _keep wrote for this digest (cut short, altered, another's), which is then
+    compiled again, never trusted."""
+    try:
+        kept = json.loads(_kept(digest).read_text())
+        return kept["results"] if kept["seal"] == _seal(digest, kept["results"]) else None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def needs(kernel_name: str, feature: str) -> None:
@@ -335,10 +352,7 @@ def verdicts(kernel, args, kwargs, only: list[int] | None = None) -> list[dict] 
     text = json.dumps(request, sort_keys=True) + _version()
     digest = hashlib.sha256(text.encode()).hexdigest()
     if digest not in _VERDICTS:
-        try:
-            results = json.loads(_kept(digest).read_text())
-        except (OSError, ValueError):  # not kept by an earlier process
-            results = None
+        results = _kept_verdict(digest)
         if results is None:
             results = _HELPER.ask(request)
             _keep(digest, results)
