@@ -11,9 +11,11 @@ the globals they name to a helper process (`grader.runtime.compile_helper`) that
 without the interpreter. The helper stops after TTGIR, where compile errors arise, skipping LLVM
 IR, PTX and ptxas, which take most of the time (for a 128x256x64 float16 matmul tile, 0.1 s to
 TTGIR against 2 to 3 s to a cubin, on one CPU core). Each new launch costs tens of milliseconds
-per target; its verdict is kept in the process and in a file beside Triton's cache, keyed by the
-program's sources, the launch, Triton's release and this check's code, and sealed with that key
-(a file cut short or altered is compiled again).
+per target, spent while the interpreter runs the launch (the helper is another process, on
+another core where there is one); a refusal is raised once the launch is over, in place of what
+it returned or raised. Its verdict is kept in the process and in a file beside Triton's cache,
+keyed by the program's sources, the launch, Triton's release and this check's code, and sealed
+with that key (a file cut short or altered is compiled again).
 
 Not seen: what only a launch finds (too much shared memory, addresses out of bounds), errors of
 later stages, launches with tuples or with constexprs other than numbers, strings, booleans, None
@@ -37,6 +39,7 @@ import tempfile
 import textwrap
 import threading
 import types
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -277,6 +280,7 @@ class _Helper:
 
 
 _HELPER = _Helper()
+_ASKING = ThreadPoolExecutor(1, thread_name_prefix="gpu-compile")  # asks the helper, in turn
 _VERDICTS: dict[str, list] = {}  # request digest -> the verdict per target
 COMPILED: list[dict] = []  # each verdict this process obtained: kernel, functions, target, error
 
@@ -341,6 +345,14 @@ def verdicts(kernel, args, kwargs, only: list[int] | None = None) -> list[dict] 
     """Per target, {"target", "error", "warps"} for a launch of interpreted `kernel` (error None
     where it compiles), for the targets in `only` if given; None where the launch cannot be
     checked. A verdict is kept per program and launch, in this process and on disk."""
+    pending = asked(kernel, args, kwargs, only)
+    return None if pending is None else pending()
+
+
+def asked(kernel, args, kwargs, only: list[int] | None = None):
+    """What `verdicts` returns, as a function that waits for it: where no verdict is kept, the
+    helper compiles the launch meanwhile, on another core, while the interpreter runs it. None
+    where the launch cannot be checked."""
     spec = specialization(kernel, args, kwargs)
     if spec is None:
         return None
@@ -351,15 +363,20 @@ def verdicts(kernel, args, kwargs, only: list[int] | None = None) -> list[dict] 
     }
     text = json.dumps(request, sort_keys=True) + _version()
     digest = hashlib.sha256(text.encode()).hexdigest()
-    if digest not in _VERDICTS:
-        results = _kept_verdict(digest)
-        if results is None:
-            results = _HELPER.ask(request)
-            _keep(digest, results)
-        _VERDICTS[digest] = results
-        names = [f["name"] for f in request["program"]["functions"].values()]
-        COMPILED.extend({"kernel": names[0], "functions": names, **r} for r in results)
-    return _VERDICTS[digest]
+    kept = _VERDICTS[digest] if digest in _VERDICTS else _kept_verdict(digest)
+    answer = None if kept is not None else _ASKING.submit(_HELPER.ask, request)
+
+    def settled() -> list[dict]:
+        if digest not in _VERDICTS:
+            results = kept if answer is None else answer.result()
+            if answer is not None:
+                _keep(digest, results)
+            _VERDICTS[digest] = results
+            names = [f["name"] for f in request["program"]["functions"].values()]
+            COMPILED.extend({"kernel": names[0], "functions": names, **r} for r in results)
+        return _VERDICTS[digest]
+
+    return settled
 
 
 def compiled_warps(kernel, args, kwargs, capability: int = 90) -> int | None:
@@ -393,7 +410,13 @@ def check_launch(kernel, args, kwargs) -> None:
     refuses it. A kernel that still holds the exercise stub is left to the interpreter, whose
     error names the stub."""
     __tracebackhide__ = True
-    failed = [r for r in verdicts(kernel, args, kwargs) or () if r["error"] is not None]
+    _refuse(kernel, verdicts(kernel, args, kwargs))
+
+
+def _refuse(kernel, results: list[dict] | None) -> None:
+    """Raise GPUCompileError where a target refused `kernel` (results: from `verdicts`)."""
+    __tracebackhide__ = True
+    failed = [r for r in results or () if r["error"] is not None]
     if not failed:
         return
     first = failed[0]["error"]["message"]
@@ -410,7 +433,7 @@ def check_launch(kernel, args, kwargs) -> None:
         "runs it, but on such a GPU this launch does not compile, and the test fails at grading.\n"
         + said,
         (_hint(first),),
-    )
+    ) from None  # the refusal, not what the interpreter then did with the launch, is the cause
 
 
 @contextmanager
@@ -425,8 +448,11 @@ def checking(kernel):
 
     def checked(*args, grid, warmup, **kwargs):
         __tracebackhide__ = True
-        check_launch(inner, args, kwargs)
-        return run(inner, *args, grid=grid, warmup=warmup, **kwargs)
+        pending = asked(inner, args, kwargs)
+        try:
+            return run(inner, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:  # a refusal replaces whatever the interpreter returned or raised
+            _refuse(inner, pending and pending())
 
     inner.run = checked
     try:
