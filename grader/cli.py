@@ -8,6 +8,7 @@ import argparse
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from grader import __version__
@@ -90,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
 
     dev = device.current()
     budget = execute.budget_for(dev) if args.budget is None else args.budget
+    jobs = args.jobs or (1 if dev.is_gpu else os.cpu_count() or 1)
+    start = time.perf_counter()
     outcomes = execute.run_solutions(
         args.notebooks,
         out_dir=args.out,
@@ -99,9 +102,11 @@ def _run(args: argparse.Namespace) -> int:
         stream=args.stream,
         grades_speed=dev.grades_speed if args.check else None,
         budget=budget,
+        jobs=jobs,
     )
     print()
     print(run_summary.table(outcomes))
+    print(f"ran in {time.perf_counter() - start:.1f} s, {jobs} notebook(s) at a time")
     if args.summary:
         versions = {p: doctor.version(p) for p in ("torch", "triton", "papermill")}
         summary = run_summary.as_dict(outcomes, dev.describe(), versions)
@@ -357,6 +362,14 @@ def parser() -> argparse.ArgumentParser:
         dest="stream",
         action="store_false",
         help="print one line per notebook, not each cell's output as it arrives",
+    )
+    r.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="notebooks run at a time (default: one on a GPU, whose timings must not share it; "
+        "one per CPU core in the interpreter)",
     )
     r.add_argument(
         "--no-check",

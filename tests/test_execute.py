@@ -91,6 +91,18 @@ def test_run_reports_each_notebook_and_goes_on_after_a_failure(tmp_path, capsys)
     assert "b_passes | streamed line" in capsys.readouterr().out
 
 
+def test_notebooks_run_side_by_side_each_in_its_own_folder(tmp_path, capfd):
+    names = ["a_first", "b_second", "c_third"]
+    sources = [write_notebook(tmp_path / "src", n, "import os; print(os.getcwd())") for n in names]
+    out = tmp_path / "executed"
+    outcomes = execute.run_notebooks(sources, out, grades_speed=False, jobs=2)
+    assert [o.name for o in outcomes] == names and all(o.ok for o in outcomes)
+    for name in names:
+        executed = nbformat.read(out / name / f"{name}.ipynb", as_version=4)
+        assert executed.cells[0].outputs[0].text == f"{tmp_path / 'src' / name}\n"
+    assert sorted(line.split()[0] for line in capfd.readouterr().out.splitlines()) == names
+
+
 def test_a_cell_stops_at_the_cell_timeout(tmp_path):
     source = write_notebook(tmp_path, "sleeps", "import time; time.sleep(60)")
     outcome = execute.run_notebook(source, tmp_path / "out.ipynb", cell_timeout=1)
@@ -143,15 +155,23 @@ def test_budget_and_summary(tmp_path):
 
 def test_run_options():
     args = cli.parser().parse_args(["run", "04_matmul"])
-    assert (args.stream, args.check, args.budget, args.timeout) == (True, True, None, 0)
+    assert (args.stream, args.check, args.budget, args.timeout, args.jobs) == (
+        True,
+        True,
+        None,
+        0,
+        0,
+    )
     assert args.summary == "build/report/notebooks.json" and args.notebooks == ["04_matmul"]
     args = cli.parser().parse_args(
         ["run", "--quiet", "--no-check", "--cell-timeout", "5", "--timeout", "60", "--budget", "0"]
+        + ["--jobs", "2"]
     )
-    assert (args.stream, args.check, args.cell_timeout, args.timeout, args.budget) == (
+    assert (args.stream, args.check, args.cell_timeout, args.timeout, args.budget, args.jobs) == (
         False,
         False,
         5.0,
         60.0,
         0.0,
+        2,
     )

@@ -5,12 +5,15 @@ check what its graded cells show (the one check the test suite and the runner sh
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import math
+import multiprocessing
 import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -200,6 +203,39 @@ def run_notebook(
     return Outcome(name, time.perf_counter() - start, output, error)
 
 
+def _run_one(
+    source: Path,
+    out_dir: Path,
+    parameters: dict | None,
+    *,
+    cell_timeout: float,
+    timeout: float | None,
+    deadline: float | None,
+    stream: bool,
+    grades_speed: bool | None,
+    budget: float | None,
+) -> Outcome:
+    """One notebook of run_notebooks, with its line of the report."""
+    name = source.parent.name
+    output = out_dir / name / source.name
+    if deadline is not None and time.monotonic() >= deadline:
+        output.unlink(missing_ok=True)
+        return Outcome(
+            name, 0.0, output, f"not run: the whole run's limit of {timeout:g} s had passed"
+        )
+    if stream:
+        print(f"== {name}", flush=True)
+    outcome = run_notebook(
+        source, output, parameters, cell_timeout=cell_timeout, deadline=deadline, stream=stream
+    )
+    if grades_speed is not None:
+        outcome = assess(outcome, grades_speed=grades_speed, budget=budget)
+    first = (outcome.error or "".join(outcome.problems[:1])).splitlines()[:1]
+    status = "ok" if outcome.ok else f"FAILED {''.join(first)}"
+    print(f"{name:24s} {outcome.seconds:7.1f} s  {status}", flush=True)
+    return outcome
+
+
 def run_notebooks(
     sources: list[Path],
     out_dir: Path,
@@ -210,32 +246,31 @@ def run_notebooks(
     stream: bool = False,
     grades_speed: bool | None = None,
     budget: float | None = None,
+    jobs: int = 1,
 ) -> list[Outcome]:
-    """Run each notebook (sources[i] is NN_topic/topic.ipynb) into out_dir/NN_topic/, one after
-    another, all within `timeout` seconds: past it, the rest are reported as not run. When
-    `grades_speed` is given, each executed notebook's graded cells are checked (read_grades)."""
+    """Run each notebook (sources[i] is NN_topic/topic.ipynb) into out_dir/NN_topic/, `jobs` at a
+    time, all within `timeout` seconds: past it, the rest are reported as not run. When
+    `grades_speed` is given, each executed notebook's graded cells are checked (read_grades).
+    With more than one job, each notebook runs in a process of its own (papermill changes the
+    working directory of the process that runs it), and streamed lines of different notebooks
+    interleave, each prefixed with its notebook's name."""
     deadline = None if not timeout else time.monotonic() + timeout
-    outcomes = []
-    for source in sources:
-        name = source.parent.name
-        output = out_dir / name / source.name
-        if deadline is not None and time.monotonic() >= deadline:
-            output.unlink(missing_ok=True)
-            error = f"not run: the whole run's limit of {timeout:g} s had passed"
-            outcomes.append(Outcome(name, 0.0, output, error))
-            continue
-        if stream:
-            print(f"== {name}", flush=True)
-        outcome = run_notebook(
-            source, output, parameters, cell_timeout=cell_timeout, deadline=deadline, stream=stream
-        )
-        if grades_speed is not None:
-            outcome = assess(outcome, grades_speed=grades_speed, budget=budget)
-        first = (outcome.error or "".join(outcome.problems[:1])).splitlines()[:1]
-        status = "ok" if outcome.ok else f"FAILED {''.join(first)}"
-        print(f"{name:24s} {outcome.seconds:7.1f} s  {status}", flush=True)
-        outcomes.append(outcome)
-    return outcomes
+    one = functools.partial(
+        _run_one,
+        out_dir=Path(out_dir),
+        parameters=parameters,
+        cell_timeout=cell_timeout,
+        timeout=timeout,
+        deadline=deadline,  # time.monotonic() is the same clock in every process
+        stream=stream,
+        grades_speed=grades_speed,
+        budget=budget,
+    )
+    if jobs <= 1:
+        return [one(source) for source in sources]
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no parent's state
+    with ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
+        return list(pool.map(one, sources))
 
 
 def run_solutions(
