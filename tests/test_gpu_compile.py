@@ -84,6 +84,21 @@ def test_a_loop_carried_variable_that_changes_fails_with_the_compilers_message(k
     assert f"Loop-carried variable {variable} has initial type" in message  # the compiler's words
 
 
+def test_a_refusal_is_raised_in_place_of_what_the_interpreter_then_raised(monkeypatch):
+    """The helper compiles while the interpreter runs the launch: where the interpreter fails
+    too, the compiler's refusal is what the student reads, as when it came first."""
+
+    def crashes(self, *args, **kwargs):
+        raise RuntimeError("the interpreter's own error")
+
+    monkeypatch.setattr(type(gpu_compile.interpreted(ck.float16_sum_kernel)), "run", crashes)
+    with pytest.raises(gpu_compile.GPUCompileError, match="Loop-carried variable total") as caught:
+        check(ck.launcher(ck.float16_sum_kernel))
+    assert caught.value.__suppress_context__  # the interpreter's error is not shown as its cause
+    with pytest.raises(RuntimeError, match="the interpreter's own error"):
+        check(ck.launcher(ck.row_sum_kernel))  # compiled: the interpreter's error stands
+
+
 def test_a_global_the_gpu_compiler_refuses_in_a_helper_fails():
     assert runs_right_in_the_interpreter(ck.global_in_helper_kernel)
     with pytest.raises(gpu_compile.GPUCompileError) as caught:
