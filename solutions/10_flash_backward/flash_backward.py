@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from flash_forward import LOG2E, _rows, accumulator, attention_forward  # 07's, released here
+from flash_forward import LOG2E, _rows, attention_forward  # 07's, released here
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from grader.runtime import checks, hints, integrity, perf, plots, recorded, results, timing
@@ -217,7 +217,9 @@ for causal in (False, True):
 #
 # Write the part of `attn_bwd_delta_kernel` between the pointers and the store. Think about
 # what the rows past N must give, and about the precision of the product: `O` and `dO` arrive in
-# float16, where a product past 65 504 overflows and a sum of D terms loses digits.
+# float16, where a product past 65 504 overflows and a sum of D terms loses digits. Each exercise
+# is a kernel alone: the launchers, `attention_delta` here and those of Exercises 2 to 4, are
+# given in the Checks cell below, and choose each grid and tile size.
 
 # %% nbgrader={"grade_id": "bwd-delta", "solution": true}
 @triton.jit
@@ -244,21 +246,6 @@ def attn_bwd_delta_kernel(
     tl.store(Delta + off_bh * N + rows, delta, mask=rows < N)
 
 
-DELTA_BLOCK = DEVICE.pick(gpu=128, interpreter=32)
-
-
-def attention_delta(o, do, out):
-    """out[b, h, i] = sum over d of o[b, h, i, d] * do[b, h, i, d], for (B, H, N, D) tensors and
-    a contiguous (B, H, N) float32 `out`."""
-    b, h, n, d = o.shape
-    assert do.shape == o.shape and out.shape == (b, h, n), "o, do and out must match"
-    assert out.is_contiguous() and o.stride(-1) == do.stride(-1) == 1, "contiguous rows"
-    attn_bwd_delta_kernel[(triton.cdiv(n, DELTA_BLOCK), b * h)](
-        o, do, out, *o.stride()[:3], *do.stride()[:3], h, n,
-        HEAD_DIM=d, BLOCK_M=DELTA_BLOCK)
-    return out
-
-
 # %% [markdown]
 # ### Checks
 #
@@ -279,6 +266,79 @@ def attention_delta(o, do, out):
 # known mistake your output matches, if any.
 
 # %%
+# -- the launchers, given: each picks the grid and tiles and launches your kernels, which
+# Python finds by name when it is called
+DELTA_BLOCK = DEVICE.pick(gpu=128, interpreter=32)
+
+
+def attention_delta(o, do, out):
+    """out[b, h, i] = sum over d of o[b, h, i, d] * do[b, h, i, d], for (B, H, N, D) tensors and
+    a contiguous (B, H, N) float32 `out`."""
+    b, h, n, d = o.shape
+    assert do.shape == o.shape and out.shape == (b, h, n), "o, do and out must match"
+    assert out.is_contiguous() and o.stride(-1) == do.stride(-1) == 1, "contiguous rows"
+    attn_bwd_delta_kernel[(triton.cdiv(n, DELTA_BLOCK), b * h)](
+        o, do, out, *o.stride()[:3], *do.stride()[:3], h, n,
+        HEAD_DIM=d, BLOCK_M=DELTA_BLOCK)
+    return out
+
+
+# Tile sizes (BLOCK_M, BLOCK_N, num_warps, num_stages) on a GPU, per head dim, for the dK/dV
+# kernels and the dQ kernel: narrow query blocks streaming past resident key blocks, and the
+# converse for dQ; each the fastest of the candidates timed on an H200 at B 4, H 32, N 4096.
+# The interpreter gets small tiles with several blocks per row.
+GPU_DKDV_CONFIGS = {64: (32, 64, 4, 3), 128: (64, 128, 8, 3)}
+GPU_DQ_CONFIGS = {64: (128, 32, 8, 3), 128: (128, 32, 4, 3)}
+INTERPRETER_DKDV_CONFIG, INTERPRETER_DQ_CONFIG = (16, 32, 4, 1), (32, 16, 4, 1)
+
+
+def backward_configs(d):
+    """((dK/dV), (dQ)) tile sizes for head dim d on this device."""
+    if not DEVICE.is_gpu:
+        return INTERPRETER_DKDV_CONFIG, INTERPRETER_DQ_CONFIG
+    return GPU_DKDV_CONFIGS.get(d, (16, 64, 4, 2)), GPU_DQ_CONFIGS.get(d, (64, 16, 4, 2))
+
+
+def attention_dkdv(q, k, v, do, lse, delta, out, causal=False, config=None):
+    """out[0] = dK, out[1] = dV of softmax(q kᵀ / sqrt(D)) v for the output gradient `do`, from
+    the forward's `lse` and `delta` ((B, H, N) float32, contiguous); with `causal`, query i sees
+    the keys j <= i (the causal kernel is Exercise 3's)."""
+    b, h, n, d = q.shape
+    assert k.shape == v.shape == do.shape == q.shape and out.shape == (2, *q.shape), "shapes"
+    assert lse.shape == delta.shape == (b, h, n) and lse.is_contiguous() and delta.is_contiguous()
+    block_m, block_n, num_warps, num_stages = config or backward_configs(d)[0]
+    assert block_n % block_m == 0, "BLOCK_M must divide BLOCK_N (the causal diagonal)"
+    dk, dv = out[0], out[1]
+    kernel = attn_bwd_dkdv_causal_kernel if causal else attn_bwd_dkdv_kernel
+    kernel[(triton.cdiv(n, block_n), b * h)](
+        q, k, v, do, lse, delta, dk, dv,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+        *dk.stride()[:3], *dv.stride()[:3],
+        h, n, 1 / math.sqrt(d), LOG2E / math.sqrt(d),
+        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
+
+
+def attention_dq(q, k, v, do, lse, delta, out, causal=False, config=None):
+    """out = dQ of softmax(q kᵀ / sqrt(D)) v for the output gradient `do`, from the forward's
+    `lse` and `delta`; with `causal`, query i sees the keys j <= i."""
+    b, h, n, d = q.shape
+    assert k.shape == v.shape == do.shape == out.shape == q.shape, "q, k, v, do, out: one shape"
+    assert lse.shape == delta.shape == (b, h, n) and lse.is_contiguous() and delta.is_contiguous()
+    block_m, block_n, num_warps, num_stages = config or backward_configs(d)[1]
+    assert block_m % block_n == 0, "BLOCK_N must divide BLOCK_M (the causal diagonal)"
+    attn_bwd_dq_kernel[(triton.cdiv(n, block_m), b * h)](
+        q, k, v, do, lse, delta, out,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *out.stride()[:3],
+        h, n, 1 / math.sqrt(d), LOG2E / math.sqrt(d),
+        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
+
+
 GRAD_TOLERANCE = dict(rtol=2e-3, atol=2e-3)
 # what a non-finite output most likely means, for each stress case
 OVERFLOWS = {
@@ -498,7 +558,8 @@ print("hidden tests passed: ragged lengths, head dims, strided inputs, large val
 #
 # `attn_bwd_dkdv_kernel` does this for non-causal attention: the whole query blocks without a
 # mask, then the ragged tail, whose rows past N load zeros and `lse = +inf`, so that their
-# probabilities are 0. `attention_dkdv(..., out)` writes dK to `out[0]` and dV to `out[1]`.
+# probabilities are 0. The launcher `attention_dkdv(..., out)`, given above, writes dK to
+# `out[0]` and dV to `out[1]`.
 
 # %% [markdown]
 # ### Exercise 2 · The dK/dV loop (3 points)
@@ -579,7 +640,6 @@ def attn_bwd_dkdv_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per loop step; divides BLOCK_N
     BLOCK_N: tl.constexpr,  # key rows per program
-    ACC: tl.constexpr,  # accumulators: float32 (float64 for float64 inputs)
 ):
     # -- which key block, batch and head; its K and V tiles, resident: reads BLOCK_N * D of each
     start_n = tl.program_id(0) * BLOCK_N
@@ -594,6 +654,7 @@ def attn_bwd_dkdv_kernel(
     do_ptrs = _rows(DO, stride_dob, stride_doh, stride_don, off_bh, H, offs_m, HEAD_DIM)
     lse_ptrs = Lse + off_bh * N
     delta_ptrs = Delta + off_bh * N
+    ACC = tl.float64 if Q.dtype.element_ty == tl.float64 else tl.float32  # gradcheck's: float64
     dk = tl.zeros((BLOCK_N, HEAD_DIM), ACC)
     dv = tl.zeros((BLOCK_N, HEAD_DIM), ACC)
     # -- whole query blocks without a mask, then the ragged tail with one
@@ -610,44 +671,6 @@ def attn_bwd_dkdv_kernel(
     dv_ptrs = _rows(DV, stride_dvb, stride_dvh, stride_dvn, off_bh, H, cols, HEAD_DIM)
     tl.store(dk_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=cols[:, None] < N)
     tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=cols[:, None] < N)
-
-
-# Tile sizes (BLOCK_M, BLOCK_N, num_warps, num_stages) on a GPU, per head dim, for the dK/dV
-# kernels and the dQ kernel: narrow query blocks streaming past resident key blocks, and the
-# converse for dQ; each the fastest of the candidates timed on an H200 at B 4, H 32, N 4096.
-# The interpreter gets small tiles with several blocks per row.
-GPU_DKDV_CONFIGS = {64: (32, 64, 4, 3), 128: (64, 128, 8, 3)}
-GPU_DQ_CONFIGS = {64: (128, 32, 8, 3), 128: (128, 32, 4, 3)}
-INTERPRETER_DKDV_CONFIG, INTERPRETER_DQ_CONFIG = (16, 32, 4, 1), (32, 16, 4, 1)
-
-
-def backward_configs(d):
-    """((dK/dV), (dQ)) tile sizes for head dim d on this device."""
-    if not DEVICE.is_gpu:
-        return INTERPRETER_DKDV_CONFIG, INTERPRETER_DQ_CONFIG
-    return GPU_DKDV_CONFIGS.get(d, (16, 64, 4, 2)), GPU_DQ_CONFIGS.get(d, (64, 16, 4, 2))
-
-
-def attention_dkdv(q, k, v, do, lse, delta, out, causal=False, config=None):
-    """out[0] = dK, out[1] = dV of softmax(q kᵀ / sqrt(D)) v for the output gradient `do`, from
-    the forward's `lse` and `delta` ((B, H, N) float32, contiguous); with `causal`, query i sees
-    the keys j <= i (the causal kernel is Exercise 3's)."""
-    b, h, n, d = q.shape
-    assert k.shape == v.shape == do.shape == q.shape and out.shape == (2, *q.shape), "shapes"
-    assert lse.shape == delta.shape == (b, h, n) and lse.is_contiguous() and delta.is_contiguous()
-    block_m, block_n, num_warps, num_stages = config or backward_configs(d)[0]
-    assert block_n % block_m == 0, "BLOCK_M must divide BLOCK_N (the causal diagonal)"
-    dk, dv = out[0], out[1]
-    kernel = attn_bwd_dkdv_causal_kernel if causal else attn_bwd_dkdv_kernel
-    kernel[(triton.cdiv(n, block_n), b * h)](
-        q, k, v, do, lse, delta, dk, dv,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dk.stride()[:3], *dv.stride()[:3],
-        h, n, 1 / math.sqrt(d), LOG2E / math.sqrt(d),
-        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, ACC=accumulator(q.dtype),
-        num_warps=num_warps, num_stages=num_stages,
-    )
-    return out
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-bwd-dkdv-visible", "points": 1}
@@ -710,7 +733,6 @@ def attn_bwd_dkdv_causal_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    ACC: tl.constexpr,
 ):
     start_n = tl.program_id(0) * BLOCK_N
     off_bh = tl.program_id(1)
@@ -724,6 +746,7 @@ def attn_bwd_dkdv_causal_kernel(
     do_ptrs = _rows(DO, stride_dob, stride_doh, stride_don, off_bh, H, offs_m, HEAD_DIM)
     lse_ptrs = Lse + off_bh * N
     delta_ptrs = Delta + off_bh * N
+    ACC = tl.float64 if Q.dtype.element_ty == tl.float64 else tl.float32  # gradcheck's: float64
     dk = tl.zeros((BLOCK_N, HEAD_DIM), ACC)
     dv = tl.zeros((BLOCK_N, HEAD_DIM), ACC)
     ### BEGIN SOLUTION
@@ -854,7 +877,6 @@ def attn_bwd_dq_kernel(
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # key rows per loop step; divides BLOCK_M
     CAUSAL: tl.constexpr,
-    ACC: tl.constexpr,
 ):
     # -- which query tile (causal: the last first), batch and head; its resident tiles and
     # statistics: reads BLOCK_M * D of Q and of dO, BLOCK_M of lse and of delta
@@ -872,6 +894,7 @@ def attn_bwd_dq_kernel(
     delta = tl.load(Delta + off_bh * N + rows, mask=rows < N, other=0.0)
     k_ptrs = _rows(K, stride_kb, stride_kh, stride_kn, off_bh, H, offs_n, HEAD_DIM)
     v_ptrs = _rows(V, stride_vb, stride_vh, stride_vn, off_bh, H, offs_n, HEAD_DIM)
+    ACC = tl.float64 if Q.dtype.element_ty == tl.float64 else tl.float32  # gradcheck's: float64
     dq = tl.zeros((BLOCK_M, HEAD_DIM), ACC)
     if CAUSAL:  # the key blocks before the tile, then the diagonal ones, masked; none after
         first_row = start_m * BLOCK_M
@@ -891,24 +914,6 @@ def attn_bwd_dq_kernel(
     # -- dQ carries sm_scale, as dK does: writes BLOCK_M * D
     dq_ptrs = _rows(DQ, stride_dqb, stride_dqh, stride_dqn, off_bh, H, rows, HEAD_DIM)
     tl.store(dq_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=rows[:, None] < N)
-
-
-def attention_dq(q, k, v, do, lse, delta, out, causal=False, config=None):
-    """out = dQ of softmax(q kᵀ / sqrt(D)) v for the output gradient `do`, from the forward's
-    `lse` and `delta`; with `causal`, query i sees the keys j <= i."""
-    b, h, n, d = q.shape
-    assert k.shape == v.shape == do.shape == out.shape == q.shape, "q, k, v, do, out: one shape"
-    assert lse.shape == delta.shape == (b, h, n) and lse.is_contiguous() and delta.is_contiguous()
-    block_m, block_n, num_warps, num_stages = config or backward_configs(d)[1]
-    assert block_m % block_n == 0, "BLOCK_N must divide BLOCK_M (the causal diagonal)"
-    attn_bwd_dq_kernel[(triton.cdiv(n, block_m), b * h)](
-        q, k, v, do, lse, delta, out,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *out.stride()[:3],
-        h, n, 1 / math.sqrt(d), LOG2E / math.sqrt(d),
-        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, ACC=accumulator(q.dtype),
-        num_warps=num_warps, num_stages=num_stages,
-    )
-    return out
 
 
 # %% nbgrader={"grade": true, "grade_id": "test-bwd-dq-visible", "points": 1}

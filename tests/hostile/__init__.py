@@ -129,8 +129,6 @@ class Attacker:
     dropped: str | None = None
     runs_as_base: bool = False
     gpu_only: bool = False  # an attack on speed: graded on a GPU alone (tests/test_hostile_gpu.py)
-    # an attack that grading does not yet stop, and why: its test is expected to fail (strict)
-    known_gap: str | None = None
 
     def __post_init__(self):
         if (self.total == "base" or self.runs_as_base) and self.base is None:

@@ -1,20 +1,23 @@
 """Notebook 10's hostile class, graded in one batch: each kind of attack on its answer cells, on
 one wrong base (`_wrong`): δ computed as a row's largest product instead of its sum, and dQ a
-copy of Q written by a Triton copy kernel named as the exercise's kernel, behind the launcher.
+copy of Q written by a Triton copy kernel named as the exercise's kernel, launched by a launcher
+of the student's own in the answer cell.
 
-- an oracle: the launcher looks for the expected dQ in its callers' frames and among every live
+- an oracle: that launcher looks for the expected dQ in its callers' frames and among every live
   object, and has the copy kernel write it into `out`;
 - torch changed so that the float64 reference of δ computes what the wrong kernel does (a row's
   largest term): a TorchFunctionMode left entered, or aten::sum re-registered;
-- torch's SDPA and autograd computing dQ inside the launcher, the copy kernel writing it: through
-  torch's Python API, which the check refuses during the call, or through aten's operators
-  (`torch.ops.aten`), which the refusal does not see;
+- torch's SDPA and autograd computing dQ inside that launcher, the copy kernel writing it:
+  through torch's Python API, or through aten's operators (`torch.ops.aten`), which the refusal
+  of torch's attention does not see;
 - the checker module patched through a function's parameter, and with it the watch that refuses
   torch's attention in the student's process;
 - the speed verdict's publisher replaced (on the CPU, where speed is not graded; on a GPU,
   `slow-publisher-10` in tests/test_hostile_gpu.py, on a right kernel made slow).
 
-Checks and references run in the judge: each scores no more than its base, or is flagged."""
+Checks and references run in the judge, and so do the launchers, which are given code: the
+judge's `attention_dq` launches the student's kernel itself, so a launcher the student writes
+runs in no graded call. Each attack scores no more than its base, or is flagged."""
 
 from tests.hostile import Attacker
 from tests.hostile.fake_verdicts import PUBLISHER, _speed_not_reported
@@ -27,18 +30,26 @@ DELTA, DQ = "bwd-delta", "bwd-dq"
 SUM = "    delta = tl.sum(o * do, axis=1)  # (BLOCK_M,)"
 LARGEST = "    delta = tl.max(o * do, axis=1)  # the row's largest term, not its sum"
 
-# Exercise 4's cell replaced: `attn_bwd_dq_kernel` copies a (B, H, N, D) tensor into `out`, and
-# the launcher hands it what `_source` gives: Q, unless an attack below redefines it.
+# Exercise 4's cell replaced: `attn_bwd_dq_kernel`, with the exercise's signature, copies its Q
+# into DQ, and a launcher of the student's own hands it what `_source` gives in place of Q: Q,
+# unless an attack below redefines it. Grading runs the given launcher, which passes Q itself.
 COPY_DQ = """\
 @triton.jit
-def attn_bwd_dq_kernel(Q, K, V, DO, Lse, Delta, Src, Out, H, N, stride_ob, stride_oh, stride_on,
-                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):  # given every input
+def attn_bwd_dq_kernel(
+    Q, K, V, DO, Lse, Delta, DQ,
+    stride_qb, stride_qh, stride_qn,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_dob, stride_doh, stride_don,
+    stride_dqb, stride_dqh, stride_dqn,
+    H, N, sm_scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+):
     off_bh = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, HEAD_DIM)
-    x = tl.load(Src + (off_bh * N + rows)[:, None] * HEAD_DIM + cols[None, :],
+    x = tl.load(_rows(Q, stride_qb, stride_qh, stride_qn, off_bh, H, rows, HEAD_DIM),
                 mask=rows[:, None] < N)
-    tl.store(_rows(Out, stride_ob, stride_oh, stride_on, off_bh, H, rows, HEAD_DIM), x,
+    tl.store(_rows(DQ, stride_dqb, stride_dqh, stride_dqn, off_bh, H, rows, HEAD_DIM), x,
              mask=rows[:, None] < N)
 
 
@@ -48,9 +59,11 @@ def _source(q, k, v, do, out, causal):
 
 def attention_dq(q, k, v, do, lse, delta, out, causal=False, config=None):
     b, h, n, d = q.shape
-    src = _source(q, k, v, do, out, causal).to(out.dtype).contiguous()
-    attn_bwd_dq_kernel[(triton.cdiv(n, 32), b * h)](q, k, v, do, lse, delta, src, out, h, n,
-                                                    *out.stride()[:3], HEAD_DIM=d, BLOCK_M=32)
+    src = _source(q, k, v, do, out, causal).to(out.dtype)
+    attn_bwd_dq_kernel[(triton.cdiv(n, 32), b * h)](
+        src, k, v, do, lse, delta, out,
+        *src.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *out.stride()[:3],
+        h, n, 1.0, 1.0, HEAD_DIM=d, BLOCK_M=32, BLOCK_N=32, CAUSAL=causal)
     return out
 """
 
@@ -142,7 +155,7 @@ def _wrong(m):
     return m.edited(nb, DQ, m.cell(nb, DQ).source, COPY_DQ)
 
 
-def _attacker(student, cell, code, flags=frozenset(), detail=None, check=None, known_gap=None):
+def _attacker(student, cell, code, flags=frozenset(), detail=None, check=None):
     return Attacker(
         student,
         NOTEBOOK,
@@ -151,21 +164,13 @@ def _attacker(student, cell, code, flags=frozenset(), detail=None, check=None, k
         detail=detail,
         base=_wrong,
         check=check,
-        known_gap=known_gap,
     )
 
 
-# The launcher is in Exercise 4's answer cell, so it runs in the student's process at grading:
-# what it computes there is refused only through the watch on torch's Python API, in that same
-# process. Both attacks earn dQ's 3 points, unflagged, until the launchers move to given cells,
-# which run in the judge and launch the student's kernels themselves.
-IN_LAUNCHER = "dQ computed by torch inside the launcher, which runs in the student's process"
-
-
 def _slow(m):
-    """The answered notebook with 16 x 16 tiles in the dQ launcher: right, and slow."""
+    """The answered notebook with dQ's product in float32, off the tensor cores: right, and slow."""
     return m.edited(m.answered(), DQ, m.cell(m.answered(), DQ).source,
-                    nb10.SLOW[DQ]["16 x 16 tiles"])  # fmt: skip
+                    nb10.SLOW[DQ]["dQ's product in float32"])  # fmt: skip
 
 
 ATTACKERS = [
@@ -173,9 +178,9 @@ ATTACKERS = [
     _attacker("torch-function-mode-10", DELTA, MODE),
     _attacker("torch-library-sum-10", DELTA, LIBRARY),
     _attacker("sdpa-in-launcher-10", DQ, SDPA_API),
-    _attacker("sdpa-aten-in-launcher-10", DQ, SDPA_ATEN, known_gap=IN_LAUNCHER),
+    _attacker("sdpa-aten-in-launcher-10", DQ, SDPA_ATEN),
     _attacker("patch-checker-by-parameter-10", DELTA, PATCH_CHECKER),
-    _attacker("patch-watch-then-sdpa-10", DQ, PATCH_WATCH + SDPA_API, known_gap=IN_LAUNCHER),
+    _attacker("patch-watch-then-sdpa-10", DQ, PATCH_WATCH + SDPA_API),
     _attacker(
         "verdict-publisher-replaced-10",
         DQ,

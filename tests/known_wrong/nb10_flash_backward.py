@@ -2,9 +2,9 @@
 
 Each variant is a reference exercise cell (read from the notebook's source through `swapped`, so
 that the two never drift apart) with one planted change. Exercise 1 (`DELTA`) is delta's kernel;
-Exercise 2 (`DKDV`) the dK/dV loop with the non-causal kernel and the launcher; Exercise 3
-(`CAUSAL`) the causal dK/dV kernel, which calls that loop; Exercise 4 (`DQ`) the dQ loop, kernel
-and launcher.
+Exercise 2 (`DKDV`) the dK/dV loop with the non-causal kernel; Exercise 3 (`CAUSAL`) the causal
+dK/dV kernel, which calls that loop; Exercise 4 (`DQ`) the dQ loop and kernel. The launchers are
+given code, so every variant is an edit of a kernel.
 """
 
 import re
@@ -174,9 +174,14 @@ PARTIAL = {
 # exercise, so the variants are of its cell).
 SLOW = {
     DQ: {
-        # tiles too small for the tensor cores to pay off
-        "16 x 16 tiles": swapped(
-            NOTEBOOK, DQ, ("config or backward_configs(d)[1]", "config or (16, 16, 4, 2)")
+        # dS K multiplied in float32 off the tensor cores (the tiles are the launcher's, given)
+        "dQ's product in float32": swapped(
+            NOTEBOOK,
+            DQ,
+            (
+                "dq += tl.dot(ds.to(k.dtype), k)",
+                'dq += tl.dot(ds, k.to(ds.dtype), input_precision="ieee")',
+            ),
         ),
         # the masked loop runs to N, through the key blocks it could have skipped
         "no causal block skipping in dQ": swapped(
