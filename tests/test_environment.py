@@ -1,12 +1,13 @@
 """environment.yml, pyproject.toml and the Makefile name the same versions; the Makefile's
 grader pins are the GPU grading image's, as its recordings name them."""
 
-import json
 import re
 import tomllib
 
 import pytest
 import yaml
+
+from grader.runtime import recorded
 
 pytestmark = pytest.mark.tooling
 
@@ -50,13 +51,10 @@ def test_the_grader_pins_are_the_gpu_images_that_recorded_the_course(root):
     made with: the grader's toolchain, beside the kit's."""
     makefile = (root / "Makefile").read_text()
     grader = dict(re.findall(r"^GRADER_(TORCH|TRITON)\s*\?=\s*\w+==([\w.]+)", makefile, re.M))
-    recorded = {
-        name: {json.loads(f.read_text())["environment"][name.lower()].split("+")[0]
-               for f in (root / "grader/runtime/recordings").glob("*.json")}
-        for name in ("TORCH", "TRITON")
-    }  # fmt: skip
-    assert recorded["TORCH"] and recorded["TRITON"], "no recordings found"
-    for name, versions in recorded.items():
+    environments = [recorded.load(f.stem)["environment"] for f in recorded.folder().glob("*.json")]
+    assert environments, "no recordings found"
+    for name in ("TORCH", "TRITON"):
+        versions = {e[name.lower()].split("+")[0] for e in environments}
         assert versions == {grader[name]}, (
             f"GRADER_{name} is {grader[name]}; the GPU recordings were made with {versions}: "
             "re-record them, or move the pin"
