@@ -1,10 +1,11 @@
 """Benchmark the course's FlashAttention kernel against PyTorch's SDPA flash and cuDNN backends.
 
 The kernel is not copied here: `load_reference()` imports the two exercise cells (grade_ids
-`flash-attention-kernel`, the non-causal kernel with its loop and launcher, and
-`flash-attention-causal`, the causal kernel) of solutions/07_flash_attention/flash_attention.py
-through bench/_notebook.py, so the notebook's reference solution is the one definition of the
-kernels, their launcher and its default tile configurations (GPU_CONFIGS).
+`flash-attention-kernel`, the non-causal kernel with its loop, and `flash-attention-causal`, the
+causal kernel) of solutions/07_flash_attention/flash_attention.py through bench/_notebook.py,
+with the given cells that define the launcher (its Checks cell) and the reference it reads, so
+the notebook is the one definition of the kernels, their launcher and its default tile
+configurations (GPU_CONFIGS).
 
 On a GPU, from the repository root:
 
@@ -39,6 +40,8 @@ from bench import _notebook, _report  # noqa: E402
 
 NOTEBOOK = "07_flash_attention"
 CELL_IDS = ["flash-attention-kernel", "flash-attention-causal"]  # the loop's, the causal kernel's
+# the given cells: the launcher's (the Checks cell), and the reference's that the Checks cell reads
+GIVEN = ["attention_reference", "flash_attention"]
 
 # (B, H, N, D) of the benchmark; each runs causal and not, in float16
 SHAPES = [(4, 16, 1024, 64), (4, 16, 4096, 64), (4, 16, 4096, 128), (2, 16, 16384, 128)]
@@ -60,13 +63,14 @@ VS_FLASH = 1.25  # goal: geometric mean of the default configuration's speed ove
 
 
 def reference_source() -> str:
-    """The notebook's exercise cells with their solutions, as Python source."""
-    return "\n\n".join(_notebook.cell(NOTEBOOK, cell) for cell in CELL_IDS)
+    """The notebook's exercise cells with their solutions and its launcher, as Python source."""
+    return _notebook.module_source(NOTEBOOK, CELL_IDS, GIVEN)
 
 
 def load_reference(directory: Path = _notebook.MODULE_DIR):
-    """Import the notebook's kernel cells as a module (Triton needs a file to read source from)."""
-    return _notebook.load(NOTEBOOK, CELL_IDS, directory=directory)
+    """Import the notebook's kernel and launcher cells as a module (Triton reads a kernel's source
+    from a file)."""
+    return _notebook.load(NOTEBOOK, CELL_IDS, GIVEN, directory=directory)
 
 
 def bench_shape(ref, b, h, n, d, causal, configs):

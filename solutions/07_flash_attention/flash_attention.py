@@ -116,7 +116,7 @@ def memory_sweep(lengths, b=1, h=8, d=64):
         attention_reference(q, k, v)  # first call: library workspaces are allocated once
         naive = peak_extra_bytes(lambda q=q, k=k, v=v: attention_reference(q, k, v))
         curves["naive (eager)"].append(naive)
-        kernel = globals().get("flash_attention")  # defined by Exercise 1, further down
+        kernel = globals().get("flash_attention")  # given after Exercise 1, further down
         try:
             kernel(q, k, v, out)  # compile first: the measurement is of one call
             tiled = peak_extra_bytes(lambda f=kernel, q=q, k=k, v=v, o=out: f(q, k, v, o))
@@ -187,7 +187,8 @@ else:  # counted on a laptop; then the sweep as a GPU measured it
 # of `BLOCK_N`, the last block reads past the end: its keys and values are loaded with a mask
 # (`other=0`) and the scores of keys past N become `-inf` (a row sees key `j` only if
 # `j < key_limit[row]`, here N). Query rows past N are computed on zeros and not stored. At the
-# end it divides `acc` by `l_i` and stores. `flash_attention` picks the tile sizes and launches.
+# end it divides `acc` by `l_i` and stores. The launcher, `flash_attention`, is given in the
+# Checks cell after the exercise: it picks the tile sizes and launches your kernels.
 
 # %% [markdown]
 # ### Exercise 1 · The tiled loop (7 points)
@@ -205,9 +206,6 @@ else:  # counted on a laptop; then the sweep as a GPU measured it
 # causal kernel.
 
 # %% nbgrader={"grade_id": "flash-attention-kernel", "solution": true}
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-
-
 @triton.jit
 def _attn_fwd_blocks(
     acc, m_i, l_i,  # the state: (BLOCK_M, HEAD_DIM) float32, (BLOCK_M,) float32 twice
@@ -309,6 +307,23 @@ def attn_fwd_kernel(
     tl.store(o_ptrs, (acc / l_i[:, None]).to(Out.dtype.element_ty), mask=offs_m[:, None] < N)
 
 
+# %% [markdown]
+# ### Checks
+#
+# Inputs are float16 `(B, H, N, D)` tensors; the reference is the eager code above in float64.
+# Tolerance: `rtol = 1e-3`, `atol = 1e-3`. Storing a float16 output rounds it by up to
+# $2^{-11} \approx 4.9 \times 10^{-4}$ of its value, and the probabilities are rounded to float16
+# before the second product (as FlashAttention does), which the absolute term covers; the cell
+# prints PyTorch's own fused attention's error on the same inputs for comparison. During the call
+# torch's matmul, softmax and `scaled_dot_product_attention` are refused, and your kernel
+# (`attn_fwd_kernel`, or `attn_fwd_causal_kernel` for causal attention) must be launched on `q`,
+# `k` and `v` and write every element of `out`: the work must be yours.
+
+# %%
+# -- the launcher, given: it picks the grid and tiles and launches your kernels, which Python
+# finds by name when it is called
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+
 # Tile sizes (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim, for a GPU: the fastest of the
 # candidates the course's benchmark timed on an H100 (its run of 2026-11-21). The interpreter gets
 # one small configuration with several blocks per row.
@@ -342,19 +357,6 @@ def flash_attention(q, k, v, out, causal=False, config=None):
     return out
 
 
-# %% [markdown]
-# ### Checks
-#
-# Inputs are float16 `(B, H, N, D)` tensors; the reference is the eager code above in float64.
-# Tolerance: `rtol = 1e-3`, `atol = 1e-3`. Storing a float16 output rounds it by up to
-# $2^{-11} \approx 4.9 \times 10^{-4}$ of its value, and the probabilities are rounded to float16
-# before the second product (as FlashAttention does), which the absolute term covers; the cell
-# prints PyTorch's own fused attention's error on the same inputs for comparison. During the call
-# torch's matmul, softmax and `scaled_dot_product_attention` are refused, and your kernel
-# (`attn_fwd_kernel`, or `attn_fwd_causal_kernel` for causal attention) must be launched on `q`,
-# `k` and `v` and write every element of `out`: the work must be yours.
-
-# %%
 ATTENTION_TOLERANCE = dict(rtol=1e-3, atol=1e-3)
 
 

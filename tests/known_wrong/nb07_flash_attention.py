@@ -3,7 +3,9 @@
 Each variant is a reference exercise cell (read from the notebook's source, so that the two never
 drift apart) with one planted change; `_edit` fails loudly if the text it changes is gone.
 Exercise 1 (`LOOP`) is the non-causal kernel with its loop; Exercise 2 (`CAUSAL`) the causal
-kernel, which calls that loop.
+kernel, which calls that loop. The launcher is given code (the Checks cell), so every variant is
+an edit of a kernel; the mistakes a launcher alone can make (torch computing the output, an N x N
+buffer allocated) run in no graded call (tests/hostile/flash_attention.py).
 """
 
 import re
@@ -47,16 +49,6 @@ def _region(grade_id: str) -> str:
 
 
 KEY_MASK = 'qk = tl.where(cols[None, :] < key_limit[:, None], qk, float("-inf"))'
-LAUNCH = "    kernel = attn_fwd_causal_kernel if causal else attn_fwd_kernel\n"
-TORCH_ATTENTION = """\
-    scores = (q.float()[..., :, None, :] * k.float()[..., None, :, :]).sum(-1) / math.sqrt(d)
-    if causal:
-        hidden = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(hidden, float("-inf"))
-    p = (scores - scores.amax(-1, keepdim=True)).exp()
-    p = p / p.sum(-1, keepdim=True)
-    return out.copy_((p[..., :, :, None] * v.float()[..., None, :, :]).sum(-2))
-"""
 # the causal kernel's part written as the non-causal kernel's: every key of every row
 NON_CAUSAL = """\
     full = (N // BLOCK_N) * BLOCK_N
@@ -105,8 +97,11 @@ WRONG = {
             LOOP, ("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)")
         ),
         "running max not carried to the next block": _edit(LOOP, ("        m_i = m_ij\n", "")),
-        "exp2 without log2(e) in the scale": _edit(
-            LOOP, ("h, n, LOG2E / math.sqrt(d),", "h, n, 1.0 / math.sqrt(d),")
+        # the scores are in base 2 (qk_scale holds log2(e)): e to their power is another softmax
+        "exp on the base-2 scores": _edit(
+            LOOP,
+            ("p = tl.math.exp2(qk * qk_scale", "p = tl.exp(qk * qk_scale"),
+            ("alpha = tl.math.exp2(m_i - m_ij)", "alpha = tl.exp(m_i - m_ij)"),
         ),
         "masked scores set to 0": _edit(LOOP, (KEY_MASK, KEY_MASK.replace('float("-inf")', "0.0"))),
         "keys past N left in the softmax": _edit(LOOP, (KEY_MASK, "pass")),
@@ -115,27 +110,6 @@ WRONG = {
             (
                 "acc = tl.dot(p.to(v.dtype), v, acc)",
                 "acc = tl.dot(p.to(v.dtype), v, acc.to(tl.float16)).to(tl.float32)",
-            ),
-        ),
-        "allocates the N x N scores": _edit(
-            LOOP,
-            (
-                LAUNCH,
-                "    scores = torch.empty((b, h, n, n), device=q.device, dtype=torch.float16)\n"
-                "    scores.zero_()\n" + LAUNCH,
-            ),
-        ),
-        # the kernel left blank; attention from broadcasting, which calls no refused function
-        "attention by broadcasting in the launcher": _stub(LOOP).replace(
-            LAUNCH, TORCH_ATTENTION + LAUNCH
-        ),
-        "calls SDPA": _edit(
-            LOOP,
-            (
-                LAUNCH,
-                "    out.copy_(torch.nn.functional.scaled_dot_product_attention(\n"
-                "        q, k, v, is_causal=causal))\n"
-                "    return out\n" + LAUNCH,
             ),
         ),
     },
@@ -161,14 +135,11 @@ HINTS = {
         "accumulator not rescaled": None,
         "running sum not rescaled": "row-normalisation",
         "running max not carried to the next block": None,
-        "exp2 without log2(e) in the scale": None,
+        "exp on the base-2 scores": None,
         "masked scores set to 0": "row-normalisation",
         "keys past N left in the softmax": "row-normalisation",
         # Triton 3.6 compiles no float16 accumulator for a GPU (gpu-compile); 3.9 runs it
         "float16 accumulator": ("non-finite", "gpu-compile"),
-        "allocates the N x N scores": None,
-        "attention by broadcasting in the launcher": None,
-        "calls SDPA": None,
     },
     CAUSAL: {
         "stub left in place": None,
@@ -199,12 +170,12 @@ _BOTH_STRETCHES = _CELLS[LOOP][
 # Correct but slow, each for a reason the speed cells must catch on a GPU.
 SLOW = {
     LOOP: {
-        # tiles too small for the tensor cores to pay off, and 8x more loop iterations
-        "16 x 16 tiles": _edit(
+        # P V multiplied in float32 off the tensor cores (the tiles are the launcher's, given)
+        "P V in float32": _edit(
             LOOP,
             (
-                "GPU_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}",
-                "GPU_CONFIGS = {64: (16, 16, 4, 2), 128: (16, 16, 4, 2)}",
+                "acc = tl.dot(p.to(v.dtype), v, acc)",
+                'acc = tl.dot(p, v.to(p.dtype), acc, input_precision="ieee")',
             ),
         ),
         # a first pass over K/V for the final max, a second for the output
