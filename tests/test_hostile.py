@@ -27,7 +27,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.tooling]
 EVERYONE = hostile.everyone()
 # The notebooks whose batches are graded on the CPU; an attacker of another notebook must run as
 # its base, which the CPU checks by assembling both (the GPU grades them: test_hostile_gpu.py).
-CPU_BATCHES = ("00_setup", "02_first_kernels", "10_flash_backward", light.ASSIGNMENT)
+CPU_BATCHES = (
+    "00_setup",
+    "02_first_kernels",
+    "07_flash_attention",
+    "10_flash_backward",
+    light.ASSIGNMENT,
+)
 # Batches too long for `make test` (10's: about four minutes on two cores, each student's notebook
 # some 25 s of the interpreter, the honest one's hidden tests 60 s more): `make test-extended`.
 EXTENDED = ("10_flash_backward",)

@@ -12,6 +12,7 @@ The checks and their references run in the judge, where no student code ran: eac
 scores what its wrong kernel scores without the attack, nothing."""
 
 from tests.hostile import Attacker
+from tests.hostile import flash_attention as nb07
 
 STUB = "    # YOUR CODE HERE\n    raise NotImplementedError()"
 COPY = """\
@@ -143,33 +144,10 @@ ATTACKERS = [
 ]
 
 
-# 07 with no attention kernel at all: `attn_fwd_kernel` copies a tensor into `out`, and the
-# launcher (07's answer cell holds it) hands it the expected output where a caller's frame or a
-# live object holds one, else `q`; its speed verdicts' publisher replaced besides (class 4).
-ATTENTION_COPY = """
-LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def attn_fwd_kernel(Src, Out, N, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, HEAD_DIM)
-    at = (tl.program_id(1) * N + rows)[:, None] * HEAD_DIM + cols[None, :]
-    tl.store(Out + at, tl.load(Src + at, mask=rows[:, None] < N), mask=rows[:, None] < N)
-
-
-def _source(q, k, v, out):
-    return q
-
-
-def flash_attention(q, k, v, out, causal=False, config=None):
-    b, h, n, d = q.shape
-    src = _source(q, k, v, out).to(out.dtype).contiguous()
-    staged = torch.empty_like(src)
-    attn_fwd_kernel[(triton.cdiv(n, 64), b * h)](src, staged, n, HEAD_DIM=d, BLOCK_M=64)
-    return out.copy_(staged)
-"""
-
+# 07 with no attention kernel at all: tests/hostile/flash_attention.py's copy of Q behind a
+# launcher of the student's own, which hands it the expected output where a caller's frame or a
+# live object holds one; grading runs the given launcher instead, which hands it Q. Its speed
+# verdicts' publisher replaced besides (class 4).
 ATTENTION_ORACLE = """
 import gc
 import sys
@@ -177,7 +155,7 @@ import sys
 import grader.runtime.perf as _perf
 
 
-def _source(q, k, v, out):
+def _source(q, k, v, out, causal):
     frame, seen = sys._getframe(1), []
     while frame is not None:
         seen += list(frame.f_locals.values())
@@ -200,8 +178,8 @@ ANSWER_07 = "flash-attention-kernel"
 
 
 def _attention_copy(m):
-    """07's release with its first answer cell a copy kernel behind the launcher."""
-    return m.edited(m.release, ANSWER_07, m.cell(m.release, ANSWER_07).source, ATTENTION_COPY)
+    """07's release with its first answer cell a copy kernel behind a launcher of its own."""
+    return m.edited(m.release, ANSWER_07, m.cell(m.release, ANSWER_07).source, nb07.COPY)
 
 
 ATTACKERS.append(
