@@ -121,6 +121,22 @@ def unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, tuple(shape)))
 
 
+def agreement(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float):
+    """(ok, untouched, got, want, error, finite), flat, on the output's own device (a GPU output
+    of hundreds of MiB stays there): an element is ok where it is within tolerance, or NaN where
+    the reference is NaN, or the same infinity. An element still holding the poison (untouched)
+    was never written, even where NaN is expected."""
+    untouched = poison_mask(actual).flatten()
+    got = actual.detach().to(torch.float64).flatten()
+    want = expected.detach().to(device=got.device, dtype=torch.float64).flatten()
+    finite = want.isfinite() & got.isfinite()
+    error = (got - want).abs()
+    within = finite & (error <= atol + rtol * want.abs())
+    same_inf = got.isinf() & want.isinf() & (got == want)
+    ok = within | (got.isnan() & want.isnan() & ~untouched) | same_inf
+    return ok, untouched, got, want, error, finite
+
+
 def compare(
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -148,20 +164,9 @@ def compare(
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
 
-    # compared on the output's own device: a GPU output of hundreds of MiB stays there
-    untouched = poison_mask(actual).flatten()
-    got = actual.detach().to(torch.float64).flatten()
-    want = expected.detach().to(device=got.device, dtype=torch.float64).flatten()
+    ok, untouched, got, want, error, finite = agreement(actual, expected, rtol, atol)
     if untouched.numel() and bool(untouched.all()):
         raise KernelCheckError(stubs.untouched_output(name) + where)
-
-    # an element still holding the poison was never written, even where NaN is expected
-    both_nan = got.isnan() & want.isnan() & ~untouched
-    same_inf = got.isinf() & want.isinf() & (got == want)
-    finite = want.isfinite() & got.isfinite()
-    error = (got - want).abs()
-    within = finite & (error <= atol + rtol * want.abs())
-    ok = both_nan | same_inf | within
     if bool(ok.all()):
         return
 
@@ -200,7 +205,7 @@ def _floats(args, fn) -> tuple:
     )
 
 
-def _upcast(args) -> tuple:
+def upcast(args) -> tuple:
     return _floats(args, lambda t: t.to(torch.float64))
 
 
@@ -354,7 +359,7 @@ def _probed(failure, again, args, reference, rtol, atol) -> KernelCheckError | N
         hint = hints_.computed_in_low_precision(str(low).removeprefix("torch."))
     else:
         return None
-    if not _right_again(again, probe, reference(*_upcast(probe)), rtol, atol):
+    if not _right_again(again, probe, reference(*upcast(probe)), rtol, atol):
         return None
     return KernelCheckError(failure.detail, [hint])
 
@@ -404,7 +409,7 @@ def check(
             first_args = args
         else:
             args = tuple(refill(old, new) for old, new in zip(first_args, args, strict=True))
-        expected = reference(*_upcast(args))
+        expected = reference(*upcast(args))
         dtype = out_dtype or next(
             (a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()),
             expected.dtype,

@@ -242,12 +242,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _upcast(value):
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.to(torch.float64)
-    return value
-
-
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().cpu().view(torch.uint8)
 
@@ -259,16 +253,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _mismatch(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float):
     """((kind, what is wrong in words) or None, max abs error over finite elements, first bad
     index)."""
-    untouched = checks.poison_mask(actual).flatten().cpu()
-    got = actual.detach().to(torch.float64).flatten().cpu()
-    want = expected.detach().to(torch.float64).flatten().cpu()
-    finite = got.isfinite() & want.isfinite()
-    error = (got - want).abs()
-    within = torch.zeros_like(got, dtype=torch.bool)
-    within[finite] = error[finite] <= atol + rtol * want[finite].abs()
-    same_nan = got.isnan() & want.isnan() & ~untouched
-    same_inf = got.isinf() & want.isinf() & (got == want)
-    ok = within | same_nan | same_inf
+    ok, untouched, got, want, error, finite = checks.agreement(actual, expected, rtol, atol)
     max_abs = float(error[finite].max()) if finite.any() else None
     if ok.all():
         return None, max_abs, None
@@ -314,7 +299,7 @@ def _run_case(candidate, reference, case: Case, forbid, poison: bool, seed: int 
                 first_args = args
             else:  # new values in the first trial's memory: a cache keyed on addresses goes stale
                 args = tuple(checks.refill(o, n) for o, n in zip(first_args, args, strict=True))
-            expected = reference(*(_upcast(a) for a in args), **case.kwargs)
+            expected = reference(*checks.upcast(args), **case.kwargs)
         except Exception as exc:  # a broken case is the harness's fault: say so, keep going
             return Result(case.name, False, tuple(seeds), message=f"case setup failed: {exc}")
         saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
