@@ -32,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 
+from grader.grading import roles
 from grader.grading.nbgrader_policy import grade_id_of
 from grader.runtime import published
 
@@ -79,11 +80,6 @@ class Dropped:
         return "; ".join(parts)
 
 
-def _answer(cell) -> bool:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return isinstance(meta, dict) and bool(meta.get("solution"))
-
-
 def assemble(release, submitted) -> tuple[nbformat.NotebookNode, Dropped]:
     """The release with the source of each answer cell taken from `submitted`, and what of
     `submitted` was left out."""
@@ -99,7 +95,7 @@ def assemble(release, submitted) -> tuple[nbformat.NotebookNode, Dropped]:
     nb = copy.deepcopy(release)
     for cell in nb.cells:
         grade_id = grade_id_of(cell)
-        if _answer(cell):
+        if roles.kind(cell) == "answer":
             theirs = mine.get(grade_id)
             if theirs is None or theirs.get("cell_type") != cell.cell_type:
                 dropped.missing.append(grade_id)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import kernelguard
 
+from grader.grading import roles
+from grader.grading.nbgrader_policy import grade_id_of
 from grader.grading.roles import python
 
 WATCHED = ("grader", "torch", "triton")  # what the student's process reports its evidence with
@@ -126,9 +128,7 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
     found: dict[tuple[str, str, str], None] = {}
     imported: dict[str, str] = {}  # what a name was imported as: the release's, then the cells'
     for cell in released.cells if released is not None else []:
-        if cell.get("cell_type") == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get(
-            "solution"
-        ):
+        if roles.kind(cell) in ("given", "test"):
             with contextlib.suppress(SyntaxError):
                 _imports(parse(python(cell.source)), imported)
     for label, source in cells:
@@ -185,18 +185,12 @@ def _reach(node, imported: dict[str, str]):
 def answer_cells(submitted, released) -> list[tuple[str, str]]:
     """(grade_id, source) of the cells of `submitted` that answer a solution cell of the release,
     in notebook order: what the trusted side takes from a submission."""
-    wanted = {
-        meta["grade_id"]
-        for cell in released.cells
-        if (meta := cell.get("metadata", {}).get("nbgrader", {})).get("solution")
-        and meta.get("grade_id")
-    }
-    found = []
-    for cell in submitted.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if cell.cell_type == "code" and grade_id in wanted:
-            found.append((grade_id, cell.source))
-    return found
+    wanted = {grade_id_of(cell) for cell in released.cells if roles.kind(cell) == "answer"} - {None}
+    return [
+        (grade_id, cell.source)
+        for cell in submitted.cells
+        if cell.cell_type == "code" and (grade_id := grade_id_of(cell)) in wanted
+    ]
 
 
 def entry_points(released) -> set[str]:
@@ -204,7 +198,7 @@ def entry_points(released) -> set[str]:
     functions that the tests and the speed cells call."""
     found = set()
     for cell in released.cells:
-        if cell.cell_type != "code" or cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+        if roles.kind(cell) not in ("given", "test"):
             continue
         try:
             tree = parse(python(cell.source))
