@@ -404,7 +404,7 @@ def test_an_exercise_as_released_passes_none_of_its_tests(sessions, notebook, gr
     cell: every correctness test cell fails, its hidden lines included."""
     session = sessions(notebook)
     reference = session.cells[session.span(grade_id)[0]].source
-    forget = "".join(f"globals().pop({n!r}, None)\n" for n in sorted(handin.defined(reference)))
+    forget = "".join(f"globals().pop({n!r}, None)\n" for n in sorted(handin.names(reference).binds))
     with swapped_in(session, grade_id, RELEASED[notebook, grade_id]) as (exercise, cells):
         assert session.run(forget)[0] == "ok"
         session.run(exercise)  # a stub may raise here already; its tests must fail all the same

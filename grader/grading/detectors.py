@@ -30,7 +30,7 @@ import kernelguard
 
 from grader.grading import roles
 from grader.grading.nbgrader_policy import grade_id_of
-from grader.grading.roles import python
+from grader.runtime.handin import python
 
 WATCHED = ("grader", "torch", "triton")  # what the student's process reports its evidence with
 DYNAMIC = {

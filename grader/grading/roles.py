@@ -17,20 +17,12 @@ student rebinds stays the release's in the judge."""
 from __future__ import annotations
 
 import ast
-import builtins
-import symtable
 import textwrap
 from dataclasses import dataclass
 
+from grader.runtime.handin import Names, names, python
+
 STUDENT, JUDGE, BOTH, NONE = "student", "judge", "both", "none"
-JIT_DECORATORS = ("jit", "autotune", "heuristics")
-
-
-def python(source: str) -> str:
-    """Cell source as Python: IPython magics and shell escapes commented out."""
-    return "\n".join(
-        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
-    )
 
 
 def kind(cell) -> str:
@@ -44,86 +36,6 @@ def kind(cell) -> str:
     if meta.get("grade"):
         return "test"
     return "given"
-
-
-@dataclass(frozen=True)
-class Names:
-    """What one cell binds at its top level and which globals it reads (its functions' included)."""
-
-    binds: frozenset[str]
-    reads: frozenset[str]
-    kernels: dict  # {name of a @triton.jit function it defines: the globals its body reads}
-
-
-def names(source: str) -> Names:
-    """The names one cell binds and reads; a cell that is not Python binds and reads none."""
-    code = python(source)
-    try:
-        table = symtable.symtable(code, "<cell>", "exec")
-        tree = ast.parse(code)
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        return Names(frozenset(), frozenset(), {})
-    binds = {
-        s.get_name()
-        for s in table.get_symbols()
-        if s.is_assigned() or s.is_imported() or s.is_namespace()
-    }
-    reads = _read_first(tree)  # at the top level: names read before the cell binds them
-
-    def nested(t) -> None:  # in functions and comprehensions: any global they read
-        for child in t.get_children():
-            reads.update(s.get_name() for s in child.get_symbols() if s.is_global())
-            nested(child)
-
-    nested(table)
-    kernels = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(
-            any(word in ast.unparse(d) for word in JIT_DECORATORS) for d in node.decorator_list
-        ):
-            kernels[node.name] = frozenset(
-                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != node.name
-            )
-    reads -= set(dir(builtins)) - binds
-    return Names(frozenset(binds), frozenset(reads), kernels)
-
-
-SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
-          ast.SetComp, ast.DictComp, ast.GeneratorExp)  # fmt: skip
-
-
-def _read_first(tree: ast.Module) -> set[str]:
-    """The names whose first use by the module's own statements, in the order Python evaluates
-    them, is a read (`x += 1` and `y = f(y)` read first): only those need an earlier cell."""
-    first: dict[str, bool] = {}  # name: whether its first use is a read
-
-    def visit(node) -> None:
-        if isinstance(node, SCOPES):
-            return  # their reads are the symbol table's (`names`); a def binds its name
-        if isinstance(node, ast.Name):
-            first.setdefault(node.id, isinstance(node.ctx, ast.Load))
-            return
-        if isinstance(node, ast.Assign | ast.AnnAssign):
-            for part in (node.value, *getattr(node, "targets", [getattr(node, "target", None)])):
-                if part is not None:
-                    visit(part)
-            return
-        if isinstance(node, ast.AugAssign):
-            if isinstance(node.target, ast.Name):
-                first.setdefault(node.target.id, True)
-            visit(node.value)
-            visit(node.target)
-            return
-        if isinstance(node, ast.For | ast.AsyncFor):
-            for part in (node.iter, node.target, *node.body, *node.orelse):
-                visit(part)
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    for statement in tree.body:
-        visit(statement)
-    return {name for name, read in first.items() if read}
 
 
 def answers(source_nb) -> tuple[frozenset[str], frozenset[str]]:

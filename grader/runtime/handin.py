@@ -24,11 +24,12 @@ import builtins
 import hashlib
 import json
 import os
+import symtable
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "In", "Out", "__session__"}
+JIT_DECORATORS = ("jit", "autotune", "heuristics")
 
 
 @dataclass(frozen=True)
@@ -91,67 +92,108 @@ def cells(nb: dict) -> list[Cell]:
     return found
 
 
-def _tree(source: str) -> ast.Module | None:
-    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+def python(source: str) -> str:
+    """Cell source as Python: IPython magics and shell escapes commented out."""
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
+    )
+
+
+@dataclass(frozen=True)
+class Names:
+    """What one cell binds at its top level and which globals it reads (its functions' included)."""
+
+    binds: frozenset[str]
+    reads: frozenset[str]
+    kernels: dict  # {name of a @triton.jit function it defines: the globals its body reads}
+
+
+def names(source: str) -> Names:
+    """The names one cell binds and reads; a cell that is not Python binds and reads none."""
+    code = python(source)
     try:
-        return ast.parse("\n".join(lines))
-    except SyntaxError:
-        return None
+        table = symtable.symtable(code, "<cell>", "exec")
+        tree = ast.parse(code)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return Names(frozenset(), frozenset(), {})
+    binds = {
+        s.get_name()
+        for s in table.get_symbols()
+        if s.is_assigned() or s.is_imported() or s.is_namespace()
+    }
+    reads = _read_first(tree)  # at the top level: names read before the cell binds them
+
+    def nested(t) -> None:  # in functions and comprehensions: any global they read
+        for child in t.get_children():
+            reads.update(s.get_name() for s in child.get_symbols() if s.is_global())
+            nested(child)
+
+    nested(table)
+    kernels = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+            any(word in ast.unparse(d) for word in JIT_DECORATORS) for d in node.decorator_list
+        ):
+            kernels[node.name] = frozenset(
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != node.name
+            )
+    reads -= set(dir(builtins)) - binds
+    return Names(frozenset(binds), frozenset(reads), kernels)
 
 
-def defined(source: str) -> set[str]:
-    """The names a cell binds at its top level (functions, classes, imports, assignments)."""
-    tree = _tree(source)
-    if tree is None:
-        return set()
-    names = set()
-    for stmt in tree.body:
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(stmt.name)
-        elif isinstance(stmt, ast.Import | ast.ImportFrom):
-            names |= {(a.asname or a.name).split(".")[0] for a in stmt.names if a.name != "*"}
-        else:
-            names |= {
-                n.id
-                for n in ast.walk(stmt)
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-            }
-    return names
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+          ast.SetComp, ast.DictComp, ast.GeneratorExp)  # fmt: skip
 
 
-def used(source: str) -> set[str]:
-    """The names a cell reads that it does not bind itself anywhere (its free names)."""
-    tree = _tree(source)
-    if tree is None:
-        return set()
-    loads, bound = set(), set()
-    for node in ast.walk(tree):
+def _read_first(tree: ast.Module) -> set[str]:
+    """The names whose first use by the module's own statements, in the order Python evaluates
+    them, is a read (`x += 1` and `y = f(y)` read first): only those need an earlier cell."""
+    first: dict[str, bool] = {}  # name: whether its first use is a read
+
+    def visit(node) -> None:
+        if isinstance(node, SCOPES):
+            return  # their reads are the symbol table's (`names`); a def binds its name
         if isinstance(node, ast.Name):
-            (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, ast.alias):
-            bound.add((node.asname or node.name).split(".")[0])
-    return loads - bound - BUILTINS
+            first.setdefault(node.id, isinstance(node.ctx, ast.Load))
+            return
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            for part in (node.value, *getattr(node, "targets", [getattr(node, "target", None)])):
+                if part is not None:
+                    visit(part)
+            return
+        if isinstance(node, ast.AugAssign):
+            if isinstance(node.target, ast.Name):
+                first.setdefault(node.target.id, True)
+            visit(node.value)
+            visit(node.target)
+            return
+        if isinstance(node, ast.For | ast.AsyncFor):
+            for part in (node.iter, node.target, *node.body, *node.orelse):
+                visit(part)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for statement in tree.body:
+        visit(statement)
+    return {name for name, read in first.items() if read}
 
 
 def review(nb: dict) -> tuple[list[str], list[str]]:
     """(what to fix, what to know) of a notebook's JSON, as sentences."""
     found = cells(nb)
     # names that the cells grading runs define (as you wrote them, for answers)
-    runs = set().union(*(defined(c.source) for c in found if c.kind in ("answer", "given")))
+    runs = set().union(*(names(c.source).binds for c in found if c.kind in ("answer", "given")))
     added: dict[str, list[int]] = {}
     edited: dict[str, list[int]] = {}
     for c in found:
-        for name in defined(c.source) if c.kind in ("added", "edited") else ():
+        for name in names(c.source).binds if c.kind in ("added", "edited") else ():
             (added if c.kind == "added" else edited).setdefault(name, []).append(c.index)
     fix, note = [], []
     for c in found:
         if c.kind != "answer":
             continue
-        needs = used(c.source)
+        needs = names(c.source).reads
         for name in sorted(needs & set(added) - runs):
             fix.append(
                 f"your answer in cell {c.index} ({c.grade_id}) uses `{name}`, defined only in "
