@@ -30,7 +30,7 @@ import kernelguard
 
 from grader.grading import roles
 from grader.grading.nbgrader_policy import grade_id_of
-from grader.runtime.handin import python
+from grader.runtime.handin import names, python
 
 WATCHED = ("grader", "torch", "triton")  # what the student's process reports its evidence with
 DYNAMIC = {
@@ -196,18 +196,9 @@ def answer_cells(submitted, released) -> list[tuple[str, str]]:
 def entry_points(released) -> set[str]:
     """The names the release's cells outside its answer cells read: among them, the student's
     functions that the tests and the speed cells call."""
-    found = set()
-    for cell in released.cells:
-        if roles.kind(cell) not in ("given", "test"):
-            continue
-        try:
-            tree = parse(python(cell.source))
-        except SyntaxError:
-            continue
-        found |= {
-            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-        }
-    return found
+    given = [c.source for c in released.cells if roles.kind(c) in ("given", "test")]
+    with _PARSING:
+        return set().union(*(names(source).reads for source in given))
 
 
 def _bound(trees: list[ast.Module]) -> list[str]:
