@@ -139,17 +139,11 @@ def read_notebook(path: Path):
 
 def solutions_unchanged(submitted, released) -> bool:
     """True when every solution cell is exactly as released: nothing was attempted."""
-    from nbgrader import utils
-
-    def solutions(nb):
-        return {
-            c.metadata.nbgrader["grade_id"]: c.source.strip()
-            for c in nb.cells
-            if utils.is_solution(c) and "grade_id" in c.metadata.nbgrader
-        }
-
-    given = solutions(released)
-    return bool(given) and all(solutions(submitted).get(k) == v for k, v in given.items())
+    given = detectors.answer_cells(released, released)
+    theirs = {
+        grade_id: source.strip() for grade_id, source in detectors.answer_cells(submitted, released)
+    }
+    return bool(given) and all(theirs.get(grade_id) == source.strip() for grade_id, source in given)
 
 
 def inspect(found: assemble.Submission, released: dict[str, object]) -> Submitted:
