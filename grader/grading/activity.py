@@ -29,6 +29,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.runtime import wire
+
 SOURCE = Path(__file__).with_name("activity.c")
 LIBRARY = "COURSE_ACTIVITY_LIBRARY"  # nbgrader's environment: the library built for the batch
 UNBUILT = "COURSE_ACTIVITY_UNBUILT"  # or why there is none
@@ -129,12 +131,12 @@ class Log:
             sock.sendall(self.key)
             expected = 0
             while True:
-                head = _exactly(sock, 12)
+                head = wire.exactly(sock, 12)
                 size, number = struct.unpack("<IQ", head)
                 if size > MAX_FRAME:
                     raise ActivityError(f"a frame of {size} bytes")
-                payload = _exactly(sock, size)
-                mac = _exactly(sock, 32)
+                payload = wire.exactly(sock, size)
+                mac = wire.exactly(sock, 32)
                 want = hmac.new(self.key, head[4:] + payload, hashlib.sha256).digest()
                 if not hmac.compare_digest(mac, want) or number != expected:
                     raise ActivityError("a frame that the activity library did not sign")
@@ -182,16 +184,6 @@ class Log:
             self.path.unlink()
         except OSError:
             pass
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the activity library closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 # -- building the library ------------------------------------------------------------------------

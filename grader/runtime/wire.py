@@ -54,7 +54,8 @@ def send(sock: socket.socket, header: dict, blobs: Sequence = ()) -> None:
         sock.sendall(view)
 
 
-def _exactly(sock: socket.socket, n: int) -> bytearray:
+def exactly(sock: socket.socket, n: int) -> bytearray:
+    """The next `n` bytes from `sock`; ConnectionError where the peer closes it first."""
     data = bytearray(n)
     view, got = memoryview(data), 0
     while got < n:
@@ -67,28 +68,28 @@ def _exactly(sock: socket.socket, n: int) -> bytearray:
 
 def receive(sock: socket.socket) -> tuple[dict, list[bytearray]]:
     """One message, every size checked against the limits before it is read."""
-    head = _exactly(sock, 8)
+    head = exactly(sock, 8)
     if bytes(head[:4]) != MAGIC:
         raise WireError("a message that does not start with the protocol's magic bytes")
     (size,) = struct.unpack("<I", head[4:])
     if size > MAX_HEADER_BYTES:
         raise WireError(f"a header of {size} bytes, over the {MAX_HEADER_BYTES} allowed")
     try:
-        header = json.loads(bytes(_exactly(sock, size)))
+        header = json.loads(bytes(exactly(sock, size)))
     except (ValueError, RecursionError) as exc:
         raise WireError(f"a header that is not JSON: {exc}") from None
     if not isinstance(header, dict):
         raise WireError("a header that is not a JSON object")
-    (count,) = struct.unpack("<I", _exactly(sock, 4))
+    (count,) = struct.unpack("<I", exactly(sock, 4))
     if count > MAX_BLOBS:
         raise WireError(f"{count} blobs, over the {MAX_BLOBS} allowed")
     blobs, total = [], 0
     for _ in range(count):
-        (length,) = struct.unpack("<Q", _exactly(sock, 8))
+        (length,) = struct.unpack("<Q", exactly(sock, 8))
         total += length
         if total > MAX_MESSAGE_BYTES:
             raise WireError(f"blobs of over {MAX_MESSAGE_BYTES} bytes in one message")
-        blobs.append(_exactly(sock, length))
+        blobs.append(exactly(sock, length))
     return header, blobs
 
 
