@@ -14,7 +14,8 @@ The course's checks call `advise()` each time they call your code: in JupyterLab
 anything `check()` would ask you to fix. The notebook is found through JupyterLab (the variable
 `JPY_SESSION_NAME` it gives the kernel), or from the path you pass. Given cells are recognised by
 the checksum nbgrader stored in their metadata at release (`nbgrader.utils.compute_checksum`'s
-recipe). Nothing here runs your code or changes a grade.
+recipe). What a cell binds and reads is `names`'s reading, the one grading plans the judge's
+cells with (grader.grading.roles). Nothing here runs your code or changes a grade.
 """
 
 from __future__ import annotations
