@@ -290,7 +290,8 @@ def timed_calls(
             foreign.setdefault("more or fewer of torch's own kernels than the inputs' draw", None)
         for r in segment:
             if r.kind == "kernel" and r.name not in kernels and not r.name.startswith(TORCH_KERNEL):
-                foreign.setdefault(f"`{r.name}`", None)
+                short = r.name if len(r.name) <= 48 else r.name[:45] + "..."  # cuDNN's run long
+                foreign.setdefault(f"`{short}`", None)
             elif r.kind == "memset":
                 foreign.setdefault(f"a fill of {r.size} bytes", None)
         if drawn and ours and min(r.start for r in drawn) < max(r.end for r in ours):
