@@ -207,8 +207,8 @@ def test_work_that_is_not_the_exercises_own_is_named(each, says):
 def test_a_long_library_kernel_name_leaves_the_reason_in_the_reports_line():
     """cuDNN's kernels have names of 90 characters: the class report cuts a flag at 160."""
     name = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_k0"
-    flags = _read(_calls(4, each=lambda i: [("kernel", 900, {"name": name}),
-                                            ("kernel", 10, {"name": "relu_kernel"})])).flags
+    each = [("kernel", 900, {"name": name}), ("kernel", 10, {"name": "relu_kernel"})]
+    flags = _read(_calls(4, each=lambda i: each)).flags
     assert flags and "ran inside the timed calls" in flags[0][:100], flags
 
 
