@@ -138,9 +138,6 @@ def test_the_judges_watches_see_what_happened_there(served):
     with pytest.raises(launches.IntegrityError, match="softmax"):
         with integrity.forbid(["softmax"], why="compute it with your kernel"):
             s.proxy("f")(x, torch.empty_like(x))
-    with integrity.allocations() as made:
-        s.proxy("f")(x, torch.empty_like(x))
-    assert made.bytes >= x.nbytes
 
 
 def test_a_launch_recorded_there_names_the_judges_tensors(served):

@@ -7,10 +7,9 @@ outputs here. A name of the student's in them is a proxy (`Remote`, `RemoteKerne
 served for the cell by grader.runtime.serve in the student's kernel over a `Session`: the judge
 draws every input, gets the outputs back as data (grader.runtime.wire) and compares them with its
 own references. Hidden tests, expected values, tolerances, verdicts and points stay here; what
-comes back is checked, never believed. What the watches saw there (launches, torch calls,
-allocations) is evidence: the student's code can make it lie only by reaching into its own
-process's grading code, which grader.grading.detectors flags; docs/instructors.md states the
-threat model."""
+comes back is checked, never believed. What the watches saw there (launches, torch calls) is
+evidence: the student's code can make it lie only by reaching into its own process's grading
+code, which grader.grading.detectors flags; docs/instructors.md states the threat model."""
 
 from __future__ import annotations
 

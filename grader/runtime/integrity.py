@@ -1,13 +1,12 @@
-"""Watches on a graded call: the reference must not run, and no large intermediate may be made.
-Each is a watch (grader.runtime.watches): at grading, where the call runs in the notebook's own
-process and the test in the judge's, it is opened there too and what it saw comes back.
+"""Watches on a graded call: the reference must not run. Each is a watch
+(grader.runtime.watches): at grading, where the call runs in the notebook's own process and the
+test in the judge's, it is opened there too and what it saw comes back.
 
 - `ReferenceWatch` (a `torch.overrides.TorchFunctionMode`) records calls, made through torch's
   Python API while the graded call runs, to the functions that compute attention or its parts:
   a "fallback" to the reference. `forbid(names, why)` refuses such a call on the spot.
-- `allocations()` counts the new tensor storage torch hands out during a call, and
-  `peak_memory()` the peak of the device memory its allocator hands out: a kernel that quietly
-  builds an N x N intermediate is seen.
+- `peak_memory()` measures, in the notebook's own process, the peak of the device memory
+  torch's allocator hands out during a block (07's and 10's memory plots).
 - `checked_call` also records the call's Triton launches (`grader.runtime.launches`).
 
 What they cannot catch: work that bypasses torch's Python API (`torch.ops.aten`, numpy, ctypes);
@@ -18,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -99,75 +99,18 @@ def forbid(names: Iterable[str] = REFERENCE_OPS, why: str = "compute it with you
     return ReferenceWatch(names, refuse=why)
 
 
-class Allocations(WatchMode):
-    """Bytes of new tensor storage returned by torch functions called inside the block: a view
-    of, or a write into, an argument is not new (`peak_memory` is the allocator's side)."""
-
-    def __init__(self):
-        super().__init__()
-        self.storages: dict[int, int] = {}
-
-    def watch(self, func, args, kwargs):
-        result = func(*args, **kwargs)
-        inputs = {
-            t.untyped_storage().data_ptr()
-            for t in launches.tensors([*args, *kwargs.values()])
-            if t.layout == torch.strided
-        }
-        for t in launches.tensors([result]):
-            if t.layout == torch.strided and t.untyped_storage().data_ptr() not in inputs:
-                storage = t.untyped_storage()
-                self.storages.setdefault(storage.data_ptr(), storage.nbytes())
-        return result
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.storages.values())
-
-    def remote(self, codec) -> dict:
-        return {"kind": "allocations"}
-
-    def absorb(self, report: dict, context) -> None:
-        made = report.get("bytes")
-        if isinstance(made, int) and made >= 0:
-            self.storages[-1 - len(self.storages)] = made  # storage made in the other process
-
-
-class Peak:
-    """What `peak_memory` found, in `bytes`. A watch: at grading, the call runs in the notebook's
-    process, which measures it there and reports."""
-
-    def __init__(self):
-        self.bytes = 0
-
-    def remote(self, codec) -> dict:
-        return {"kind": "peak"}
-
-    def absorb(self, report: dict, context) -> None:
-        found = report.get("bytes")
-        if isinstance(found, int) and found >= 0:
-            self.bytes = max(self.bytes, found)
-
-
 @contextmanager
-def peak_memory() -> Iterator[Peak]:
+def peak_memory() -> Iterator[SimpleNamespace]:
     """`with peak_memory() as p: ...` then `p.bytes` (GPU only): the peak of
-    torch.cuda.max_memory_allocated in the block over what was allocated before it, to check
+    torch.cuda.max_memory_allocated in the block over what was allocated before it, to show
     that a kernel builds no large intermediate (an N x N score matrix, say)."""
-    peak = Peak()
+    peak = SimpleNamespace(bytes=0)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    with watches.opened(peak):
-        yield peak
+    yield peak
     torch.cuda.synchronize()
-    peak.bytes = max(peak.bytes, torch.cuda.max_memory_allocated() - before)
-
-
-def allocations() -> Allocations:
-    """`with allocations() as a: ...` then `a.bytes`: new storage torch allocated inside, to
-    check that a kernel builds no large intermediate (an N x N score matrix, say)."""
-    return Allocations()
+    peak.bytes = torch.cuda.max_memory_allocated() - before
 
 
 def checked_call(launcher: Callable, *args, kernels: Sequence[str], **kwargs):

@@ -262,10 +262,6 @@ def open_watch(spec: dict, codec: wire.Codec, stack: ExitStack):
         watch = launches.recording(spec.get("kernels", []), out)
     elif kind == "reference":
         watch = integrity.ReferenceWatch(spec["names"], refuse=spec.get("why"))
-    elif kind == "allocations":
-        watch = integrity.allocations()
-    elif kind == "peak":
-        watch = integrity.peak_memory()
     elif kind == "poison":
         from grader.runtime import verify
 
@@ -293,8 +289,6 @@ def report(watch, server: Server, out: list) -> dict:
             found["written"], found["left"] = len(out), len(out) + 1
             out += [wire.contiguous_bytes(seen.written), wire.contiguous_bytes(seen.left)]
         return found
-    if kind in ("allocations", "peak"):
-        return {"bytes": int(seen.bytes)}
     if kind == "reference":
         return {"calls": list(seen.calls)}
     return {}
