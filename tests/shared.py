@@ -47,10 +47,10 @@ def copy_course(registered: Path, root: Path) -> Path:
     return root
 
 
-def cpu_sampler(fn, warmup_ms, rep_ms, *, before=None, check=None) -> list[float]:
+def cpu_sampler(fn, warmup_ms, rep_ms, *, before=None) -> list[float]:
     """A wall clock in place of timing.device_sampler, for tests without a GPU: a warm-up call,
-    then three timed ones, `before` ahead of each call and `check` after each timed one. What it
-    measures is CPU time, never a GPU speed."""
+    then three timed ones, `before` ahead of each call. What it measures is CPU time, never a GPU
+    speed."""
     samples = []
     for i in range(4):
         if before is not None:
@@ -59,6 +59,4 @@ def cpu_sampler(fn, warmup_ms, rep_ms, *, before=None, check=None) -> list[float
         fn()
         if i:
             samples.append((time.perf_counter() - start) * 1e3)
-            if check is not None:
-                check()
     return samples

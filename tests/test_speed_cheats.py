@@ -1,10 +1,12 @@
-"""Speed cheats against 02's kernels, graded as 02's speed cells grade them: an output cached
-across timed calls, work skipped after the third identical call, work launched on a side stream,
-timers patched through importlib and sys.modules, and a launcher that lets torch compute the
-result; and on 04's speed cell, cuBLAS computing the product that a kernel named as the
-exercise's only copies. Each must be flagged and score 0 for speed; the reference kernels,
-honest, must score full points. Every graded cell's printed figures are kept in
-build/report/speed_cheats.json (the record of a GPU run). Needs a GPU: `pytest -m gpu` on one."""
+"""Speed cheats against 02's kernels, graded as 02's speed cells grade them in a student's own
+run: an output cached across timed calls, work skipped after the third identical call, and a
+launcher that lets torch compute the result; and on 04's speed cell, cuBLAS computing the product
+that a kernel named as the exercise's only copies. Each must be flagged and score 0 for speed;
+the reference kernels, honest, must score full points. (Work on a side stream and patched
+timers, also in CHEATS, the attack corpus of bench/detectors.py, deceive only the student's own
+process: at grading the judge times from the GPU's activity log, docs/instructors.md.)
+Every graded cell's printed figures are kept in build/report/speed_cheats.json (the record of a
+GPU run). Needs a GPU: `pytest -m gpu` on one."""
 
 import ast
 import importlib
@@ -18,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader.runtime import checks, perf, timing
+from grader.runtime import checks, perf
 
 pytestmark = pytest.mark.gpu
 
@@ -100,7 +102,7 @@ def on_a_side_stream(launch):
 
 def with_patched_timers(launch):
     """Honest work, but on its first call it makes every timer report a tenth of the time,
-    reached through importlib and sys.modules (the fixture `restore_timers` undoes it)."""
+    reached through importlib and sys.modules."""
 
     def cheat(*args):
         cuda = importlib.import_module("torch").cuda
@@ -141,32 +143,13 @@ CHEATS = {
     "patched timers": with_patched_timers,
     "torch computes it": torch_computes_it,
 }
-# What each cheat must be flagged for (any one of them): the figures the device cannot reach, an
-# output wrong for its call's inputs, a timer at odds with the host clock or replaced, a result
-# that the exercise's kernel did not write (checked on an untimed call before and after timing).
-NOT_ITS_WORK = "is not the work of"
-CENSUS = ("ran inside the timed calls", "launched none of")  # the census of the GPU's work
+# What each cheat the student's own run flags must be flagged for (any one of them): an output
+# wrong for its call's inputs, or the census of the GPU's work in the timed calls.
+CENSUS = ("ran inside the timed calls", "launched none of")
 REASONS = {
-    "cached across calls": (
-        "above this GPU's measured copy bandwidth",
-        "wrong for the inputs",
-        NOT_ITS_WORK,
-        *CENSUS,
-    ),
-    "skips after the third call": (
-        "above this GPU's measured copy bandwidth",
-        "wrong for the inputs",
-        NOT_ITS_WORK,
-        *CENSUS,
-    ),
-    "side stream": (
-        "host clock",
-        "above this GPU's measured copy bandwidth",
-        "wrong for the inputs",
-        NOT_ITS_WORK,
-    ),
-    "patched timers": ("replaced while timing", "host clock"),
-    "torch computes it": (NOT_ITS_WORK, *CENSUS),
+    "cached across calls": ("wrong for the inputs", *CENSUS),
+    "skips after the third call": ("wrong for the inputs", *CENSUS),
+    "torch computes it": CENSUS,
 }
 RECORD = Path(__file__).parent.parent / "build" / "report" / "speed_cheats.json"
 
@@ -187,16 +170,6 @@ def graded(record, what: str, scores, printed: str):
     """Keep one graded launcher's scores and printed lines in the record; return them."""
     record.append({"launcher": what, "scores": scores, "printed": printed.splitlines()})
     return scores, printed
-
-
-@pytest.fixture(autouse=True)
-def restore_timers():
-    import triton.testing
-
-    saved = torch.cuda.Event.elapsed_time, triton.testing.do_bench
-    yield
-    torch.cuda.Event.elapsed_time, triton.testing.do_bench = saved
-    assert timing.replaced() == []
 
 
 # -- grading as 02's speed cells do ----------------------------------------------------------------
@@ -259,7 +232,7 @@ def test_the_honest_fused_kernel_scores_full_speed_points(k02, capsys, record):
     assert flags_in(printed) == []
 
 
-@pytest.mark.parametrize("cheat", list(CHEATS))
+@pytest.mark.parametrize("cheat", list(REASONS))
 def test_a_cheating_fused_launcher_is_flagged_and_scores_zero(k02, capsys, record, cheat):
     scores, printed = graded(
         record,
@@ -279,7 +252,7 @@ def test_the_honest_add_kernel_is_not_flagged(k02, capsys, record):
     assert flags_in(printed) == []
 
 
-@pytest.mark.parametrize("cheat", list(CHEATS))
+@pytest.mark.parametrize("cheat", list(REASONS))
 def test_a_cheating_add_launcher_is_flagged_and_scores_zero(k02, capsys, record, cheat):
     score, printed = graded(
         record, f"add: {cheat}", grade_add(CHEATS[cheat](k02.add)), capsys.readouterr().out

@@ -1,6 +1,6 @@
-"""The one speed path (grader.runtime.perf.measure) on the CPU, where timing runs on the host
-clock and no census can be taken, and the census's reading of a trace recorded on an H200: each
-check of the path catches its cheat, and an honest kernel passes them all."""
+"""The speed path's checks (grader.runtime.perf) without a GPU: a `distinct` baseline's output
+(the judge's identity check), and the census's reading of a trace recorded on an H200, which
+names what a timed call ran besides the exercise's kernels."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,6 @@ import torch
 
 from grader.runtime import census, checks, device, perf
 from tests import launch_kernels as lk
-from tests import shared
 
 DEV = device.current().torch_device
 TRACE = Path(__file__).parent / "data" / "census-trace-h200.json"
@@ -19,7 +18,6 @@ TRACE = Path(__file__).parent / "data" / "census-trace-h200.json"
 def case(launcher, *baselines, x=None):
     x = torch.randn(300, device=DEV) if x is None else x
     out = torch.empty_like(x)
-    baselines = baselines or (perf.Baseline("torch", lambda: torch.mul(x, 2.0), at_least=1.0),)
     return perf.Case(
         lambda: launcher(x, out),
         ["double_kernel"],
@@ -28,36 +26,6 @@ def case(launcher, *baselines, x=None):
         lambda: checks.compare(out, 2 * x.double(), context="after a timed call"),
         baselines,
     )
-
-
-def measure(c):
-    return perf.measure(c, sampler=shared.cpu_sampler)
-
-
-def test_an_honest_kernel_is_timed_and_raises_no_flag():
-    found = measure(case(lk.honest))
-    assert found.flags == ()
-    assert found.candidate_ms > 0 and found.speedup("torch") > 0
-    assert found.lines and found.lines[0].startswith("this problem: ")
-
-
-def test_a_result_torch_computed_is_flagged_before_timing():
-    found = measure(case(lk.torch_only))
-    assert found.candidate_ms is None
-    assert "returned without launching double_kernel" in found.flags[0]
-
-
-def test_a_result_kept_from_an_earlier_call_is_flagged():
-    kept = {}
-
-    def caches(x, out):  # computes once, then hands back what it had
-        if "out" not in kept:
-            kept["out"] = lk.honest(x, out).clone()
-        out.copy_(kept["out"])
-        lk.launch(x[:0], out[:0])
-
-    found = measure(case(caches))
-    assert found.candidate_ms is None and found.flags
 
 
 def test_an_output_equal_to_a_distinct_library_baseline_is_flagged():
@@ -107,13 +75,6 @@ def test_the_recorded_census_attributes_each_kernel_to_the_call_that_launched_it
 
 def test_the_census_passes_an_honest_call_and_names_a_library_computing_the_result():
     assert perf.census_flags(recorded(["flash07"]), attention_case()) == []
-    checked = recorded(["flash07"])
-    checked.calls = [perf.CHECKED if w == "cheat" else w for w in checked.calls]
-    checked.seen = [census.Seen(s.name, perf.CHECKED if s.window == "cheat" else s.window, s.call)
-                    for s in checked.seen]  # fmt: skip
-    flags = perf.census_flags(checked, attention_case())
-    assert any("cudnn_generated" in f for f in flags)  # a checked call counts as a timed one
-    assert flags[-1] == "1 of 1 checked calls launched none of attn_fwd_kernel"
     flags = perf.census_flags(recorded(["flash07", "cheat"]), attention_case())
     named = [f for f in flags if f.startswith("`")]
     assert any(f.startswith("`cudnn_generated_fort_native_sdpa_sm90") for f in named)

@@ -5,26 +5,17 @@ through grader.runtime.watches.elsewhere); in a student's own notebook `measure`
 A cell describes one or more `Case`s: the call under test, the exercise's kernels it must run,
 its inputs and output, a check of the output against the inputs as they are, and the baselines
 to beat, each with its threshold: a ratio measured in the same run on the same device, never an
-absolute time. On a GPU `measure`, for each case:
-
-1. calls it once (a first call may tune), and once more with `out` poisoned inside a census of
-   the GPU's work (grader.runtime.census), checking the output: with only the exercise's kernels
-   run in that call, every element is their work (`checked_flags`);
-2. times the call and the baselines alternately (`compare_all`), every input drawn afresh before
-   every timed call (`Redraw`), the output checked after calls drawn at random, each timed call
-   of the candidate inside the census;
-3. checks the call's own work again after timing, as in 1;
-4. reads the census: a kernel, copy or fill in a checked or timed call that is not one of the
-   exercise's kernels is named, another Triton kernel included (the release's launchers launch
-   the exercise's kernels alone), and so is a timed call that launched none (`census_flags`);
-5. compares the output, bit for bit, with each baseline marked `distinct` (a library whose result
-   no Triton kernel reproduces exactly on these shapes: cuDNN's and SDPA's attention);
-6. flags a bandwidth above a copy of the same bytes timed now, and a FLOP rate above cuBLAS's.
+absolute time. On a GPU `measure` times the call and the baselines alternately (`compare_all`),
+every input drawn afresh before every timed call (`Redraw`) and the output checked after each
+pass, each timed call of the candidate inside a census of the GPU's work
+(grader.runtime.census), and names a kernel, copy or fill in a timed call that is not one of the
+exercise's kernels, and a timed call that launched none (`census_flags`): feedback for the
+student's own run, where nothing stops her process from rewriting it. At grading the judge
+checks the call's own work, the output of calls it picks, a `distinct` baseline's output
+(`identity_flags`) and the device's ceilings (`ceiling_flags_of`) itself.
 
 Anything found is a flag (a line beginning with FLAGGED, the reasons in the published verdicts)
-and 0 points: no figure is scored that the device cannot produce. The grader's own tests time on
-the CPU, where the call's own work is checked by recording its Triton launches
-(`own_work_flags`) instead of a census."""
+and 0 points."""
 
 from __future__ import annotations
 
@@ -47,7 +38,7 @@ FLOP_MARGIN = 0.15
 DRAM_MARGIN = 1.1  # times the fewest DRAM bytes a call needs, as Nsight Compute counts them
 CEILING_SIZES = (4096, 8192)  # the square matmuls whose best FLOP rate is the ceiling
 COPY = "copy bandwidth"  # a baseline of this name is a copy of the case's bytes, in percent
-TIMED, CHECKED = "timed", "checked"  # the census's windows
+TIMED = "timed"  # the census's window of a timed call
 
 
 def publish_verdict(verdict: Verdict, text: str | None = None) -> bool:
@@ -206,7 +197,7 @@ class Redraw:
             raise ValueError("nothing to draw afresh: no floating-point input")
         self.moments = [(float(t.float().mean()), float(t.float().std())) for t in self.inputs]
         self.generator = torch.Generator(self.inputs[0].device)
-        self.generator.manual_seed(timing.randbelow(2**62))
+        self.generator.seed()
 
     def __call__(self) -> None:
         draw(self.inputs, self.moments, self.generator)
@@ -237,18 +228,17 @@ def compare_all(
     """Time candidate and each baseline alternately (A B C A B C ...), in two passes, so drift
     affects all alike; each timing of the candidate inside `session()` (a census's, in `measure`).
     `before()` runs before every call, untimed, to change the inputs (`Redraw`); `verify` checks
-    the output against the inputs as they are, after a few timed calls drawn at random, the last
-    of each pass, and each pass: a wrong output is in every comparison's `flags`. `sampler` goes
-    to timing.bench (the GPU's device_sampler by default)."""
+    the output against the inputs as they are after each pass: a wrong output stops the timing
+    and is in every comparison's `flags`. `sampler` goes to timing.bench (the GPU's
+    device_sampler by default)."""
     if sampler is None:
         timing.require_gpu("Comparing speed")
     checks.call_graded(candidate, what="the timed code")  # an unfilled stub, said plainly
     mine, theirs = None, dict.fromkeys(baselines)
-    empty = timing.Timing((float("nan"),), 0, False)
     try:
         for _ in range(2):
             with session():
-                t = timing.bench(candidate, sampler=sampler, before=before, check=verify)
+                t = timing.bench(candidate, sampler=sampler, before=before)
             mine = t if mine is None else mine.pooled(t)
             if verify is not None:
                 verify()
@@ -256,10 +246,9 @@ def compare_all(
                 t = timing.bench(fn, sampler=sampler, before=before)
                 theirs[label] = t if theirs[label] is None else theirs[label].pooled(t)
     except checks.KernelCheckError as wrong:
-        reason = wrong_output(wrong)
+        empty = timing.Timing((float("nan"),), 0, False)  # no figure of a wrong output
         return [
-            Comparison(name, mine or empty, label, theirs[label] or empty, (reason,))
-            for label in baselines
+            Comparison(name, empty, label, empty, (wrong_output(wrong),)) for label in baselines
         ]
     return [Comparison(name, mine, label, t) for label, t in theirs.items()]
 
@@ -299,30 +288,6 @@ def wrong_output(wrong: Exception) -> str:
 # -- the checks around timing --------------------------------------------------------------------
 
 
-def own_work_flags(
-    candidate: Callable[[], object],
-    kernels: Sequence[str],
-    inputs: Sequence[torch.Tensor],
-    out: torch.Tensor | None,
-    verify: Callable[[], None],
-) -> list[str]:
-    """Why the timed code's result is not the work of `kernels` (empty when it is), where no
-    census can be taken: one untimed call, its launches recorded as the correctness checks record
-    them, then `verify`. `out`, poisoned first, must be written by `kernels` in every element;
-    without it, the tensor the call returns must have been handed to one of their launches."""
-    try:
-        if out is not None:
-            out.copy_(checks.poisoned(out.shape, out.dtype, out.device.type))
-        with launches.recording(kernels, out) as rec:
-            result = checks.call_graded(candidate, what="the timed code")
-        returned = result if out is None and isinstance(result, torch.Tensor) else None
-        launches.verify(rec, inputs, "the timed code", returned=returned)
-        verify()
-    except (launches.IntegrityError, checks.KernelCheckError) as wrong:
-        return not_their_work(kernels, wrong)
-    return []
-
-
 def identity_flags(case: Case) -> list[str]:
     """The `distinct` baselines whose output equals the call's bit for bit on fresh inputs."""
     distinct = [b for b in case.baselines if b.distinct]
@@ -349,29 +314,14 @@ def identity_flags(case: Case) -> list[str]:
     return found
 
 
-def checked_flags(seen: census.Census, case: Case) -> list[str]:
-    """One untimed call in the census's CHECKED window, `out` poisoned before it and the output
-    checked after it: with the census showing only the exercise's kernels ran in the window
-    (`census_flags`), every element of `out` is their work."""
-    if case.out is not None:
-        case.out.copy_(checks.poisoned(case.out.shape, case.out.dtype, case.out.device.type))
-    with seen.session():
-        seen.watch(lambda: checks.call_graded(case.candidate, what="the timed code"), CHECKED)()
-    try:
-        case.verify()
-    except checks.KernelCheckError as wrong:
-        return not_their_work(case.kernels, wrong)
-    return []
-
-
 def census_flags(seen: census.Census, case: Case) -> list[str]:
-    """What the census of the timed and checked calls says against the case: GPU work other than
-    the exercise's kernels, or calls that ran none (a census that saw none vouches for nothing)."""
+    """What the census of the timed calls says against the case: GPU work other than the
+    exercise's kernels, or calls that ran none (a census that saw none vouches for nothing)."""
     kernels = " or ".join(case.kernels)
     found = [
         f"`{name}` ran inside the timed calls: only the exercise's Triton kernels may run "
         "there. Did a library compute the result?"
-        for name in census.foreign(seen.names(TIMED) + seen.names(CHECKED), set(case.kernels))
+        for name in census.foreign(seen.names(TIMED), set(case.kernels))
     ]
     calls, idle = seen.without(TIMED, case.kernels)
     if not calls or idle == calls:
@@ -382,9 +332,6 @@ def census_flags(seen: census.Census, case: Case) -> list[str]:
     elif idle:
         found.append(f"{idle} of {calls} timed calls launched none of {kernels}: is work skipped "
                      "on some calls?")  # fmt: skip
-    checked, idle = seen.without(CHECKED, case.kernels)
-    if idle:
-        found.append(f"{idle} of {checked} checked calls launched none of {kernels}")
     return found
 
 
@@ -477,48 +424,24 @@ def ceiling_flags_of(case: Case, comparisons: dict[str, Comparison]) -> list[str
     return ceiling_flags(mine, bytes_moved=case.moved, copy=copy, flops=case.flops, matmul=matmul)
 
 
-def measure(case: Case, *, sampler: timing.Sampler | None = None) -> Measured:
-    """One case through every check of the module's docstring, timed; never scores. `sampler`
-    replaces the GPU's (the grader's own tests, on the CPU: `own_work_flags`, no census)."""
-    label = case.name or "this problem"
-    baselines = {b.name: b.fn for b in case.baselines}
-    if sampler is not None:
-        own = (case.candidate, case.kernels, case.inputs, case.out, case.verify)
-        flags = own_work_flags(*own)
-        if flags:
-            return Measured(label, flags=tuple(flags))
-        results = compare_all(case.candidate, baselines, verify=case.verify,
-                              before=Redraw(case.inputs), sampler=sampler)  # fmt: skip
-        flags = list(results[0].flags)
-        if not flags and not _stopped(results):
-            flags += own_work_flags(*own)
-            if not flags:
-                flags += identity_flags(case)
-        return measured_from(case, results, flags)
+def measure(case: Case) -> Measured:
+    """One case timed, with the checks of the module's docstring; never scores."""
     away = watches.elsewhere()  # at grading, the judge: the call may run in another process
     found = away.measure(case) if away is not None else None
     if found is not None:
         return found
-    checks.call_graded(case.candidate, what="the timed code")  # the first call, which may tune
     seen = census.Census()
     try:
-        flags = checked_flags(seen, case)
-        if flags:
-            return Measured(label, flags=tuple(flags))
-        results = compare_all(seen.watch(case.candidate, TIMED), baselines, verify=case.verify,
-                              before=Redraw(case.inputs), session=seen.session)  # fmt: skip
-        flags = list(results[0].flags)
-        if not flags:
-            flags += checked_flags(seen, case)
+        results = compare_all(
+            seen.watch(case.candidate, TIMED),
+            {b.name: b.fn for b in case.baselines},
+            verify=case.verify,
+            before=Redraw(case.inputs),
+            session=seen.session,
+        )
     except census.CensusUnavailable as unavailable:
-        return Measured(label, flags=(str(unavailable),))
-    if _stopped(results):
-        return Measured(label, flags=tuple(flags))
-    flags += census_flags(seen, case)
-    if not flags:
-        flags += identity_flags(case)
-    if not flags:
-        flags += ceiling_flags_of(case, {c.baseline_name: c for c in results})
+        return Measured(case.name or "this problem", flags=(str(unavailable),))
+    flags = list(results[0].flags) or census_flags(seen, case)
     measured = measured_from(case, results, flags)
     if case.traffic is None or flags:
         return measured

@@ -5,7 +5,6 @@ own activity log, grader.grading.activity: this module times the notebook's own 
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -16,8 +15,6 @@ import torch
 
 from grader.runtime import device
 
-randbelow = random.SystemRandom().randrange  # the OS's randomness, not `random`'s state
-CHECKED_CALLS = 3  # timed calls a round, drawn at random, whose output `check` examines
 FLUSH_BYTES = 256 * 1024 * 1024  # as do_bench: more than any current GPU's L2 cache
 
 Sampler = Callable[[Callable[[], object], int, int], "list[float]"]
@@ -64,22 +61,15 @@ class Timing:
         )
 
 
-def _checked_calls(n: int) -> set[int]:
-    """CHECKED_CALLS indices among n timed calls, drawn from the OS's randomness, and the last."""
-    return {randbelow(n) for _ in range(CHECKED_CALLS)} | {n - 1}
-
-
 def device_sampler(
     fn: Callable[[], object],
     warmup_ms: int,
     rep_ms: int,
     *,
     before: Callable[[], None] | None = None,
-    check: Callable[[], None] | None = None,
 ) -> list[float]:
     """One round by do_bench's protocol: milliseconds per call. `before()` runs before every
-    timed call, outside the timed region (it changes the inputs); `check()` runs after the last
-    timed call and a few drawn at random, the whole device synchronized first."""
+    timed call, outside the timed region (it changes the inputs)."""
     sync = torch.cuda.synchronize
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
@@ -105,15 +95,11 @@ def device_sampler(
     n = max(1, int(rep_ms / estimate_ms))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    checked = _checked_calls(n) if check is not None else set()
     for i in range(n):
         prepare()
         starts[i].record()
         fn()
         ends[i].record()
-        if i in checked:
-            sync()
-            check()
     sync()
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
@@ -159,16 +145,15 @@ def bench(
     *,
     sampler: Sampler | None = None,
     before: Callable[[], None] | None = None,
-    check: Callable[[], None] | None = None,
 ) -> Timing:
     """Time `fn()` on the GPU (device_sampler); refuses with a clear message in interpreter mode.
-    `before` and `check` go to the sampler (see device_sampler). `sampler` replaces
-    device_sampler (a fake, for the grader's own tests)."""
+    `before` goes to the sampler (see device_sampler). `sampler` replaces device_sampler (a fake,
+    for the grader's own tests)."""
     if sampler is None:
         require_gpu()
         sampler = device_sampler
-    if before is not None or check is not None:
-        sampler = partial(sampler, before=before, check=check)
+    if before is not None:
+        sampler = partial(sampler, before=before)
     return measure_until_stable(fn, sampler)
 
 
