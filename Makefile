@@ -96,7 +96,8 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m "not gpu and not slow and not container" $(XDIST) $(PYTEST_ARGS)
 
-# The CPU tests marked extended, past make test's 15 minutes on two cores: 10's hostile batch.
+# The CPU tests marked extended, past make test's 15 minutes on two cores: 10's hostile batch
+# (CI runs them in a job of their own, .github/workflows/cpu.yml).
 test-extended: setup
 	$(PY) -m pytest -m "extended and not gpu" $(XDIST) $(PYTEST_ARGS)
 

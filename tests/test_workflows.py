@@ -55,6 +55,8 @@ def cpu_problems(workflow):
     jobs = workflow["jobs"]
     if not any("make test-grader-pins" in runs(j) for j in jobs.values()):
         problems.append("the CPU workflow must run the corpora on the grader's pins")
+    if not any("make test-extended" in runs(j) for j in jobs.values()):
+        problems.append("the CPU workflow must run the tests marked extended")
     job = jobs.get("test", {})
     if ".ci/run" not in runs(job):
         problems.append("the CPU workflow must run .ci/run")
@@ -199,3 +201,4 @@ def test_the_checks_reject_unsafe_or_incomplete_workflows(root, makefile):
     assert any(".ci/run" in p for p in cpu_problems(no_run))
     no_pins = {**cpu, "jobs": {"test": job}}
     assert any("grader's pins" in p for p in cpu_problems(no_pins))
+    assert any("marked extended" in p for p in cpu_problems(no_pins))
