@@ -92,7 +92,7 @@ def graded(
     for student in honest:
         _write(inbox, student, assignment, m.files(m.answered()))
     # each distinct base graded once: most attackers' base is the honest answer itself
-    graded_as = {nbformat.writes(m.answered()): honest[0]}
+    graded_as = {nbformat.writes(m.answered()): honest[0]} if honest else {}
     bases = {}
     for a in attackers or [a for a in ATTACKERS if a.assignment == assignment]:
         _write(inbox, a.student, assignment, a.files(m))

@@ -7,7 +7,9 @@ included. What each student scored is kept in build/report/hostile_gpu_<notebook
 record of a GPU run. Needs a GPU (two are used when there are two) and bubblewrap, as `make
 autograde` does; 09's batch needs an sm_90 GPU, where alone its float8 and warp-specialization
 cells score, and is skipped on others. COURSE_HOSTILE_STUDENTS (attackers' names, comma-separated)
-grades only those, with their bases and the honest student, to fit a job's time limit."""
+grades only those, with their bases and the honest student, to fit a job's time limit; with
+COURSE_HOSTILE_HONEST=0 too, the honest student is graded only as an attacker's base (one of 10's
+students costs about two minutes on an H200)."""
 
 import json
 import os
@@ -37,6 +39,7 @@ ATTACKERS = [
     and (a.student in ONLY if ONLY else True)
     and (a.gpu_only or a.assignment != "02_first_kernels")  # 02's others grade on the CPU
 ]
+HONEST = () if os.environ.get("COURSE_HOSTILE_HONEST") == "0" else ("honest-1",)
 RECORDS = Path(__file__).parent.parent / "build" / "report"
 SPEED_CELL_TIMEOUT, SUBMISSION_TIMEOUT = 600, 1200
 MEMORY_GIB = 16  # what make autograde gives a student where the machine has it
@@ -67,7 +70,7 @@ def batches(tmp_path_factory, registered_course):
     def batch(assignment: str) -> tuple[hostile.Graded, int, str]:
         mine = tuple(a for a in ATTACKERS if a.assignment == assignment)
         done[assignment] = graded(
-            assignment, base / f"gpu-{assignment}", registered_course, mine, ("honest-1",),
+            assignment, base / f"gpu-{assignment}", registered_course, mine, HONEST,
             _options(),
         )  # fmt: skip
         return done[assignment]
@@ -92,6 +95,8 @@ def batches(tmp_path_factory, registered_course):
     "assignment", [a for a in GPU_BATCHES if not ONLY or any(x.assignment == a for x in ATTACKERS)]
 )
 def test_the_honest_student_earns_every_point_speed_included(batches, assignment):
+    if not HONEST:
+        pytest.skip("COURSE_HOSTILE_HONEST=0: the honest student is graded only as a base")
     _needs_its_gpu(assignment)
     result, code, printed = batches(assignment)
     assert code == 0, printed[-3000:]
