@@ -13,7 +13,7 @@ import pytest
 
 import tests.known_wrong
 from grader.authoring import build
-from grader.grading import assemble, detectors, findings
+from grader.grading import assemble, detectors, findings, roles
 from tests import hostile
 from tests.conftest import ROOT
 from tests.hostile import kept_outputs
@@ -261,8 +261,36 @@ def test_reaches_follows_imports_over_the_cells_in_order():
 
 @pytest.mark.parametrize("notebook", SOLUTIONS)
 def test_the_reference_solutions_reach_nothing(notebook):
-    nb = materials(notebook).answered()
-    assert detectors.reaches(detectors.answer_cells(nb, materials(notebook).release)) == []
+    m = materials(notebook)
+    assert detectors.reaches(detectors.answer_cells(m.answered(), m.release), m.release) == []
+
+
+NOT_A_KERNEL = "binds attn_fwd_kernel to what is not a Triton kernel"
+KERNEL_NAMES = {  # 07's kernel attn_fwd_kernel, bound or changed in an answer cell
+    "class W:\n    pass\n\n\nattn_fwd_kernel = W()": NOT_A_KERNEL,
+    "def attn_fwd_kernel(*args):\n    pass": NOT_A_KERNEL,
+    "attn_fwd_kernel.run = print": "changes attn_fwd_kernel.run",
+    "attn_fwd_kernel.__dict__['run'] = print": "changes attn_fwd_kernel.__dict__",
+    "setattr(attn_fwd_kernel, 'run', print)": "changes attn_fwd_kernel with setattr",
+    "from os import path as attn_fwd_kernel": "binds attn_fwd_kernel by an import",
+    "def f():\n    global attn_fwd_kernel\n    attn_fwd_kernel = print": NOT_A_KERNEL,
+    "def f():\n    attn_fwd_kernel = print": None,  # a local of f's
+    "@triton.jit\ndef attn_fwd_kernel(Q):\n    pass": None,
+    "attn_fwd_kernel = triton.jit(_body)": None,
+    "@triton.autotune(configs=[], key=[])\n@triton.jit\ndef attn_fwd_kernel(Q):\n    pass": None,
+}
+
+
+@pytest.mark.parametrize("code", list(KERNEL_NAMES))
+def test_a_kernel_name_bound_to_anything_but_a_triton_kernel_is_flagged(code):
+    """The judge launches the student's kernels by name in the student's process: a wrapper
+    there could compute the output with torch and launch the kernel for show."""
+    found = detectors.reaches(
+        [("flash-attention-kernel", code)], materials("07_flash_attention").release
+    )
+    said = [r.what for r in found if r.kind == "cheating"]
+    assert (KERNEL_NAMES[code] is None) == (not said), said
+    assert KERNEL_NAMES[code] is None or any(KERNEL_NAMES[code] in w for w in said), said
 
 
 def test_the_names_the_release_imports_are_known_to_reaches():
@@ -272,3 +300,12 @@ def test_the_names_the_release_imports_are_known_to_reaches():
         ("cheating", "replaces grader.runtime.checks.check")
     ]
     assert detectors.reaches([("relu-kernel", "checks.check = print")]) == []  # without it
+
+
+def test_the_judge_launches_a_kernel_only_under_a_name_bound_to_it_alone():
+    m = materials("07_flash_attention")
+    answered = m.answered()
+    assert {"attn_fwd_kernel", "attn_fwd_causal_kernel"} <= roles.launchable(answered)
+    wrapped = m.appended(answered, "flash-attention-kernel", "attn_fwd_kernel = print")
+    assert "attn_fwd_kernel" not in roles.launchable(wrapped)
+    assert "attn_fwd_causal_kernel" in roles.launchable(wrapped)

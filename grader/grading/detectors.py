@@ -7,7 +7,10 @@ lie; so this module names them:
 
 - `reaches`: code that replaces functions or values of grader, torch or triton (an assignment
   to their attributes, `setattr`, `mock.patch`, writes through `__dict__`, `vars()` or
-  `globals()`), as "cheating"; and code the judge cannot read or that reaches below Python
+  `globals()`), or that binds one of the exercise's kernel names to anything but a Triton
+  kernel or changes its attributes (the judge launches the student's kernels by name, and a
+  wrapper there could compute with torch), as "cheating"; and code the judge cannot read or
+  that reaches below Python
   (exec, eval, compile, ctypes, frames and the garbage collector, `/proc/self`, raw file
   descriptors, IPython magics that run code), as "dynamic-code";
 - `routes`: kernelguard (PyPI; MIT), a maintained rule-based detector of kernel-benchmark
@@ -127,10 +130,13 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
     `released` notebook's other cells import (`checks`, `torch`) are known as theirs."""
     found: dict[tuple[str, str, str], None] = {}
     imported: dict[str, str] = {}  # what a name was imported as: the release's, then the cells'
+    kernels: set[str] = set()  # the Triton kernels the release's answer cells define
     for cell in released.cells if released is not None else []:
         if roles.kind(cell) in ("given", "test"):
             with contextlib.suppress(SyntaxError):
                 _imports(parse(python(cell.source)), imported)
+        elif roles.kind(cell) == "answer":
+            kernels |= names(cell.source).kernels.keys()
     for label, source in cells:
         for line in source.split("\n"):
             magic = line.lstrip()
@@ -146,6 +152,9 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
         for node in ast.walk(tree):
             for kind, what in _reach(node, imported):
                 found[(kind, label, what)] = None
+        for name, what in roles.bindings(tree)[1].items():
+            if name in kernels:  # the judge launches no kernel bound so (roles.launchable)
+                found[("cheating", label, f"{what}, a kernel the grader launches")] = None
     return [Route(*key) for key in found]
 
 

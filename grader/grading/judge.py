@@ -389,6 +389,7 @@ class Judge:
         os.chmod(self.path, 0o777)  # the sandbox's uid connects
         self.listener.listen(1)
         self.sources: dict[str, tuple[str, int]] = {}  # grader.grading.roles.sources
+        self.launchable: frozenset[str] = frozenset()  # grader.grading.roles.launchable
         self.prefix: Callable[[], list[str]] = list  # the notebook's code before this cell
         self.profiled: Callable | None = None  # runs ncu in the student's sandbox (profile.Runner)
         self.shell = Shell()
@@ -425,8 +426,13 @@ class Judge:
 
     def _proxy(self, name: str, info: dict, codec: wire.Codec | None):
         kind = info.get("kind")
-        if kind == "kernel":
+        if kind == "kernel" and name in self.launchable:
             return RemoteKernel(self, name)
+        if kind == "kernel":
+            why = (f"`{name}` is not a Triton kernel as your notebook binds it (a wrapper, a "
+                   "replaced method or an import under its name): the grader launches Triton "
+                   "kernels defined with @triton.jit alone")  # fmt: skip
+            return Missing(name, why)
         if kind == "function":
             return Remote(self, name)
         if kind == "value" and codec is not None:

@@ -83,6 +83,7 @@ class JudgedExecute(Execute):
         self.judge = Judge(where / "judge.sock", folder, "cuda" if gpu else "cpu",
                            self._plan.settings)  # fmt: skip
         self.judge.sources = roles.sources(nb)
+        self.judge.launchable = roles.launchable(nb)
         self.judge.prefix = lambda: roles.replay(nb, self._plan, self._index)
         spec = where.parent / "spec.json"  # the jail's: ncu runs in the student's sandbox too
         self.judge.profiled = jail.ncu_runner(spec, str(folder)) if spec.is_file() else None

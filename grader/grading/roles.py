@@ -12,7 +12,9 @@ In the judge, the names the answer cells of the source notebook (the authors' an
 the student's, served by the student's kernel as the judge runs (`served`); so is a given Triton
 kernel that calls one of them (09's `tile_order_kernel` calls the student's `tile_coords`), which
 the judge cannot compile. Nothing else the student binds is asked for, and a given name the
-student rebinds stays the release's in the judge."""
+student rebinds stays the release's in the judge. A kernel is launched there only under a name
+the notebook binds to a Triton kernel and to nothing else (`launchable`): a wrapper under a
+kernel's name could compute with torch and launch the kernel for show."""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ import ast
 import textwrap
 from dataclasses import dataclass
 
-from grader.runtime.handin import Names, names, python
+from grader.runtime.handin import JIT_DECORATORS, Names, names, python
 
 STUDENT, JUDGE, BOTH, NONE = "student", "judge", "both", "none"
+CHANGERS = ("setattr", "delattr", "vars")  # calls that change the object they are given
 
 
 def kind(cell) -> str:
@@ -106,6 +109,79 @@ def plan(nb, answers: frozenset[str], answer_reads: frozenset[str]) -> Plan:
     given = {name for k, n in zip(kinds, found, strict=True) if k == "given" for name in n.binds}
     settings = tuple(sorted(set_by_tests & given & answer_reads - answers))
     return Plan(tuple(where), tuple(served), settings)
+
+
+def _jit(node) -> bool:
+    """Whether `node` (a decorator, or what an assignment's value calls) is triton.jit,
+    triton.autotune(...) or triton.heuristics(...), by its last name."""
+    while isinstance(node, ast.Call):
+        node = node.func
+    last = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return last in JIT_DECORATORS
+
+
+def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
+    """Of one cell: the global names it binds to Triton kernels (a def under @triton.jit,
+    autotune or heuristics, or `name = triton.jit(fn)`), and {name: what} for each global name it
+    binds another way, or whose object's attribute it sets."""
+    jit, other = set(), {}
+    made = {id(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and _jit(n.value)
+            for t in n.targets}  # fmt: skip
+    scopes = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef | ast.comprehension
+
+    def visit(node, local: bool, declared: frozenset[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = getattr(child, "name", None) if not isinstance(child, ast.alias) else None
+            if isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load):
+                name = child.id
+            if name is not None and (not local or name in declared):
+                kernel = id(child) in made or (
+                    isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and any(map(_jit, child.decorator_list))
+                )
+                if kernel:
+                    jit.add(name)
+                else:
+                    other.setdefault(name, f"binds {name} to what is not a Triton kernel")
+            elif isinstance(child, ast.Attribute | ast.Subscript) and not isinstance(
+                child.ctx, ast.Load
+            ):
+                root = child  # `k.run = f`, `k.__dict__["run"] = f`: k is changed
+                while isinstance(root, ast.Attribute | ast.Subscript):
+                    root = root.value
+                if isinstance(root, ast.Name):
+                    other.setdefault(root.id, f"changes {ast.unparse(child)}")
+            elif isinstance(child, ast.Call) and getattr(child.func, "id", None) in CHANGERS:
+                if child.args and isinstance(child.args[0], ast.Name):  # setattr(k, "run", f)
+                    other.setdefault(
+                        child.args[0].id, f"changes {child.args[0].id} with {child.func.id}"
+                    )
+            elif isinstance(child, ast.alias) and not local:
+                bound = child.asname or child.name.split(".")[0]
+                other.setdefault(bound, f"binds {bound} by an import")
+            if isinstance(child, scopes):
+                inner = (g.names for g in ast.walk(child) if isinstance(g, ast.Global))
+                visit(child, True, frozenset(n for names in inner for n in names))
+            else:
+                visit(child, local, declared)
+
+    visit(tree, False, frozenset())
+    return jit, other
+
+
+def launchable(nb) -> frozenset[str]:
+    """The names the answer and given cells of `nb` bind to Triton kernels, and to nothing else:
+    the only names under which the judge asks the student's kernel to launch (`bindings`)."""
+    jit, other = set(), set()
+    for cell in nb.cells:
+        if kind(cell) in ("answer", "given"):
+            try:
+                made, rest = bindings(ast.parse(python(cell.source)))
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                continue
+            jit |= made
+            other |= rest.keys()
+    return frozenset(jit - other)
 
 
 def sources(nb) -> dict[str, tuple[str, int]]:

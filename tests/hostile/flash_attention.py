@@ -11,8 +11,14 @@ redefines it.
 - the watch that refuses torch's attention in the student's process let through, then SDPA.
 
 The launcher is given code (07's Checks cell), which runs in the judge and launches the
-student's kernels itself, so a launcher the student writes runs in no graded call. Each attack
-scores its base: the memory test's points, which a kernel that allocates nothing earns."""
+student's kernels itself, so a launcher the student writes runs in no graded call: each of
+those attacks scores its base, nothing.
+
+The launches themselves are served in the student's process, where the kernel's name is the
+student's to bind: a wrapper under that name, or the kernel's `run` replaced, would launch the
+copy and then write SDPA's output. The judge launches only names the notebook binds to Triton
+kernels and nothing else (grader.grading.roles.launchable), so each scores its base, and is
+flagged for a human (grader.grading.detectors)."""
 
 from tests.hostile import Attacker
 
@@ -86,6 +92,38 @@ _let_through(integrity.ReferenceWatch)
 """
 
 
+# the copy launched, then SDPA's output written, by a wrapper under the kernel's name
+WRAPPED = """
+
+class _Launch:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(q, k, v, out, *args, **kwargs):
+            self.kernel[grid](q, k, v, out, *args, **kwargs)
+            out.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        return launch
+
+
+attn_fwd_kernel = _Launch(attn_fwd_kernel)
+"""
+
+# the same through the kernel's own `run`, which its launches call
+RUN_REPLACED = """
+
+def _then_sdpa(run):
+    def then(q, k, v, out, *args, **kwargs):
+        result = run(q, k, v, out, *args, **kwargs)
+        out.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        return result
+    return then
+
+
+attn_fwd_kernel.run = _then_sdpa(attn_fwd_kernel.run)
+"""
+
+
 def _copy(m):
     """The release with Exercise 1's cell a copy of Q behind a launcher of its own."""
     return m.edited(m.release, LOOP, m.cell(m.release, LOOP).source, COPY)
@@ -101,4 +139,18 @@ ATTACKERS = [
     _attacker("sdpa-in-launcher-07", SDPA_API),
     _attacker("sdpa-aten-in-launcher-07", SDPA_ATEN),
     _attacker("patch-watch-then-sdpa-07", PATCH_WATCH + SDPA_API),
+    *(
+        Attacker(
+            student,
+            NOTEBOOK,
+            lambda m, code=code: m.files(m.appended(_copy(m), LOOP, code)),
+            flags=frozenset({"cheating"}),
+            detail=detail,
+            base=_copy,
+        )
+        for student, code, detail in (
+            ("wrapped-kernel-07", WRAPPED, "binds attn_fwd_kernel to what is not a Triton kernel"),
+            ("kernel-run-replaced-07", RUN_REPLACED, "changes attn_fwd_kernel.run"),
+        )
+    ),
 ]

@@ -9,7 +9,9 @@ afresh, checks the call's own work and takes a census of the GPU kernels of ever
 each attack is flagged and its speed cells score 0, while its correctness earns no more than its
 honest base. Two more on 02: a slow kernel whose verdict publisher is replaced (class 4), and
 one that breaks the program Nsight Compute profiles, so that its DRAM bytes cannot be counted
-(the verdict fails closed). These need a GPU: tests/test_hostile_gpu.py grades them there."""
+(the verdict fails closed). These need a GPU: tests/test_hostile_gpu.py grades them there.
+07's launcher is given code, which the judge runs: its two wrappers of `attn_fwd_kernel` are
+refused there as not Triton kernels (grader.grading.roles.launchable), and flagged."""
 
 from tests.hostile import Attacker
 
@@ -285,7 +287,7 @@ ATTACKERS = [
         "cudnn-copies-07",
         "07_flash_attention",
         _cudnn_then_copy,
-        "ran inside the timed calls",
+        "binds attn_fwd_kernel to what is not a Triton kernel",  # so the judge launches nothing
         attacked={"speed-flash-attention"},
     ),
     _attacker(

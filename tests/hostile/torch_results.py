@@ -3,8 +3,10 @@ launches. From the answer cell (the only code of the student's that grading runs
 name is bound to an object whose launch computes the output with torch, or a wrong kernel is
 launched once on a placeholder tensor, so that a launch is seen, and the output computed with
 torch. Each honest base is the same notebook without the attack: the blank release, or the same
-wrong kernel behind the launcher as given; the attack must earn nothing more, and the failed
-integrity check is flagged for a human look."""
+wrong kernel behind the launcher as given; the attack must earn nothing more, and is flagged for
+a human look. A name bound to such an object is never launched by the judge
+(grader.grading.roles.launchable): the answer cell is flagged as binding it to what is not a
+Triton kernel."""
 
 from tests.hostile import Attacker
 
@@ -60,7 +62,7 @@ ATTACKERS = [
             )
         ),
         flags=frozenset({"cheating"}),
-        detail="returned without launching relu_kernel",
+        detail="binds relu_kernel to what is not a Triton kernel",
         base=lambda m: m.release,
     ),
     Attacker(
@@ -74,7 +76,7 @@ ATTACKERS = [
             )
         ),
         flags=frozenset({"cheating"}),
-        detail="returned without launching add_kernel",
+        detail="binds add_kernel to what is not a Triton kernel",
         base=lambda m: m.release,
     ),
     Attacker(
