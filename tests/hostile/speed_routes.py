@@ -10,8 +10,10 @@ each attack is flagged and its speed cells score 0, while its correctness earns 
 honest base. Two more on 02: a slow kernel whose verdict publisher is replaced (class 4), and
 one that breaks the program Nsight Compute profiles, so that its DRAM bytes cannot be counted
 (the verdict fails closed). These need a GPU: tests/test_hostile_gpu.py grades them there.
-07's launcher is given code, which the judge runs: its two wrappers of `attn_fwd_kernel` are
-refused there as not Triton kernels (grader.grading.roles.launchable), and flagged."""
+07's and 09's launchers are given code, which the judge runs: a wrapper bound to a kernel's name
+is refused there as not a Triton kernel (grader.grading.roles.launchable), and flagged, so the
+census of the timed calls is shown by cuDNN working below the name instead, inside Triton's own
+launch method (`cudnn-in-triton-run-07`)."""
 
 from tests.hostile import Attacker
 
@@ -65,6 +67,27 @@ class _CudnnThenCopy:
 attn_fwd_kernel = _CudnnThenCopy(attn_fwd_kernel)
 """
 
+# The same work done below the kernel's name, which the judge then launches: Triton's own
+# launch method replaced for every kernel (flagged as a write to triton, and launched all the same)
+CUDNN_IN_TRITON_RUN = """
+import triton.runtime.jit as _jit
+
+_real_run = _jit.JITFunction.run
+
+
+def _cudnn_then_copy_run(self, *args, grid, warmup=False, **kwargs):
+    if warmup or self.__name__ != "attn_fwd_kernel":
+        return _real_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+    q, k, v = args[:3]
+    done = torch.ops.aten._scaled_dot_product_cudnn_attention(
+        q, k, v, None, False, 0.0, False, False)[0].contiguous()
+    _real_run(self, *args, grid=grid, warmup=False, **kwargs)
+    return _real_run(self, done, *args[1:], grid=grid, warmup=False, COPY=True, **kwargs)
+
+
+_jit.JITFunction.run = _cudnn_then_copy_run
+"""
+
 LARGE_ON_CUBLAS = """
 
 
@@ -88,7 +111,7 @@ def _remembers(m):
     return m.files(m.appended(m.answered(), "flash-attention-kernel", skips))
 
 
-def _cudnn_then_copy(m):
+def _cudnn_then_copy(m, attack=None):
     """The kernel given a COPY mode (store Q as it is), and launched twice per call."""
     nb = m.answered()
     block_n = "    BLOCK_N: tl.constexpr,  # key rows per loop iteration; divides BLOCK_M\n"
@@ -96,7 +119,7 @@ def _cudnn_then_copy(m):
     nb = m.edited(nb, "flash-attention-kernel", block_n, block_n + copy)
     store = "(acc / l_i[:, None]).to(Out.dtype.element_ty)"
     nb = m.edited(nb, "flash-attention-kernel", store, store.replace("(acc", "(q if COPY else acc"))
-    return m.files(m.appended(nb, "flash-attention-kernel", CUDNN_THEN_COPY))
+    return m.files(m.appended(nb, "flash-attention-kernel", attack or CUDNN_THEN_COPY))
 
 
 # -- 09: the persistent kernel (speed-persistent) and the float8 kernel (speed-fp8)
@@ -291,6 +314,13 @@ ATTACKERS = [
         attacked={"speed-flash-attention"},
     ),
     _attacker(
+        "cudnn-in-triton-run-07",
+        "07_flash_attention",
+        lambda m: _cudnn_then_copy(m, CUDNN_IN_TRITON_RUN),
+        "ran inside the timed calls",
+        attacked={"speed-flash-attention"},
+    ),
+    _attacker(
         "cublas-large-05",
         "05_autotuning",
         lambda m: m.files(m.appended(m.answered(), "config-space", LARGE_ON_CUBLAS)),
@@ -300,29 +330,28 @@ ATTACKERS = [
         "skips-repeats-09",
         "09_hopper",
         lambda m: m.files(m.appended(m.answered(), "persistent-kernel", REMEMBERS_PERSISTENT)),
-        # the checked call after the first, on the same inputs, is skipped: `out` stays poisoned
-        "not the work of matmul_persistent_kernel",
+        "binds matmul_persistent_kernel to what is not a Triton kernel",
         attacked={"speed-persistent"},  # the float8 kernel is honest, and earns its point
     ),
     _attacker(
         "cublas-one-tile-09",
         "09_hopper",
         lambda m: m.files(m.appended(m.answered(), "persistent-kernel", CUBLAS_THEN_ONE_TILE)),
-        "ran inside the timed calls",
+        "binds matmul_persistent_kernel to what is not a Triton kernel",
         attacked={"speed-persistent"},
     ),
     _attacker(
         "gemm-one-tile-09",
         "09_hopper",
         lambda m: m.files(m.appended(m.answered(), "persistent-kernel", GEMM_THEN_ONE_TILE)),
-        "`matmul_kernel_persistent` ran inside the timed calls",
+        "binds matmul_persistent_kernel to what is not a Triton kernel",
         attacked={"speed-persistent"},
     ),
     _attacker(
         "scaled-mm-copies-09",
         "09_hopper",
         _scaled_mm_then_copy,
-        "ran inside the timed calls",
+        "binds matmul_fp8_kernel to what is not a Triton kernel",
         attacked={"speed-fp8"},  # the persistent kernel is honest, and earns its point
     ),
 ]
