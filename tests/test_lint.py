@@ -508,7 +508,7 @@ def test_the_speed_path_rule_accepts_the_path_and_helpers_that_return_it():
 # RUN_BENCHMARKS off: whatever such a cell times or profiles must sit under `if RUN_BENCHMARKS`,
 # or the judge would time the student's functions outside any speed cell (perf.grade, in a
 # helper the speed cells call, is the speed path itself).
-MEASURES = OTHER_ROUTES | {"profile.each", "profile.of", "profile.compare"}
+MEASURES = OTHER_ROUTES | {"profile.each", "profile.compare"}
 
 
 def unguarded_measures(source: str) -> list[str]:

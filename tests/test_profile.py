@@ -321,7 +321,7 @@ def a_profile() -> profile.Profile:
         l2_bytes=H200.l2_bytes,
         ncu_version="2025.3.1.0",
         kernel_filter=profile.kernel_filter(["profile_canary_add", "probe_matmul"]),
-        notes=(profile.CLOCK_NOTES["base"], profile.WRITE_NOTE.format(l2="")),
+        notes=(profile.CLOCK_NOTE, profile.WRITE_NOTE.format(l2="")),
         date="2026-11-27",
     )
     return profile.Profile(tuple(profile.parse_csv(SAMPLE)), conditions)
@@ -615,33 +615,6 @@ def test_the_metrics_asked_for_follow_the_gpu():
     assert all(m.unit in ("byte", "nsecond", "sector", "request", "%") for m in profile.METRICS)
 
 
-def test_a_script_is_profiled_from_its_start(tmp_path):
-    script = tmp_path / "run_it.py"
-    argv = profile.command(
-        Path("/usr/local/cuda/bin/ncu"),
-        script,
-        tmp_path / "spec.json",
-        tmp_path / "log.csv",
-        kernels=["add_kernel"],
-        metrics=["gpu__time_duration.sum"],
-        launch_count=3,
-    )
-    assert argv[-2:] == [sys.executable, str(script)]
-    assert argv[argv.index("--profile-from-start") + 1] == "on"
-    assert argv[argv.index("--clock-control") + 1] == "base"
-    with pytest.raises(ValueError, match="clock_control is one of"):
-        profile.command(
-            Path("ncu"),
-            script,
-            script,
-            script,
-            kernels=["k"],
-            metrics=[],
-            launch_count=1,
-            clock_control="boost",
-        )
-
-
 @pytest.mark.parametrize("names", [["add.*"], ["add kernel"], ["a|b"], [None]])
 def test_kernel_names_must_be_plain_names(names):
     with pytest.raises(ValueError, match="def names"):
@@ -650,7 +623,7 @@ def test_kernel_names_must_be_plain_names(names):
 
 def test_no_kernel_named_profiles_every_launch_of_the_call():
     argv = profile.command(
-        Path("/usr/bin/ncu"), "m:f", Path("spec"), Path("log"), kernels=[], metrics=["m"],
+        Path("/usr/bin/ncu"), Path("spec"), Path("log"), kernels=[], metrics=["m"],
         launch_count=None,
     )  # fmt: skip
     assert "-k" not in argv and "--launch-count" not in argv
@@ -741,18 +714,6 @@ def test_the_canary_passes_on_this_gpu():
     assert add.duration_ns > 0
     assert add.l1_sectors_per_load is not None and add.l1_sectors_per_load >= 4
     assert add.stalls, "the warp-state counters came back empty"
-
-
-def test_clocks_left_unlocked_are_said_so(fake_ncu, monkeypatch):
-    monkeypatch.setattr(profile, "_gpu", lambda: H200)
-    seen = fake_ncu(log=_add_only())
-    found = profile.profile(profile.CANARY_PROBLEM, [], clock_control="none")
-    argv = seen()["argv"]
-    assert argv[argv.index("--clock-control") + 1] == "none"
-    assert found.conditions.clock_control == "none"
-    assert profile.CLOCK_NOTES["none"] in found.conditions.notes
-    assert profile.CLOCK_NOTES["base"] not in found.conditions.notes
-    assert "clocks not locked (--clock-control none)" in str(found)
 
 
 EVENTS: list[str] = []
@@ -868,19 +829,20 @@ def test_what_is_sent_runs_in_the_child_as_a_module(notebook_module, tmp_path, m
     assert module.problem(4)().tolist() == [1.0] * 4  # x doubled in place by the kernel, halved
 
 
-def test_of_profiles_the_factory_by_its_name_in_the_sent_module(
+def test_a_call_is_profiled_by_its_factory_name_in_the_sent_module(
     fake_ncu, monkeypatch, notebook_module
 ):
     monkeypatch.setattr(profile, "_gpu", lambda: H200)
     seen = fake_ncu(log=marked(("profile_canary_add",)))
-    found = profile.of(notebook_module.problem, kernels=["profile_canary_add"], params={"n": 8})
+    call = profile.Call(notebook_module.problem, ["profile_canary_add"], {"n": 8})
+    found = profile.each({"": call})[""]
     assert [k.kernel for k in found.kernels] == ["profile_canary_add"]
     spec = json.loads(seen()["spec"])
     problem = {"problem": f"{profile.SOURCES_MODULE}:problem", "params": {"n": 8}}
     assert spec["problems"] == [problem] and spec["markers"]
     assert spec["sources"] == profile.sources_for(notebook_module.problem)
     with pytest.raises(TypeError, match="the function to call in the child"):
-        profile.of(None, kernels=["k"])
+        profile.Call(None, ["k"])
 
 
 def test_compare_puts_the_launches_side_by_side_and_is_replayed_the_same(

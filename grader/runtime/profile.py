@@ -10,12 +10,11 @@ locked to base (`--clock-control base`), caches flushed before each replayed pas
 so that a laptop replays the same table. `canary()` says whether this machine's counters can be
 believed: run it first on a new GPU box. `METRICS` says what is read.
 
-A notebook profiles its own functions with `of(factory, kernels=..., params=...)`, or several
-calls in one child (one start of Python, torch and ncu, seconds each) with `each({label:
-Call(factory, kernels, params)})`, a marker kernel launched before each call telling their
-launches apart. `target` is "module:function" (a factory, called with `params` in the child, that
-makes its inputs on the GPU and returns a function of no arguments that launches the kernels) or
-a script's path, profiled from its start. The factory's function runs once unprofiled, so Triton
+A notebook profiles its own functions, several calls in one child (one start of Python, torch and
+ncu, seconds each), with `each({label: Call(factory, kernels, params)})`, a marker kernel launched
+before each call telling their launches apart. `target` is "module:function": a factory, called
+with `params` in the child, that makes its inputs on the GPU and returns a function of no
+arguments that launches the kernels. The factory's function runs once unprofiled, so Triton
 compiles and autotuners tune, then once more between `cudaProfilerStart` and `cudaProfilerStop`
 (ncu `--profile-from-start off`): only that call's launches are profiled.
 
@@ -172,12 +171,10 @@ def metric_names(major: int | None) -> list[str]:
 
 # -- the record -----------------------------------------------------------------------------------
 
-CLOCK_NOTES = {
-    "base": "Clocks locked to the GPU's base clocks (ncu --clock-control base): durations are "
-    "longer than at the boost clocks a timed run uses; compare them only with each other.",
-    "none": "Clocks not locked (ncu --clock-control none): the GPU chose its clocks as it ran, "
-    "so durations move with its boost and temperature from one profile to the next.",
-}
+CLOCK_NOTE = (
+    "Clocks locked to the GPU's base clocks (ncu --clock-control base): durations are longer "
+    "than at the boost clocks a timed run uses; compare them only with each other."
+)
 CACHE_NOTE = (
     "Caches flushed before each replayed pass (ncu --cache-control all): the kernel starts with "
     "cold L1 and L2, so its first touch of every byte is a DRAM read; run back to back in an "
@@ -535,43 +532,31 @@ def kernel_filter(kernels: Sequence[str]) -> str:
 
 def command(
     ncu: Path,
-    target: str | os.PathLike,
     spec: Path,
     log: Path,
     kernels: Sequence[str],
     metrics: Sequence[str],
     launch_count: int | None,
-    clock_control: str = CLOCK_CONTROL,
 ) -> list[str]:
-    """The ncu command line that profiles `target` (see `profile`)."""
-    if clock_control not in CLOCK_NOTES:
-        raise ValueError(f"clock_control is one of {tuple(CLOCK_NOTES)}, not {clock_control!r}")
-    script = _is_script(target)
+    """The ncu command line that profiles the child running `spec`'s calls (see `profile`)."""
     argv = [str(ncu), "--csv", "--page", "raw", "--print-units", "base"]
     argv += ["--metrics", ",".join(metrics), "--print-kernel-base", "function"]
     argv += ["-k", kernel_filter(kernels)] if kernels else []
     argv += ["--launch-count", str(launch_count)] if launch_count else []
-    argv += ["--clock-control", clock_control, "--cache-control", CACHE_CONTROL]
-    argv += ["--replay-mode", "kernel", "--profile-from-start", "on" if script else "off"]
-    argv += ["--log-file", str(log), sys.executable]
-    argv += [os.path.abspath(target)] if script else ["-m", "grader.runtime.profile", str(spec)]
-    return argv
-
-
-def _is_script(target: str | os.PathLike) -> bool:
-    return isinstance(target, os.PathLike) or str(target).endswith(".py")
+    argv += ["--clock-control", CLOCK_CONTROL, "--cache-control", CACHE_CONTROL]
+    argv += ["--replay-mode", "kernel", "--profile-from-start", "off", "--log-file", str(log)]
+    return argv + [sys.executable, "-m", "grader.runtime.profile", str(spec)]
 
 
 Runner = Callable[..., tuple[int, str, str]]  # (argv, folder=, env=, timeout=): code, out, err
 
 
 def collect(
-    target: str | os.PathLike,
+    target: str,
     kernels: Sequence[str],
     *,
     major: int | None,
     params: Mapping | None = None,
-    clock_control: str = CLOCK_CONTROL,
     timeout: float = 600,
     sources: Sequence[str] = (),
     problems: Sequence[Mapping] = (),
@@ -582,8 +567,8 @@ def collect(
     ({"problem": target, "params": params} each) replace `target` and `params`: a MARKER launched
     before each, every launch `kernels` matches is read (`each`). `runner` starts ncu and the child
     (the judge's, in the student's sandbox); ncu's report lies where the child's user cannot go."""
-    if not problems and not _is_script(target) and ":" not in str(target):
-        raise ValueError(f"target is 'module:function' or a script's path, not {target!r}")
+    if not problems and ":" not in target:
+        raise ValueError(f"target is 'module:function', not {target!r}")
     tool = find_ncu()
     # a launch per kernel named, or every launch where none is; of several calls, every match
     count = None if problems else len(kernels) or None
@@ -598,11 +583,11 @@ def collect(
         os.chmod(tmp, 0o755)  # the child reads its spec; ncu's report stays in private/
         (Path(tmp) / "private").mkdir(mode=0o700)
         spec, log = Path(tmp) / "spec.json", Path(tmp) / "private" / "ncu.csv"
-        calls = list(problems) or [{"problem": str(target), "params": dict(params or {})}]
+        calls = list(problems) or [{"problem": target, "params": dict(params or {})}]
         spec.write_text(
             json.dumps({"problems": calls, "markers": bool(problems), "sources": list(sources)})
         )
-        argv = command(tool, target, spec, log, kernels, asked, count, clock_control=clock_control)
+        argv = command(tool, spec, log, kernels, asked, count)
         run = runner or (lambda args, folder, **rest: run_ncu(args, cwd=folder, **rest))
         returncode, stdout, stderr = run(argv, folder=tmp, env=env, timeout=timeout)
         logged = log.read_text(errors="replace") if log.exists() else ""
@@ -685,31 +670,24 @@ def _gpu() -> _Gpu:
     return _Gpu(props.name, props.major, props.minor, getattr(props, "L2_cache_size", None))
 
 
-def profile(
-    target: str | os.PathLike,
-    kernels: Sequence[str],
-    *,
-    params: Mapping | None = None,
-    clock_control: str = CLOCK_CONTROL,
-) -> Profile:
+def profile(target: str, kernels: Sequence[str], *, params: Mapping | None = None) -> Profile:
     """Profile the first launch of each of `kernels` (Triton kernels' def names; every launch
-    where none is named) that `target` makes (see the module's docstring), clocks locked to base
-    unless `clock_control` is "none". Raises ProfileError, saying what failed and what to do."""
+    where none is named) that `target` makes (see the module's docstring), clocks locked to base.
+    Raises ProfileError, saying what failed and what to do."""
     gpu = _gpu()
-    launches = collect(target, kernels, major=gpu.major, params=params, clock_control=clock_control)
-    return Profile(tuple(launches), _conditions(gpu, clock_control, kernels))
+    launches = collect(target, kernels, major=gpu.major, params=params)
+    return Profile(tuple(launches), _conditions(gpu, kernels))
 
 
-def _conditions(gpu: _Gpu, clock_control: str, kernels: Sequence[str]) -> Conditions:
+def _conditions(gpu: _Gpu, kernels: Sequence[str]) -> Conditions:
     l2 = f", {gpu.l2_bytes:,} bytes here" if gpu.l2_bytes else ""
     return Conditions(
         device=gpu.name,
         capability=f"sm_{gpu.major}{gpu.minor}",
         l2_bytes=gpu.l2_bytes,
         ncu_version=ncu_version(find_ncu()),
-        clock_control=clock_control,
         kernel_filter=kernel_filter(kernels),
-        notes=(CLOCK_NOTES[clock_control], CACHE_NOTE, REPLAY_NOTE, WRITE_NOTE.format(l2=l2)),
+        notes=(CLOCK_NOTE, CACHE_NOTE, REPLAY_NOTE, WRITE_NOTE.format(l2=l2)),
         date=time.strftime("%Y-%m-%d"),
     )
 
@@ -729,10 +707,9 @@ def _fmt(value: float | None, unit: str = "", digits: int = 1, per: float = 1.0)
 def lines(p: Profile) -> list[str]:
     """The profile for people: the conditions, then each launch's figures, then the notes."""
     c = p.conditions
-    clocks = "locked to base" if c.clock_control == "base" else "not locked"
     out = [
         f"Nsight Compute {c.ncu_version} on {c.device} ({c.capability}), {c.date}: clocks "
-        f"{clocks} (--clock-control {c.clock_control}), caches flushed before each pass "
+        f"locked to base (--clock-control {c.clock_control}), caches flushed before each pass "
         f"(--cache-control {c.cache_control})"
     ]
     for k in p.kernels:
@@ -976,11 +953,6 @@ class Call:
         kernel_filter(self.kernels)  # plain names, or ValueError
 
 
-def of(factory: Callable, *, kernels: Sequence[str], params: Mapping | None = None) -> Profile:
-    """Profile the call `factory(**params)` makes (a `Call` by itself: see `each`)."""
-    return each({"": Call(factory, kernels, params or {})})[""]
-
-
 def each(
     calls: Mapping[str, Call],
     *,
@@ -1016,7 +988,7 @@ def each(
                 f"{', '.join(missing) or 'a launch'}: the call never launched it, or under "
                 "another name",
             )
-        profiles[label] = Profile(tuple(kept), _conditions(gpu, CLOCK_CONTROL, call.kernels))
+        profiles[label] = Profile(tuple(kept), _conditions(gpu, call.kernels))
     return profiles
 
 
