@@ -212,14 +212,13 @@ def _cupti(root: Path) -> tuple[Path, Path]:
     raise ActivityError(f"no CUPTI (cupti.h and libcupti.so) in the CUDA toolkit at {root}")
 
 
-def build(into: Path, *, include: Path | None = None, lib: Path | None = None) -> Path:
+def build(into: Path) -> Path:
     """Compile activity.c into `into`/libcourse_activity.so (again only when the source or the
-    toolkit changed); `include` and `lib` name CUPTI's folders (default: the host's toolkit)."""
-    if include is None or lib is None:
-        root = cuda_root()
-        if root is None:
-            raise ActivityError("no CUDA toolkit found (set CUDA_HOME): it brings CUPTI")
-        include, lib = _cupti(root)
+    toolkit changed), against the CUPTI of the host's toolkit."""
+    root = cuda_root()
+    if root is None:
+        raise ActivityError("no CUDA toolkit found (set CUDA_HOME): it brings CUPTI")
+    include, lib = _cupti(root)
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
         raise ActivityError("no C compiler (cc) to build the GPU activity library")

@@ -18,7 +18,6 @@ import importlib.util
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -280,7 +279,7 @@ def _name(fn) -> str:
     return f"{short}.{qual}" if short and short not in {"__main__", "builtins"} else qual
 
 
-def _run_case(candidate, reference, case: Case, forbid, poison: bool, seed: int | None) -> Result:
+def _run_case(candidate, reference, case: Case, forbid, seed: int | None) -> Result:
     notes: dict[str, str] = {}  # kind -> the first trial's words for it
     details: list[str] = []
     seeds: list[int] = []
@@ -306,7 +305,7 @@ def _run_case(candidate, reference, case: Case, forbid, poison: bool, seed: int 
         watch = integrity.ReferenceWatch(forbid)
         try:
             # NaN the candidate makes is reported below, not warned about by NumPy
-            with watch, np.errstate(all="ignore"), PoisonAllocations() if poison else nullcontext():
+            with watch, np.errstate(all="ignore"), PoisonAllocations():
                 out = checks.call_graded(candidate, *args, **case.kwargs)
             if isinstance(out, torch.Tensor) and out.is_cuda:
                 torch.cuda.synchronize()
@@ -374,7 +373,6 @@ def audit(
     cases: Sequence[Case],
     *,
     forbid: Iterable[str] = integrity.REFERENCE_OPS,
-    poison: bool = True,
     review: OffsetReview | None = None,
     seed: int | None = None,
     show: bool = True,
@@ -386,7 +384,7 @@ def audit(
     Each case is called as candidate(*inputs, **case.kwargs) and compared with
     reference(*inputs upcast to float64, **case.kwargs). Every case runs `case.trials` seeds; from
     the second on, the new values are written into the first seed's tensors. While the candidate
-    runs, tensors it allocates with torch.empty and friends hold NaN poison (`poison`), and calls
+    runs, tensors it allocates with torch.empty and friends hold NaN poison, and calls
     to the functions named in `forbid` are recorded and fail the case. `review` (see
     offset_review) is added to the report and counts toward `passed`. `seed` fixes the seeds
     (for reproducing a failure); by default they follow checks.new_seed().
@@ -400,7 +398,7 @@ def audit(
             results.append(Result(case.name, False, (), message=f"not run: {lost}"))
             continue
         try:
-            results.append(_run_case(candidate, reference, case, forbid, poison, seed))
+            results.append(_run_case(candidate, reference, case, forbid, seed))
         except Exception as exc:  # the harness itself failed on this case: report, go on
             results.append(Result(case.name, False, (), message=f"audit error: {_one_line(exc)}"))
         if results[-1].message.startswith("crashed") and torch.cuda.is_initialized():

@@ -150,12 +150,10 @@ class Explorer(widgets.VBox):
         precision: Callable,
         *,
         head_dim: int = 64,
-        draw: bool = True,
     ):
         self.ceilings = ceilings
         self.functions = (flops, bytes_moved, precision)
         self.head_dim = head_dim
-        self.draw = draw
         self.estimate: Estimate | None = None
         self.error: str | None = None
         style = {"description_width": "5em"}
@@ -208,8 +206,7 @@ class Explorer(widgets.VBox):
             self.plot.value = b""
             return
         self.readout.value = _html(describe(self.estimate), self.ceilings.source)
-        if self.draw:
-            self.plot.value = self.render()
+        self.plot.value = self.render()
 
     def text(self) -> str:
         """The readout as plain text (for printing where widgets are not shown)."""
