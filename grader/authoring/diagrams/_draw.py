@@ -39,21 +39,11 @@ def box(
     width: float = 1.0,
     height: float = 1.0,
     ink: str = "white",
-    fontsize: float = 8,
     edge: str = "white",
-    hatch: str | None = None,
 ) -> None:
     """A box with its top-left corner at (x, y) and `text` in its middle."""
-    ax.add_patch(
-        Rectangle((x, y), width, height, facecolor=color, edgecolor=edge, lw=1.2, hatch=hatch)
-    )
+    ax.add_patch(Rectangle((x, y), width, height, facecolor=color, edgecolor=edge, lw=1.2))
     if text:
         ax.text(
-            x + width / 2,
-            y + height / 2,
-            text,
-            ha="center",
-            va="center",
-            fontsize=fontsize,
-            color=ink,
+            x + width / 2, y + height / 2, text, ha="center", va="center", fontsize=8, color=ink
         )
