@@ -117,16 +117,13 @@ def measure_until_stable(
     def sample() -> Timing:
         return Timing(tuple(sampler(fn, 25, 100)), 1, True)  # 25 ms of warm-up, 100 of samples
 
-    previous = sample()
-    for rounds in range(2, max_rounds + 1):
-        latest = sample()
-        before, now = previous.median_ms, latest.median_ms
-        stable = abs(now - before) <= tolerance * before
+    previous, rounds = sample(), 1
+    while True:
+        latest, rounds = sample(), rounds + 1
+        stable = abs(latest.median_ms - previous.median_ms) <= tolerance * previous.median_ms
         if stable or rounds == max_rounds:
-            both = previous.pooled(latest)
-            return Timing(both.samples, rounds, stable)
+            return Timing(previous.samples + latest.samples, rounds, stable)
         previous = latest
-    raise AssertionError("unreachable")
 
 
 def require_gpu(purpose: str = "Timing") -> None:
