@@ -49,13 +49,18 @@ class KernelCheckError(hints_.HintedError):
     line, the likely cause of each pattern in `hints` (grader.runtime.hints)."""
 
 
-def tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """(rtol, atol) for comparing an output of `dtype` with a float64 reference."""
+def tolerance(
+    dtype: torch.dtype, rtol: float | None = None, atol: float | None = None
+) -> tuple[float, float]:
+    """(rtol, atol) for comparing an output of `dtype` with a float64 reference; `rtol` and
+    `atol`, where given, in place of the dtype's."""
     if dtype in TOLERANCES:
-        return TOLERANCES[dtype]
-    if not dtype.is_floating_point:
-        return (0.0, 0.0)
-    raise ValueError(f"no tolerance known for {dtype}")
+        found = TOLERANCES[dtype]
+    elif not dtype.is_floating_point:
+        found = (0.0, 0.0)
+    else:
+        raise ValueError(f"no tolerance known for {dtype}")
+    return (found[0] if rtol is None else rtol, found[1] if atol is None else atol)
 
 
 def new_seed() -> int:
@@ -160,10 +165,7 @@ def compare(
         raise KernelCheckError(
             f"`{name}` has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{where}"
         )
-    default_rtol, default_atol = tolerance(actual.dtype)
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
-
+    rtol, atol = tolerance(actual.dtype, rtol, atol)
     ok, untouched, got, want, error, finite = agreement(actual, expected, rtol, atol)
     if untouched.numel() and bool(untouched.all()):
         raise KernelCheckError(stubs.untouched_output(name) + where)
@@ -317,9 +319,7 @@ def _run(candidate, args, *, expected, dtype, writes_out, context, kernels=()):
 
 def _passes(actual, expected, rtol, atol, loosen: float = 1.0) -> bool:
     """Whether `actual` matches `expected` within the tolerance times `loosen`."""
-    default_rtol, default_atol = tolerance(actual.dtype)
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
+    rtol, atol = tolerance(actual.dtype, rtol, atol)
     try:
         compare(actual, expected, rtol=rtol * loosen, atol=atol * loosen)
     except KernelCheckError:

@@ -341,9 +341,7 @@ def _run_case(candidate, reference, case: Case, forbid, seed: int | None) -> Res
             if not _same_bits(rounded, previous[1]):  # new inputs, new answer, old output
                 notes.setdefault("stale", f"{tag} returned seed {trial}'s output: cached?")
         previous = (out.detach().clone(), rounded)
-        rtol, atol = checks.tolerance(out.dtype)
-        rtol = rtol if case.rtol is None else case.rtol
-        atol = atol if case.atol is None else case.atol
+        rtol, atol = checks.tolerance(out.dtype, case.rtol, case.atol)
         what, err, first = _mismatch(out, expected, rtol, atol)
         if err is not None:
             max_abs = err if max_abs is None else max(max_abs, err)
