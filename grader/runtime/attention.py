@@ -82,14 +82,10 @@ def tolerance(dtype: torch.dtype, dev: device.Device | None = None) -> tuple[flo
     that dtype (fp16: 2^-11 = 4.9e-4; bf16: 2^-8 = 3.9e-3), so the tolerance is about four of
     them. On a GPU, tl.dot rounds fp32 inputs to TF32 (10 mantissa bits, like fp16) by default.
     """
-    dev = dev or device.current()
-    if dtype == torch.float16:
-        return (2e-3, 2e-3)
-    if dtype == torch.bfloat16:
-        return (2e-2, 2e-2)
+    found = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}.get(dtype)
     if dtype == torch.float32:
-        return (5e-3, 5e-3) if dev.is_gpu else (1e-4, 1e-4)
-    return checks.tolerance(dtype)
+        found = (5e-3, 5e-3) if (dev or device.current()).is_gpu else (1e-4, 1e-4)
+    return found or checks.tolerance(dtype)
 
 
 def inputs(
