@@ -193,10 +193,6 @@ def nbgrader_args(batch: Batch, *args: str) -> list[str]:
     return [*args, f"--CourseDirectory.root={batch.root}", f"--CourseDirectory.db_url={batch.url}"]
 
 
-def nbgrader_command(batch: Batch, *args: str) -> list[str]:
-    return nbgrader_main.command(*nbgrader_args(batch, *args))
-
-
 @contextmanager
 def forking(batch: Batch) -> Iterator[None]:
     """`batch.zygotes` while the block runs, where the batch has none yet: the nbgrader runs of
@@ -232,7 +228,7 @@ def run_sandboxed(
 
 def run_nbgrader(batch: Batch, *args: str) -> None:
     done = subprocess.run(
-        nbgrader_command(batch, *args),
+        nbgrader_main.command(*nbgrader_args(batch, *args)),
         cwd=batch.root,
         env=environment(batch),
         capture_output=True,

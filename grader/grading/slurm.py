@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grader.authoring import build
+from grader.authoring import build, nbgrader_main
 from grader.grading import assemble, autograde, devices, findings, gradebook, jail
 
 SBATCH, SQUEUE, SCANCEL = "sbatch", "squeue", "scancel"
@@ -336,14 +336,12 @@ def rescore(batch: autograde.Batch, folder: Path, inbox: Path) -> None:
         'c.Autograde.sanitize_preprocessors = ["nbgrader.preprocessors.CheckCellMetadata"]\n'
         f"c.Autograde.autograde_preprocessors = {json.dumps(after)}\n"
     )
-    command = autograde.nbgrader_command(
-        batch,
-        "autograde",
-        batch.assignment,
-        "--force",
+    inboxed, kernel = (
         f"--CourseDirectory.submitted_directory={inbox}",
         f"--Execute.kernel_name={NO_KERNEL}",
     )
+    args = autograde.nbgrader_args(batch, "autograde", batch.assignment, "--force", inboxed, kernel)
+    command = nbgrader_main.command(*args)
     env = autograde.environment(batch)
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     (folder / "merge.log").write_text(done.stdout + done.stderr)
