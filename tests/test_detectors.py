@@ -272,7 +272,7 @@ KERNEL_NAMES = {  # 07's kernel attn_fwd_kernel, bound or changed in an answer c
     "attn_fwd_kernel.run = print": "changes attn_fwd_kernel.run",
     "attn_fwd_kernel.__dict__['run'] = print": "changes attn_fwd_kernel.__dict__",
     "setattr(attn_fwd_kernel, 'run', print)": "changes attn_fwd_kernel with setattr",
-    "from os import path as attn_fwd_kernel": "binds attn_fwd_kernel by an import",
+    "from os import path as attn_fwd_kernel": NOT_A_KERNEL,
     "def f():\n    global attn_fwd_kernel\n    attn_fwd_kernel = print": NOT_A_KERNEL,
     "def f():\n    attn_fwd_kernel = print": None,  # a local of f's
     "@triton.jit\ndef attn_fwd_kernel(Q):\n    pass": None,

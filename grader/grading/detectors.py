@@ -130,13 +130,11 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
     `released` notebook's other cells import (`checks`, `torch`) are known as theirs."""
     found: dict[tuple[str, str, str], None] = {}
     imported: dict[str, str] = {}  # what a name was imported as: the release's, then the cells'
-    kernels: set[str] = set()  # the Triton kernels the release's answer cells define
+    kernels = roles.launchable(released) if released is not None else frozenset()
     for cell in released.cells if released is not None else []:
         if roles.kind(cell) in ("given", "test"):
             with contextlib.suppress(SyntaxError):
                 _imports(parse(python(cell.source)), imported)
-        elif roles.kind(cell) == "answer":
-            kernels |= names(cell.source).kernels.keys()
     for label, source in cells:
         for line in source.split("\n"):
             magic = line.lstrip()

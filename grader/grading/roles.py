@@ -131,21 +131,21 @@ def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
 
     def visit(node, local: bool, declared: frozenset[str]) -> None:
         for child in ast.iter_child_nodes(node):
-            name = getattr(child, "name", None) if not isinstance(child, ast.alias) else None
-            if isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load):
-                name = child.id
+            stored = not isinstance(getattr(child, "ctx", ast.Load()), ast.Load)
+            name = (
+                child.id if isinstance(child, ast.Name) and stored else getattr(child, "name", None)
+            )
+            if isinstance(child, ast.alias):  # `import x as k`, `from m import k`
+                name = None if local else child.asname or child.name.split(".")[0]
             if name is not None and (not local or name in declared):
-                kernel = id(child) in made or (
-                    isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-                    and any(map(_jit, child.decorator_list))
-                )
-                if kernel:
+                if id(child) in made or (
+                    not isinstance(child, ast.ClassDef)
+                    and any(map(_jit, getattr(child, "decorator_list", ())))
+                ):
                     jit.add(name)
                 else:
                     other.setdefault(name, f"binds {name} to what is not a Triton kernel")
-            elif isinstance(child, ast.Attribute | ast.Subscript) and not isinstance(
-                child.ctx, ast.Load
-            ):
+            elif stored and isinstance(child, ast.Attribute | ast.Subscript):
                 root = child  # `k.run = f`, `k.__dict__["run"] = f`: k is changed
                 while isinstance(root, ast.Attribute | ast.Subscript):
                     root = root.value
@@ -153,12 +153,8 @@ def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
                     other.setdefault(root.id, f"changes {ast.unparse(child)}")
             elif isinstance(child, ast.Call) and getattr(child.func, "id", None) in CHANGERS:
                 if child.args and isinstance(child.args[0], ast.Name):  # setattr(k, "run", f)
-                    other.setdefault(
-                        child.args[0].id, f"changes {child.args[0].id} with {child.func.id}"
-                    )
-            elif isinstance(child, ast.alias) and not local:
-                bound = child.asname or child.name.split(".")[0]
-                other.setdefault(bound, f"binds {bound} by an import")
+                    k = child.args[0].id
+                    other.setdefault(k, f"changes {k} with {child.func.id}")
             if isinstance(child, scopes):
                 inner = (g.names for g in ast.walk(child) if isinstance(g, ast.Global))
                 visit(child, True, frozenset(n for names in inner for n in names))

@@ -230,7 +230,7 @@ class SpeedProblem:
     heads: int
     n: int
     d: int
-    dtype: torch.dtype
+    dtype: torch.dtype = torch.float16
 
     def inputs(self, gen: torch.Generator):
         shape = (self.batch, self.heads, self.n, self.d)
@@ -251,9 +251,3 @@ class SpeedProblem:
 
     def flops(self, variant: str) -> float:
         return flops(self.batch, self.heads, self.n, self.d, causal=variant == "causal")
-
-
-def speed_problem(
-    batch: int = 4, heads: int = 16, n: int = 4096, d: int = 64, dtype: str = "float16"
-) -> SpeedProblem:
-    return SpeedProblem(batch, heads, n, d, getattr(torch, dtype))

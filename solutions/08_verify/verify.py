@@ -488,7 +488,7 @@ print("launched attention_kernel, called no reference, right for causal and not"
 def speed_case(causal: bool, baseline: str, at_least: float) -> perf.Case:
     """`attention` on fresh float16 inputs of SPEED_SHAPE, timed against `baseline`: eager
     PyTorch ("naive") or SDPA's FlashAttention backend ("flash")."""
-    problem = attn.speed_problem(**SPEED_SHAPE)
+    problem = attn.SpeedProblem(**SPEED_SHAPE)
     q, k, v = problem.inputs(checks.generator(checks.new_seed()))
     result = []
 
