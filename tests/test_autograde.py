@@ -92,11 +92,11 @@ def make_class(release, source):
     tampered.cells.remove(cell(tampered, "test-relu-hidden"))
     warns = copy.deepcopy(right)  # a library warning during the graded call costs nothing
     kernel = cell(warns, "relu-kernel")
-    kernel.source += (  # each launch warns, as a deprecated library call would
-        "\n\nimport warnings\n\n\nclass _Warns:\n    def __init__(self, kernel):\n"
-        "        self.kernel = kernel\n\n    def __getitem__(self, grid):\n"
-        "        warnings.warn('a library is deprecating something', DeprecationWarning)\n"
-        "        return self.kernel[grid]\n\n\nrelu_kernel = _Warns(relu_kernel)\n"
+    kernel.source += (  # each launch warns, as a deprecated library call would: a hook that
+        # Triton's autotuner runs before every launch (the kernel stays a Triton kernel)
+        "\n\nimport warnings\n\n\ndef _warns(args):\n"
+        "    warnings.warn('a library is deprecating something', DeprecationWarning)\n\n\n"
+        "relu_kernel = triton.autotune([triton.Config({}, pre_hook=_warns)], key=[])(relu_kernel)\n"
     )
     edits = copy.deepcopy(right)  # a given launcher edited: grading runs the release's
     (launcher,) = [c for c in edits.cells if c.source.startswith("def relu(")]
