@@ -22,7 +22,7 @@ import ast
 import textwrap
 from dataclasses import dataclass
 
-from grader.runtime.handin import JIT_DECORATORS, Names, names, python
+from grader.runtime.handin import Names, jit, names, python
 
 STUDENT, JUDGE, BOTH, NONE = "student", "judge", "both", "none"
 CHANGERS = ("setattr", "delattr", "vars")  # calls that change the object they are given
@@ -111,21 +111,12 @@ def plan(nb, answers: frozenset[str], answer_reads: frozenset[str]) -> Plan:
     return Plan(tuple(where), tuple(served), settings)
 
 
-def _jit(node) -> bool:
-    """Whether `node` (a decorator, or what an assignment's value calls) is triton.jit,
-    triton.autotune(...) or triton.heuristics(...), by its last name."""
-    while isinstance(node, ast.Call):
-        node = node.func
-    last = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
-    return last in JIT_DECORATORS
-
-
 def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
     """Of one cell: the global names it binds to Triton kernels (a def under @triton.jit,
     autotune or heuristics, or `name = triton.jit(fn)`), and {name: what} for each global name it
     binds another way, or whose object's attribute it sets."""
-    jit, other = set(), {}
-    made = {id(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and _jit(n.value)
+    kernels, other = set(), {}
+    made = {id(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and jit(n.value)
             for t in n.targets}  # fmt: skip
     scopes = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef | ast.comprehension
 
@@ -140,9 +131,9 @@ def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
             if name is not None and (not local or name in declared):
                 if id(child) in made or (
                     not isinstance(child, ast.ClassDef)
-                    and any(map(_jit, getattr(child, "decorator_list", ())))
+                    and any(map(jit, getattr(child, "decorator_list", ())))
                 ):
-                    jit.add(name)
+                    kernels.add(name)
                 else:
                     other.setdefault(name, f"binds {name} to what is not a Triton kernel")
             elif stored and isinstance(child, ast.Attribute | ast.Subscript):
@@ -162,22 +153,22 @@ def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
                 visit(child, local, declared)
 
     visit(tree, False, frozenset())
-    return jit, other
+    return kernels, other
 
 
 def launchable(nb) -> frozenset[str]:
     """The names the answer and given cells of `nb` bind to Triton kernels, and to nothing else:
     the only names under which the judge asks the student's kernel to launch (`bindings`)."""
-    jit, other = set(), set()
+    kernels, other = set(), set()
     for cell in nb.cells:
         if kind(cell) in ("answer", "given"):
             try:
                 made, rest = bindings(ast.parse(python(cell.source)))
             except (SyntaxError, RecursionError, MemoryError, ValueError):
                 continue
-            jit |= made
+            kernels |= made
             other |= rest.keys()
-    return frozenset(jit - other)
+    return frozenset(kernels - other)
 
 
 def sources(nb) -> dict[str, tuple[str, int]]:

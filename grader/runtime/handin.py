@@ -132,14 +132,21 @@ def names(source: str) -> Names:
     nested(table)
     kernels = {}
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(
-            any(word in ast.unparse(d) for word in JIT_DECORATORS) for d in node.decorator_list
-        ):
+        if isinstance(node, ast.FunctionDef) and any(map(jit, node.decorator_list)):
             kernels[node.name] = frozenset(
                 n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != node.name
             )
     reads -= set(dir(builtins)) - binds
     return Names(frozenset(binds), frozenset(reads), kernels)
+
+
+def jit(node) -> bool:
+    """Whether `node` (a decorator, or what an assignment's value calls) is triton.jit,
+    triton.autotune(...) or triton.heuristics(...), by its last name."""
+    while isinstance(node, ast.Call):
+        node = node.func
+    last = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return last in JIT_DECORATORS
 
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,

@@ -170,8 +170,6 @@ class Server:
         codec = wire.Codec(tensor_out=self.tensor_out(out), strict=True)
         with suppress(wire.WireError):
             return {"kind": "value", "value": codec.encode(value)}
-        if hasattr(type(value), "__getitem__"):  # launched as a kernel is: `value[grid](...)`
-            return {"kind": "kernel", "name": name}
         return {"kind": "opaque", "type": type(value).__name__[:100]}
 
     def receive_storages(self, specs: list, blobs: list) -> list[int]:
