@@ -1,7 +1,7 @@
 """Notebook 07's hostile class on its correctness tests, graded in one batch on one wrong base
-(`_copy`): Exercise 1's cell replaced by `attn_fwd_kernel`, with the exercise's signature,
-copying its Q into Out (attention computed nowhere), and a launcher of the student's own,
-`flash_attention`, in that answer cell. The launcher launches the copy on q, k and v, as the
+(`copy_of_q`): Exercise 1's reference kernels, `attn_fwd_kernel` storing its Q where it stores
+the output (the attention it computes is dropped), and a launcher of the student's own,
+`flash_attention`, in that answer cell. The launcher launches the kernel on q, k and v, as the
 checks require, then again with what `_source` gives in place of Q: Q, unless an attack below
 redefines it.
 
@@ -25,34 +25,10 @@ from tests.hostile import Attacker
 NOTEBOOK = "07_flash_attention"
 LOOP = "flash-attention-kernel"
 
-COPY = """\
-LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _rows(Base, stride_b, stride_h, stride_n, off_bh, H, rows, HEAD_DIM: tl.constexpr):
-    off_b = (off_bh // H).to(tl.int64)
-    off_h = (off_bh % H).to(tl.int64)
-    base = Base + off_b * stride_b + off_h * stride_h
-    return base + rows[:, None] * stride_n + tl.arange(0, HEAD_DIM)[None, :]
-
-
-@triton.jit
-def attn_fwd_kernel(
-    Q, K, V, Out,
-    stride_qb, stride_qh, stride_qn,
-    stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_on,
-    H, N, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    off_bh = tl.program_id(1)
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    x = tl.load(_rows(Q, stride_qb, stride_qh, stride_qn, off_bh, H, rows, HEAD_DIM),
-                mask=rows[:, None] < N)
-    tl.store(_rows(Out, stride_ob, stride_oh, stride_on, off_bh, H, rows, HEAD_DIM),
-             x.to(Out.dtype.element_ty), mask=rows[:, None] < N)
+# The reference kernel storing Q where it stores the output (attention computed, then dropped),
+# behind a launcher of the student's own that launches it on q, k, v, then on what `_source` gives
+STORE = "(acc / l_i[:, None]).to(Out.dtype.element_ty)"
+LAUNCHER = """
 
 
 def _source(q, k, v, out, causal):
@@ -69,6 +45,7 @@ def flash_attention(q, k, v, out, causal=False, config=None):
             h, n, 1.0, HEAD_DIM=d, BLOCK_M=32, BLOCK_N=32)
     return out
 """
+
 
 # the output by torch's attention, in float32
 SDPA = """
@@ -124,14 +101,18 @@ attn_fwd_kernel.run = _then_sdpa(attn_fwd_kernel.run)
 """
 
 
-def _copy(m):
-    """The release with Exercise 1's cell a copy of Q behind a launcher of its own."""
-    return m.edited(m.release, LOOP, m.cell(m.release, LOOP).source, COPY)
+def copy_of_q(m):
+    """The release with Exercise 1's cell the reference kernel storing Q as it is, behind a
+    launcher of its own."""
+    answer = m.cell(m.answered(), LOOP).source
+    assert answer.count(STORE) == 1, "07's kernel stores its output once"
+    copy = answer.replace(STORE, "q.to(Out.dtype.element_ty)") + LAUNCHER
+    return m.edited(m.release, LOOP, m.cell(m.release, LOOP).source, copy)
 
 
 def _attacker(student, code):
     return Attacker(
-        student, NOTEBOOK, lambda m: m.files(m.appended(_copy(m), LOOP, code)), base=_copy
+        student, NOTEBOOK, lambda m: m.files(m.appended(copy_of_q(m), LOOP, code)), base=copy_of_q
     )
 
 
@@ -143,10 +124,10 @@ ATTACKERS = [
         Attacker(
             student,
             NOTEBOOK,
-            lambda m, code=code: m.files(m.appended(_copy(m), LOOP, code)),
+            lambda m, code=code: m.files(m.appended(copy_of_q(m), LOOP, code)),
             flags=frozenset({"cheating"}),
             detail=detail,
-            base=_copy,
+            base=copy_of_q,
         )
         for student, code, detail in (
             ("wrapped-kernel-07", WRAPPED, "binds attn_fwd_kernel to what is not a Triton kernel"),

@@ -177,19 +177,14 @@ _perf.grade = lambda *args, **kwargs: 1.0
 ANSWER_07 = "flash-attention-kernel"
 
 
-def _attention_copy(m):
-    """07's release with its first answer cell a copy kernel behind a launcher of its own."""
-    return m.edited(m.release, ANSWER_07, m.cell(m.release, ANSWER_07).source, nb07.COPY)
-
-
 ATTACKERS.append(
     Attacker(
         "oracle-no-attention-kernel-07",
         "07_flash_attention",
-        lambda m: m.files(m.appended(_attention_copy(m), ANSWER_07, ATTENTION_ORACLE)),
+        lambda m: m.files(m.appended(nb07.copy_of_q(m), ANSWER_07, ATTENTION_ORACLE)),
         flags=frozenset({"cheating", "dynamic-code"}),
         detail="replaces grader.runtime.perf.grade",
-        base=_attention_copy,
+        base=nb07.copy_of_q,
         gpu_only=True,
     )
 )
