@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.runtime import wire
+from grader.runtime import census, wire
 
 SOURCE = Path(__file__).with_name("activity.c")
 LIBRARY = "COURSE_ACTIVITY_LIBRARY"  # nbgrader's environment: the library built for the batch
@@ -289,8 +289,7 @@ def timed_calls(
             foreign.setdefault("more or fewer of torch's own kernels than the inputs' draw", None)
         for r in segment:
             if r.kind == "kernel" and r.name not in kernels and not r.name.startswith(TORCH_KERNEL):
-                short = r.name if len(r.name) <= 48 else r.name[:45] + "..."  # cuDNN's run long
-                foreign.setdefault(f"`{short}`", None)
+                foreign.setdefault(f"`{census.short(r.name)}`", None)
             elif r.kind == "memset":
                 foreign.setdefault(f"a fill of {r.size} bytes", None)
         if drawn and ours and min(r.start for r in drawn) < max(r.end for r in ours):

@@ -149,6 +149,12 @@ class Census:
         return len(calls), sum(1 for i in calls if i not in ran)
 
 
+def short(name: str) -> str:
+    """A kernel's name as a flag shows it: cuDNN's run to 90 characters, and the class report
+    cuts a flag at 160, which would hide what the flag says of the kernel."""
+    return name if len(name) <= 48 else name[:45] + "..."
+
+
 def foreign(seen: Iterable[str], allowed: Iterable[str]) -> list[str]:
     """The names in `seen` that are not in `allowed`, each once, in order of first appearance."""
     allowed = set(allowed)

@@ -319,8 +319,8 @@ def census_flags(seen: census.Census, case: Case) -> list[str]:
     exercise's kernels, or calls that ran none (a census that saw none vouches for nothing)."""
     kernels = " or ".join(case.kernels)
     found = [
-        f"`{name}` ran inside the timed calls: only the exercise's Triton kernels may run "
-        "there. Did a library compute the result?"
+        f"`{census.short(name)}` ran inside the timed calls: only the exercise's Triton kernels "
+        "may run there. Did a library compute the result?"
         for name in census.foreign(seen.names(TIMED), set(case.kernels))
     ]
     calls, idle = seen.without(TIMED, case.kernels)
