@@ -412,8 +412,11 @@ def fake_ncu(tmp_path, monkeypatch):
     return install
 
 
+PROBLEMS = [{"problem": f"{profile.SOURCES_MODULE}:canary_problem", "params": {"n": 1024}}]
+
+
 def collect(kernels=("profile_canary_add",), **kwargs):
-    return profile.collect(profile.CANARY_PROBLEM, list(kernels), major=9, **kwargs)
+    return profile.collect(list(kernels), major=9, problems=PROBLEMS, **kwargs)
 
 
 @pytest.mark.parametrize("where", ["log", "stdout"])
@@ -458,7 +461,7 @@ def test_without_a_gpu_the_caller_is_told_to_show_the_recording(monkeypatch):
     laptop = device.Device(device.INTERPRETER, "CPU (Triton interpreter)")
     monkeypatch.setattr(device, "current", lambda: laptop)
     for attempt in (
-        lambda: profile.profile(profile.CANARY_PROBLEM, ["profile_canary_add"]),
+        lambda: profile.each({"": profile.Call(profile.canary_problem, ["profile_canary_add"])}),
         profile.canary,
     ):
         with pytest.raises(ProfileError) as raised:
@@ -475,13 +478,6 @@ def test_a_filter_that_matched_nothing_names_what_was_launched(fake_ncu):
     assert raised.value.reason == "no-match"
     assert "regex:^(profile_canary_add)$" in str(raised.value)
     assert "It launched: add_kernel." in str(raised.value)
-
-
-def test_a_kernel_the_call_never_launched_is_named(fake_ncu):
-    fake_ncu(log=edited())  # the matmul's row left out
-    with pytest.raises(ProfileError, match="but not probe_matmul") as raised:
-        collect(["profile_canary_add", "probe_matmul"])
-    assert raised.value.reason == "no-match"
 
 
 def test_a_program_that_fails_is_reported_with_its_own_error(fake_ncu):
@@ -563,6 +559,12 @@ def _add_only(**changes) -> str:
     return edited(cells={0: changes})
 
 
+def _marked_add(**changes) -> str:
+    """The canary's log, its values changed by column, after a marker launch."""
+    add = {"ID": "1", **changes}
+    return edited(add=[add], cells={0: {"ID": "0", "Kernel Name": profile.MARKER}})
+
+
 def test_zeros_and_nan_from_the_counters_are_refused(fake_ncu):
     names = [n for n in profile.metric_names(9) if not n.startswith("smsp__")]
     fake_ncu(log=_add_only(**dict.fromkeys(names, "0")))
@@ -576,12 +578,11 @@ def test_zeros_and_nan_from_the_counters_are_refused(fake_ncu):
         collect()
 
 
-def test_profile_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
+def test_each_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
     monkeypatch.setattr(profile, "_gpu", lambda: H200)
-    seen = fake_ncu(log=SAMPLE)
-    found = profile.profile(
-        profile.CANARY_PROBLEM, ["profile_canary_add", "probe_matmul"], params={"n": 1024}
-    )
+    seen = fake_ncu(log=marked(("profile_canary_add", "probe_matmul")))
+    kernels = ["profile_canary_add", "probe_matmul"]
+    found = profile.each({"": profile.Call(profile.canary_problem, kernels, {"n": 1024})})[""]
     assert [k.kernel for k in found.kernels] == ["profile_canary_add", "probe_matmul"]
     c = found.conditions
     assert (c.device, c.capability, c.ncu_version) == (H200.name, "sm_90", "2025.3.0.0")
@@ -591,8 +592,7 @@ def test_profile_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
     joined = " ".join(argv)
     for flags in (
         "--csv --page raw --print-units base",
-        "-k regex:^(profile_canary_add|probe_matmul)$",
-        "--launch-count 2",
+        f"-k regex:^(profile_canary_add|probe_matmul|{profile.MARKER})$",
         "--clock-control base --cache-control all",
         "--profile-from-start off",
         f"{sys.executable} -m grader.runtime.profile",
@@ -600,9 +600,8 @@ def test_profile_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
         assert flags in joined
     metrics = argv[argv.index("--metrics") + 1].split(",")
     assert sorted(metrics) == sorted(profile.metric_names(9))
-    problems = [{"problem": profile.CANARY_PROBLEM, "params": {"n": 1024}}]
-    spec = {"problems": problems, "markers": False, "sources": []}
-    assert json.loads(seen()["spec"]) == spec
+    sources = profile.sources_for(profile.canary_problem)
+    assert json.loads(seen()["spec"]) == {"problems": PROBLEMS, "sources": sources}
 
 
 def test_the_metrics_asked_for_follow_the_gpu():
@@ -623,10 +622,9 @@ def test_kernel_names_must_be_plain_names(names):
 
 def test_no_kernel_named_profiles_every_launch_of_the_call():
     argv = profile.command(
-        Path("/usr/bin/ncu"), Path("spec"), Path("log"), kernels=[], metrics=["m"],
-        launch_count=None,
+        Path("/usr/bin/ncu"), Path("spec"), Path("log"), kernels=[], metrics=["m"]
     )  # fmt: skip
-    assert "-k" not in argv and "--launch-count" not in argv
+    assert "-k" not in argv
     assert argv[argv.index("--print-kernel-base") + 1] == "function"
     assert profile.kernel_filter([]) == ""
 
@@ -675,13 +673,13 @@ def test_the_canary_fails_on_bytes_that_cannot_be(read, written, says):
 
 def test_the_canary_judges_what_ncu_returned(fake_ncu, monkeypatch):
     monkeypatch.setattr(profile, "_gpu", lambda: H200)
-    fake_ncu(log=_add_only())
+    fake_ncu(log=_marked_add())
     result = profile.canary(N)
     assert result.passed, str(result)
     assert result.profile.kernels[0].kernel == "profile_canary_add"  # the one launch in the CSV
-    fake_ncu(log=_add_only(**{"dram__bytes_read.sum": "0", "dram__bytes_write.sum": "0"}))
+    fake_ncu(log=_marked_add(**{"dram__bytes_read.sum": "0", "dram__bytes_write.sum": "0"}))
     assert not profile.canary(N).passed
-    fake_ncu(log=_add_only(**{"dram__bytes_read.sum": "nan"}))
+    fake_ncu(log=_marked_add(**{"dram__bytes_read.sum": "nan"}))
     failed = profile.canary(N)
     assert not failed.passed and "NaN" in failed.problems[0]
 
@@ -695,7 +693,7 @@ def test_the_canary_adds():
 
 def test_a_canary_of_more_than_one_launch_fails(fake_ncu, monkeypatch):
     monkeypatch.setattr(profile, "_gpu", lambda: H200)
-    fake_ncu(log=SAMPLE)  # the canary's row and the matmul's
+    fake_ncu(log=marked(("profile_canary_add", "probe_matmul")))  # the canary's and the matmul's
     result = profile.canary(N)
     assert not result.passed and "launched 2 kernels" in result.problems[0]
 
@@ -731,19 +729,16 @@ def test_the_child_profiles_only_the_call_after_a_warm_up(tmp_path, monkeypatch)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: EVENTS.append("sync"))
     monkeypatch.setattr(torch.cuda.profiler, "start", lambda: EVENTS.append("start"))
     monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: EVENTS.append("stop"))
-    spec = tmp_path / "spec.json"
-    problem = "tests.test_profile:counting_problem"
-    spec.write_text(json.dumps({"problems": [{"problem": problem, "params": {"label": "call"}}]}))
-    EVENTS.clear()
-    assert profile._child(str(spec)) == 0
-    assert EVENTS == ["setup gpu", "call", "sync", "start", "call", "sync", "stop"]
-    # several problems, each after a marker inside its own profiled range
     monkeypatch.setitem(sys.modules, "grader.runtime.profile_marker", types.SimpleNamespace(
         Marker=lambda: lambda: EVENTS.append("marker")))  # fmt: skip
+    spec = tmp_path / "spec.json"
+    problem = "tests.test_profile:counting_problem"
     both = [{"problem": problem, "params": {"label": label}} for label in ("a", "b")]
-    spec.write_text(json.dumps({"problems": both, "markers": True}))
+    spec.write_text(json.dumps({"problems": both, "sources": []}))
     EVENTS.clear()
     assert profile._child(str(spec)) == 0
+    sys.modules.pop(profile.SOURCES_MODULE)
+    # each problem after a marker inside its own profiled range
     one = ["sync", "start", "marker"]
     assert EVENTS == ["setup gpu", "a", *one, "a", "sync", "stop", "b", *one, "b", "sync", "stop"]
 
@@ -839,7 +834,7 @@ def test_a_call_is_profiled_by_its_factory_name_in_the_sent_module(
     assert [k.kernel for k in found.kernels] == ["profile_canary_add"]
     spec = json.loads(seen()["spec"])
     problem = {"problem": f"{profile.SOURCES_MODULE}:problem", "params": {"n": 8}}
-    assert spec["problems"] == [problem] and spec["markers"]
+    assert spec["problems"] == [problem]
     assert spec["sources"] == profile.sources_for(notebook_module.problem)
     with pytest.raises(TypeError, match="the function to call in the child"):
         profile.Call(None, ["k"])
@@ -929,7 +924,7 @@ def test_each_profiles_several_calls_in_one_child_and_splits_them_at_the_markers
     argv, spec = seen()["argv"], json.loads(seen()["spec"])
     assert "-k" not in argv  # one call profiles every launch: nothing filtered out
     assert [p["params"] for p in spec["problems"]] == [{"n": 8}, {"n": 16}, {"n": 32}]
-    assert spec["markers"] and len(spec["sources"]) == len(set(spec["sources"]))
+    assert len(spec["sources"]) == len(set(spec["sources"]))
 
 
 def test_each_filters_to_the_kernels_named_and_the_marker(fake_ncu, monkeypatch, notebook_module):

@@ -1,22 +1,22 @@
 """The hardware counters that explain a kernel, read by NVIDIA Nsight Compute in a child process.
 
-`profile(target, kernels)` runs `target` in a fresh Python process under Nsight Compute's
-command-line profiler (`ncu`) and returns a `Profile`: a `KernelProfile` per profiled launch of
-the Triton kernels named (duration; DRAM bytes read and written; L1 and L2 sectors per request,
-which say how well the accesses coalesce; L2 hit rate; achieved occupancy; tensor-pipe use; the
-stall reasons that held its warps most) and the `Conditions` they were measured under: clocks
-locked to base (`--clock-control base`), caches flushed before each replayed pass
-(`--cache-control all`). `show` prints it, kept as data by a recorded cell (grader.runtime.recorded)
-so that a laptop replays the same table. `canary()` says whether this machine's counters can be
-believed: run it first on a new GPU box. `METRICS` says what is read.
+`each({label: Call(factory, kernels, params)})` runs the calls in a fresh Python process under
+Nsight Compute's command-line profiler (`ncu`) and returns a `Profile` for each: a `KernelProfile`
+per profiled launch of the Triton kernels named (duration; DRAM bytes read and written; L1 and L2
+sectors per request, which say how well the accesses coalesce; L2 hit rate; achieved occupancy;
+tensor-pipe use; the stall reasons that held its warps most) and the `Conditions` they were
+measured under: clocks locked to base (`--clock-control base`), caches flushed before each
+replayed pass (`--cache-control all`). `show` prints one, kept as data by a recorded cell
+(grader.runtime.recorded) so that a laptop replays the same table. `canary()` says whether this
+machine's counters can be believed: run it first on a new GPU box. `METRICS` says what is read.
 
-A notebook profiles its own functions, several calls in one child (one start of Python, torch and
-ncu, seconds each), with `each({label: Call(factory, kernels, params)})`, a marker kernel launched
-before each call telling their launches apart. `target` is "module:function": a factory, called
-with `params` in the child, that makes its inputs on the GPU and returns a function of no
-arguments that launches the kernels. The factory's function runs once unprofiled, so Triton
-compiles and autotuners tune, then once more between `cudaProfilerStart` and `cudaProfilerStop`
-(ncu `--profile-from-start off`): only that call's launches are profiled.
+Several calls share one child (one start of Python, torch and ncu, seconds each), a marker
+kernel launched before each call telling their launches apart. A factory, a notebook's function
+that the child gets with what it reaches (`sources_for`) and calls with `params`, makes its
+inputs on the GPU and returns a function of no arguments that launches the kernels. That
+function runs once unprofiled, so Triton compiles and autotuners tune, then once more between
+`cudaProfilerStart` and `cudaProfilerStop` (ncu `--profile-from-start off`): only that call's
+launches are profiled.
 
 Why ncu in a child process, rather than CUPTI in the notebook's: counters are read by replaying
 each kernel once per pass, its memory restored between passes, clocks locked, caches flushed,
@@ -536,13 +536,11 @@ def command(
     log: Path,
     kernels: Sequence[str],
     metrics: Sequence[str],
-    launch_count: int | None,
 ) -> list[str]:
     """The ncu command line that profiles the child running `spec`'s calls (see `profile`)."""
     argv = [str(ncu), "--csv", "--page", "raw", "--print-units", "base"]
     argv += ["--metrics", ",".join(metrics), "--print-kernel-base", "function"]
     argv += ["-k", kernel_filter(kernels)] if kernels else []
-    argv += ["--launch-count", str(launch_count)] if launch_count else []
     argv += ["--clock-control", CLOCK_CONTROL, "--cache-control", CACHE_CONTROL]
     argv += ["--replay-mode", "kernel", "--profile-from-start", "off", "--log-file", str(log)]
     return argv + [sys.executable, "-m", "grader.runtime.profile", str(spec)]
@@ -552,26 +550,21 @@ Runner = Callable[..., tuple[int, str, str]]  # (argv, folder=, env=, timeout=):
 
 
 def collect(
-    target: str,
     kernels: Sequence[str],
     *,
     major: int | None,
-    params: Mapping | None = None,
-    timeout: float = 600,
+    problems: Sequence[Mapping],
     sources: Sequence[str] = (),
-    problems: Sequence[Mapping] = (),
+    timeout: float = 600,
     runner: Runner | None = None,
 ) -> list[KernelProfile]:
-    """Run ncu on `target` and read its launches, refusing any failure it reports (`profile`
-    checks the device). `sources`: code the child loads as the module SOURCES_MODULE. `problems`
-    ({"problem": target, "params": params} each) replace `target` and `params`: a MARKER launched
-    before each, every launch `kernels` matches is read (`each`). `runner` starts ncu and the child
-    (the judge's, in the student's sandbox); ncu's report lies where the child's user cannot go."""
-    if not problems and ":" not in target:
-        raise ValueError(f"target is 'module:function', not {target!r}")
+    """Run ncu on the child that makes the `problems` ({"problem": "module:factory", "params":
+    params} each), a MARKER launched before each, and read every launch `kernels` matches (every
+    launch where none is named), refusing any failure ncu reports (`each` checks the device).
+    `sources`: code the child loads as the module SOURCES_MODULE. `runner` starts ncu and the
+    child (the judge's, in the student's sandbox); ncu's report lies where the child's user cannot
+    go."""
     tool = find_ncu()
-    # a launch per kernel named, or every launch where none is; of several calls, every match
-    count = None if problems else len(kernels) or None
     asked = metric_names(major)
     env = dict(os.environ)
     # the parent's imports, its working folder ("" in sys.path) included: the child runs elsewhere
@@ -583,11 +576,8 @@ def collect(
         os.chmod(tmp, 0o755)  # the child reads its spec; ncu's report stays in private/
         (Path(tmp) / "private").mkdir(mode=0o700)
         spec, log = Path(tmp) / "spec.json", Path(tmp) / "private" / "ncu.csv"
-        calls = list(problems) or [{"problem": target, "params": dict(params or {})}]
-        spec.write_text(
-            json.dumps({"problems": calls, "markers": bool(problems), "sources": list(sources)})
-        )
-        argv = command(tool, spec, log, kernels, asked, count)
+        spec.write_text(json.dumps({"problems": list(problems), "sources": list(sources)}))
+        argv = command(tool, spec, log, kernels, asked)
         run = runner or (lambda args, folder, **rest: run_ncu(args, cwd=folder, **rest))
         returncode, stdout, stderr = run(argv, folder=tmp, env=env, timeout=timeout)
         logged = log.read_text(errors="replace") if log.exists() else ""
@@ -598,13 +588,6 @@ def collect(
         raise ProfileError(
             "no-rows",
             f"ncu printed no rows of counters (exit {returncode}). Its last lines: {_tail(output)}",
-        )
-    missing = [k for k in kernels if not any(p.kernel == k for p in launches)]
-    if missing and len(launches) < (count or 0):
-        raise ProfileError(
-            "no-match",
-            f"ncu profiled {', '.join(sorted({p.kernel for p in launches}))} but not "
-            f"{', '.join(missing)}: the profiled call never launched it, or under another name",
         )
     for k in launches:  # NaN, or zero where a kernel that ran cannot have it
         wrong = [f"{n} (NaN)" for n, v in sorted(k.raw.items()) if v is not None and math.isnan(v)]
@@ -668,15 +651,6 @@ def _gpu() -> _Gpu:
 
     props = torch.cuda.get_device_properties(0)
     return _Gpu(props.name, props.major, props.minor, getattr(props, "L2_cache_size", None))
-
-
-def profile(target: str, kernels: Sequence[str], *, params: Mapping | None = None) -> Profile:
-    """Profile the first launch of each of `kernels` (Triton kernels' def names; every launch
-    where none is named) that `target` makes (see the module's docstring), clocks locked to base.
-    Raises ProfileError, saying what failed and what to do."""
-    gpu = _gpu()
-    launches = collect(target, kernels, major=gpu.major, params=params)
-    return Profile(tuple(launches), _conditions(gpu, kernels))
 
 
 def _conditions(gpu: _Gpu, kernels: Sequence[str]) -> Conditions:
@@ -822,8 +796,6 @@ def recorded_profiles(key: str, nth: int = 0) -> dict[str, Profile]:
 
 # -- the canary -----------------------------------------------------------------------------------
 
-CANARY_PROBLEM = "grader.runtime.profile:canary_problem"
-
 
 def canary_problem(n: int):
     """The call the canary profiles: PyTorch's add of x = 0, 1, ..., n - 1 and y = 2x (3x, for a
@@ -915,7 +887,7 @@ def canary(n: int = 1 << 25) -> CanaryResult:
             "no-gpu", "torch does not report this GPU's L2 size (L2_cache_size): update torch"
         )
     try:
-        found = profile(CANARY_PROBLEM, [], params={"n": n})
+        found = each({"": Call(canary_problem, (), {"n": n})})[""]
     except ProfileError as exc:
         if exc.reason != "bad-values":
             raise
@@ -973,7 +945,7 @@ def each(
         {"problem": f"{SOURCES_MODULE}:{c.factory.__name__}", "params": dict(c.params)}
         for c in calls.values()
     ]
-    found = collect("", named, major=gpu.major, sources=sources, problems=problems, runner=runner)
+    found = collect(named, major=gpu.major, sources=sources, problems=problems, runner=runner)
     profiles = {}
     for (label, call), own in zip(calls.items(), _split(found, len(calls)), strict=True):
         # the first launch of each kernel named
@@ -1067,27 +1039,23 @@ def load_sources(sources: Sequence[str], folder: Path, name: str) -> types.Modul
 
 def _child(spec_path: str) -> int:
     """Under ncu: make each problem's call, run it once to compile and tune, then once more (after
-    a MARKER, with markers) between cudaProfilerStart and cudaProfilerStop, the range profiled."""
+    a MARKER) between cudaProfilerStart and cudaProfilerStop, the range profiled."""
     spec = json.loads(Path(spec_path).read_text())
     device.setup(device.GPU)
     import torch
 
-    if spec.get("sources"):
-        # a folder of the child's own: the spec's may be the grader's, which it only reads
-        load_sources(spec["sources"], Path(tempfile.mkdtemp()), SOURCES_MODULE)
-    mark = None
-    if spec.get("markers"):
-        from grader.runtime.profile_marker import Marker
+    from grader.runtime.profile_marker import Marker
 
-        mark = Marker()
+    # a folder of the child's own: the spec's may be the grader's, which it only reads
+    load_sources(spec["sources"], Path(tempfile.mkdtemp()), SOURCES_MODULE)
+    mark = Marker()
     for problem in spec["problems"]:
         module, _, name = problem["problem"].partition(":")
         call = getattr(importlib.import_module(module), name)(**problem["params"])
         call()
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
-        if mark is not None:
-            mark()
+        mark()
         call()
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
