@@ -703,7 +703,7 @@ class Speed:
     def _checked(self, case) -> list[str]:
         """One call on the judge's inputs, `out` poisoned first: the log must show the
         exercise's kernels alone, and `out` must be right (then every element is their work)."""
-        from grader.runtime import checks, perf
+        from grader.runtime import census, checks, perf
 
         kernels = " or ".join(case.kernels)
         if case.out is not None:
@@ -712,8 +712,8 @@ class Speed:
         checks.call_graded(case.candidate, what="the timed code")
         ran = [r.name for r in self.log.flush()[before:] if r.kind == "kernel"]
         flags = [
-            f"`{name}` ran inside a checked call: only the exercise's Triton kernels may run "
-            "there. Did a library compute the result?"
+            f"`{census.short(name)}` ran inside a checked call: only the exercise's Triton kernels "
+            "may run there. Did a library compute the result?"
             for name in dict.fromkeys(n for n in ran if n not in case.kernels)
         ]
         if not any(n in case.kernels for n in ran):
