@@ -115,6 +115,7 @@ def test_config_lists_are_well_formed():
 
 def test_the_tuned_launcher_takes_the_persistent_path_where_descriptors_work():
     tuned = gemm.Tuned([as_triton(SMALL)])
+    tuned.timed = False  # the layout alone decides, as in the interpreter
     for transposed, expected in ((False, "persistent"), (True, "pointers")):
         if not transposed and not gemm.tma_supported():
             continue  # no descriptors on this GPU: every layout takes the pointer path
@@ -130,12 +131,49 @@ def test_the_tuned_launcher_takes_the_persistent_path_where_descriptors_work():
     )
 
 
+@pytest.mark.parametrize("cheaper", ["persistent", "pointers"])
+def test_where_both_kernels_run_the_cheaper_winner_per_call_is_kept(cheaper, monkeypatch):
+    """Where the layout suits descriptors, both kernels are tuned and their winners timed back to
+    back (here by a stand-in for per_call_ms, which needs a GPU): the cheaper one per call is
+    kept for the layout, and last, best_config and later calls follow it."""
+    if not gemm.tma_supported():
+        pytest.skip("the persistent variant uses tensor descriptors: sm_90 (or the interpreter)")
+    configs = [as_triton(SMALL), as_triton(SMALL | {"BLOCK_N": 16})]
+
+    def prune(configs, named_args, **kwargs):  # a winner of each kernel's own, with no timing
+        return [configs[0] if "a_desc" in named_args else configs[1]]
+
+    timed = []
+
+    def per_call_ms(plan, a, b, out):
+        timed.append(plan.kernel)
+        plan(a, b, out)
+        return (
+            1.0
+            if (plan.kernel is gemm.matmul_kernel_persistent) == (cheaper == "persistent")
+            else 2.0
+        )
+
+    monkeypatch.setattr(gemm, "per_call_ms", per_call_ms)
+    tuned = gemm.Tuned(configs, prune)
+    tuned.timed = True
+    checks.check(tuned, reference, inputs(96, 80, 48, torch.float16), atol=1e-3)
+    assert sorted(k.fn.__name__ for k in timed) == ["matmul_kernel", "matmul_kernel_persistent"], (
+        "each kernel's winner is timed once, on the layout's first call only"
+    )
+    assert tuned.last is getattr(tuned, cheaper)
+    kept = configs[0] if cheaper == "persistent" else configs[1]
+    assert gemm.describe(tuned.best_config) == gemm.describe(kept)
+    assert len(tuned.plans) == 1 and len(tuned.cache) == 2, "one plan; both kernels' keys tuned"
+
+
 def test_a_kept_plan_serves_only_its_layout_and_reads_each_calls_tensors():
     """The tuned launcher keeps one plan per layout; a later call with the same layout computes
     with its own tensors, and a change of strides, dtype or alignment gets a plan of its own."""
     dev = device.current().torch_device
     gen = checks.generator(3)
     tuned = gemm.Tuned([as_triton(SMALL)])
+    tuned.timed = False  # the layout alone decides the kernel, as in the interpreter
 
     def call(a, b):
         out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=dev)
@@ -187,6 +225,7 @@ def test_a_plan_reuses_its_descriptors_only_for_the_same_addresses(monkeypatch):
         return bool(torch.allclose(out, want, atol=1e-2, rtol=1e-2))
 
     tuned = gemm.Tuned([as_triton(SMALL)])
+    tuned.timed = False  # the persistent kernel is kept, as in the interpreter
     assert all(right(tuned, *new()) for _ in range(3)), "new tensors at new addresses"
     kept = new()
     assert right(tuned, *kept)
@@ -203,6 +242,7 @@ def test_a_plan_reuses_its_descriptors_only_for_the_same_addresses(monkeypatch):
             lambda *tensors, d=dropped: tuple(t.data_ptr() for t in tensors[:d] + tensors[d + 1 :]),
         )
         stale = gemm.Tuned([as_triton(SMALL)])
+        stale.timed = False
         tensors = new()
         assert right(stale, *tensors) and right(stale, *tensors), "same tensors: right"
         tensors[dropped] = new()[dropped]  # only this tensor is new
