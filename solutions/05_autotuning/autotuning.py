@@ -356,21 +356,24 @@ def config_space(full: bool = False) -> list[triton.Config]:
 
 # %% [markdown]
 # The autotuned matmul: `gemm.Tuned` wraps two kernels in `triton.autotune` over your space, pruned
-# by your `prune_configs`, and picks one per call from the layout. Where every matrix suits tensor
-# descriptors it runs a **persistent** kernel (`gemm.matmul_kernel_persistent`, printed below): one
-# program per SM, each walking the tiles `pid, pid + num_programs, ...` in grouped order, so no
-# program waits to be scheduled and one tile's store overlaps the next tile's loads. Its descriptors
-# are made on the host (`gemm.descriptors`) and passed in, rather than by `tl.make_tensor_descriptor`
-# at the start of every program: at 2048³ on an H100 (Triton 3.6, the course's benchmark of
-# November 2026) that start-up cost about a tenth of the kernel's time. Elsewhere (a transposed
-# view, rows not a multiple of 16 bytes, a GPU older than sm_90) it runs `gemm.matmul_kernel`'s
-# pointer path. Both take the same configs.
+# by your `prune_configs`. Where every matrix suits tensor descriptors either can run. One is a
+# **persistent** kernel (`gemm.matmul_kernel_persistent`, printed below): one program per SM, each
+# walking the tiles `pid, pid + num_programs, ...` in grouped order, so no program waits to be
+# scheduled and one tile's store overlaps the next tile's loads. Its descriptors are made on the
+# host (`gemm.descriptors`): no program spends its start building them, but Triton encodes them
+# again at every launch, host time that the autotuner, timing GPU work alone, never sees. So
+# `gemm.Tuned` tunes both kernels, then times the two winners back to back, as a loop of calls
+# runs them (`gemm.per_call_ms`), and keeps the cheaper per call. On an H200 (the course's
+# measurements of 29 November 2026) that was `gemm.matmul_kernel`'s pointer path at 512³ and
+# 2048³, the persistent kernel at 4096³. Elsewhere (a transposed view, rows not a multiple of 16
+# bytes, a GPU older than sm_90) only the pointer path runs. Both take the same configs.
 
 # %% [markdown]
 # In the interpreter nothing can be timed, so `gemm.Tuned` keeps only the first config (with one
-# config the autotuner times nothing); the tests still run every config of your space, one by one,
-# on the path `matmul` would take. To see where persistence pays on your GPU, time one config both
-# ways: `gemm.launch_config(config, a, b, c)` takes that path,
+# config the autotuner times nothing) and the persistent kernel wherever the layout allows it;
+# the tests still run every config of your space, one by one, on that path. To see where
+# persistence pays on your GPU, time one config both ways: `gemm.launch_config(config, a, b, c)`
+# takes the persistent kernel where the layout allows it,
 # `gemm.launch(gemm.matmul_kernel, a, b, c, tma=False, **config.all_kwargs())` the pointer path.
 
 # %%
@@ -385,7 +388,8 @@ def matmul(a, b, out):
 
 
 def launch_config(config):
-    """A launcher that runs one config of the space, without tuning, on matmul's path."""
+    """A launcher that runs one config of the space, without tuning: the persistent kernel where
+    the layout allows it, the pointer path elsewhere."""
     return lambda a, b, out: gemm.launch_config(config, a, b, out)
 
 

@@ -399,8 +399,8 @@ class Tuned:
     to back (`per_call_ms`), and the cheaper one per call is kept. The autotuner cannot make that
     choice: it times GPU work alone, with the cache flushed, and does not see that the persistent
     kernel's host-made descriptors are encoded again at every launch, host time that decides
-    small problems. On an H200 the pointer path was the cheaper per call at 512³ and 2048³, the
-    persistent kernel at 4096³ (results/2026-11-29-h200-third-session.md)."""
+    small problems. On an H200 (the course's measurements of 29 November 2026) the pointer path
+    was the cheaper per call at 512³ and 2048³, the persistent kernel at 4096³."""
 
     def __init__(self, candidates: list[triton.Config], prune=None):
         self.persistent = autotuned(candidates, prune, kernel=matmul_kernel_persistent)
@@ -458,7 +458,8 @@ _plans: dict[tuple, Plan] = {}  # launch_config's, by config and layout
 
 
 def launch_config(config: triton.Config, a, b, out):
-    """out = a @ b with one config and no tuning, on the path Tuned takes for these matrices."""
+    """out = a @ b with one config and no tuning: the persistent kernel where the layout suits
+    tensor descriptors (`tma_ok`), the pointer path elsewhere."""
     key = (tuple(sorted(config.all_kwargs().items())), layout(a, b, out))
     plan = _plans.get(key)
     if plan is None:
