@@ -8,7 +8,9 @@ time, each in its sandbox), with the same scores required of every run.
 The class mixes the reference solution, slow-but-correct kernels (tests/known_wrong's SLOW),
 wrong ones (its WRONG) and kernels whose process dies, in a fixed order. Each run grades it in a
 course directory of its own. Writes throughput.json and throughput.md into --out after each run:
-the wall time of each run and the students per hour; each student's total in every run; each
+the wall time of each run and the students per hour, beside the gain the class allows (its
+students' times in the first run handed out to the first GPU free, as grading hands them out: a
+small class ends on one GPU alone); each student's total in every run; each
 speed cell's measured / needed in every run beside the noise, which is the spread of that figure
 over the reference students of the first run (identical submissions); and the projection of a
 class of 300 of this notebook onto 8 GPUs. --append continues the runs already in --out's
@@ -56,6 +58,7 @@ class Run:
     grading_seconds: float  # the grading step alone
     totals: dict[str, float] = field(default_factory=dict)
     speed: dict[str, dict[str, float | None]] = field(default_factory=dict)  # measured / needed
+    student_seconds: dict[str, float] = field(default_factory=dict)  # each student's own run
 
     @property
     def per_hour(self) -> float:
@@ -119,7 +122,9 @@ def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
     def grade_step(batch_, todo, given):
         started = time.perf_counter()
         try:
-            return timed_grade(batch_, todo, given)
+            runs = timed_grade(batch_, todo, given)
+            grading["students"] = {student: r.seconds for student, r in runs.items()}
+            return runs
         finally:
             grading["seconds"] = time.perf_counter() - started
 
@@ -128,11 +133,26 @@ def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
         batch, submissions=inbox, device=dev.describe(), grades_speed=dev.grades_speed,
         grade=grade_step,
     )  # fmt: skip
-    run = Run(gpus, time.perf_counter() - started, grading["seconds"])
+    run = Run(gpus, time.perf_counter() - started, grading["seconds"],
+              student_seconds=grading["students"])  # fmt: skip
     for row in results.students:
         run.totals[row.student] = row.total
         run.speed[row.student] = {s.grade_id: s.relative for s in row.speed}
     return run
+
+
+def allowed(seconds: dict[str, float], gpus: int) -> float | None:
+    """The gain over one GPU that a class whose students take `seconds` each allows on `gpus`:
+    their sum over the batch's makespan when each student goes, in grading's order (by name), to
+    the first GPU free, as grade_here hands them out. A small class ends on one GPU alone while
+    the others wait; this is that cost, apart from any the grader adds. None: no times."""
+    if not seconds:
+        return None
+    free = [0.0] * gpus
+    for student in sorted(seconds):
+        k = free.index(min(free))
+        free[k] += seconds[student]
+    return sum(seconds.values()) / max(free)
 
 
 def noise(first: Run, members) -> dict[str, float]:
@@ -176,6 +196,7 @@ def summary(assignment, members, runs: list[Run], machine) -> dict:
         "class": [asdict(s) for s, _ in members],
         "runs": [asdict(r) | {"per_hour": r.per_hour} for r in runs],
         "gain": gains,
+        "allowed": [allowed(first.student_seconds, len(r.gpus.split(","))) for r in runs],
         "noise": spread,
         "speed": speed_rows,
         "disagreements": disagreements,
@@ -197,18 +218,24 @@ def markdown(s: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in s["machine"]["versions"].items())
         + ".",
         "",
-        "| GPUs | batch s | grading s | students per hour | gain over the first |",
-        "|---|---|---|---|---|",
+        "| GPUs | batch s | grading s | students per hour | gain over the first | gain the class "
+        "allows |",
+        "|---|---|---|---|---|---|",
     ]
-    for r, gain in zip(s["runs"], s["gain"], strict=True):
+    for r, gain, bound in zip(s["runs"], s["gain"], s["allowed"], strict=True):
         lines.append(
             f"| {r['gpus']} | {r['seconds']:.1f} | {r['grading_seconds']:.1f} | "
-            f"{r['per_hour']:.1f} | {gain:.2f}x |"
+            f"{r['per_hour']:.1f} | {gain:.2f}x | " + (f"{bound:.2f}x |" if bound else "- |")
         )
     kinds = {}
     for c in s["class"]:
         kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
     lines += ["", "Class: " + ", ".join(f"{n} {k}" for k, n in kinds.items()) + "."]
+    lines += [
+        "",
+        "The gain the class allows: each student's time in the first run, handed in grading's "
+        "order to the first GPU free; the last students leave GPUs idle in a small class.",
+    ]
     lines += ["", "## Scores", "", "| student | " + " | ".join(r["gpus"] for r in s["runs"]) + " |"]
     lines.append("|---|" + "---|" * len(s["runs"]))
     for c in s["class"]:

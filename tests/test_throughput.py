@@ -85,4 +85,24 @@ def test_summary_of_the_first_run_alone():
     s = throughput.summary("07_flash_attention", members, [one], {"device": "d", "versions": {}})
     assert s["speed"] == [] and s["gain"] == [1.0] and s["disagreements"] == []
     assert s["projection"]["hours"] == 60.0 * 300 / 8 / 3600
-    assert "| 0 | 70.0 | 60.0 | 60.0 | 1.00x |" in throughput.markdown(s)
+    assert "| 0 | 70.0 | 60.0 | 60.0 | 1.00x | - |" in throughput.markdown(s)  # no student times
+
+
+def test_the_gain_a_class_allows_is_its_last_students_tail():
+    """Eight students as grade_here hands them out, by name, each to the first GPU free: on two
+    GPUs the last ends alone, so the class allows less than 2x whatever the grader does."""
+    seconds = {"s0": 40, "s1": 45, "s2": 30, "s3": 40, "s4": 5, "s5": 45, "s6": 30, "s7": 40}
+    # GPU A: s0 (0-40), s2 (40-70), s4 (70-75), s5 (75-120); GPU B: s1 (0-45), s3 (45-85),
+    # s6 (85-115), s7 (115-155)
+    assert throughput.allowed(seconds, 2) == 275 / 155
+    assert throughput.allowed(seconds, 1) == 1.0
+    assert throughput.allowed({f"s{i:02d}": 30.0 for i in range(300)}, 2) == 2.0
+    assert throughput.allowed({}, 2) is None
+    members = [(throughput.Student(s, "reference", ""), {}) for s in seconds]
+    one = throughput.Run("0", 290.0, 280.0, {s: 10 for s in seconds}, {}, seconds)
+    two = throughput.Run("0,1", 170.0, 160.0, {s: 10 for s in seconds}, {})
+    s = throughput.summary(
+        "06_online_softmax", members, [one, two], {"device": "d", "versions": {}}
+    )
+    assert s["allowed"] == [1.0, 275 / 155]
+    assert "| 0,1 | 170.0 | 160.0 | 180.0 | 1.75x | 1.77x |" in throughput.markdown(s)
