@@ -106,3 +106,28 @@ def test_the_gain_a_class_allows_is_its_last_students_tail():
     )
     assert s["allowed"] == [1.0, 275 / 155]
     assert "| 0,1 | 170.0 | 160.0 | 180.0 | 1.75x | 1.77x |" in throughput.markdown(s)
+
+
+def test_a_run_keeps_each_students_grading_time(monkeypatch, tmp_path):
+    """grade() records the seconds grade_here reports for each student (the GPU batch itself
+    needs a GPU; here the batch is a stand-in that hands two students to grade_here)."""
+    from types import SimpleNamespace
+
+    from grader.grading import autograde, devices, findings
+
+    monkeypatch.setattr(devices, "detect", lambda: [])
+    monkeypatch.setattr(devices, "select", lambda gpus, found: ["g0", "g1"])
+    monkeypatch.setattr(
+        autograde, "grade_here",
+        lambda batch, todo, given: {s: findings.Run("ok", 10.0 + i) for i, s in enumerate(todo)},
+    )  # fmt: skip
+
+    def batch_of_two(batch, *, grade, **_):
+        grade(batch, ["s00", "s01"], {})
+        return SimpleNamespace(students=[]), {}
+
+    monkeypatch.setattr(autograde, "autograde", batch_of_two)
+    dev = SimpleNamespace(mode="gpu", describe=lambda: "d", grades_speed=True)
+    run = throughput.grade("06_online_softmax", "0,1", tmp_path, tmp_path, dev)
+    assert run.student_seconds == {"s00": 10.0, "s01": 11.0}
+    assert run.grading_seconds >= 0 and run.gpus == "0,1"
