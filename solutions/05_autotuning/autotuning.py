@@ -363,9 +363,10 @@ def config_space(full: bool = False) -> list[triton.Config]:
 # host (`gemm.descriptors`): no program spends its start building them, but Triton encodes them
 # again at every launch, host time that the autotuner, timing GPU work alone, never sees. So
 # `gemm.Tuned` tunes both kernels, then times the two winners back to back, as a loop of calls
-# runs them (`gemm.per_call_ms`), and keeps the cheaper per call. On an H200 (the course's
-# measurements of 29 November 2026) that was `gemm.matmul_kernel`'s pointer path at 512³ and
-# 2048³, the persistent kernel at 4096³. Elsewhere (a transposed view, rows not a multiple of 16
+# runs them (`gemm.per_call_ms`), and keeps the cheaper per call. On H200s (the course's
+# measurements of 29 November 2026) that was `gemm.matmul_kernel`'s pointer path at 512³ and the
+# persistent kernel at 4096³; at 2048³ the two came within 1% of each other, and runs kept
+# either. Elsewhere (a transposed view, rows not a multiple of 16
 # bytes, a GPU older than sm_90) only the pointer path runs. Both take the same configs.
 
 # %% [markdown]
