@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 05 · Autotuning
 #
-# *Reading time: about 10 minutes.*
+# *Reading time: about 11 minutes.*
 #
 # In 04 the fast settings (128x256 tiles, `BLOCK_K=64`, 8 warps, 3 stages) were handed to you.
 # Where do they come from, and do they hold for another shape, dtype or GPU? The compiler, the
