@@ -278,6 +278,13 @@ KERNEL_NAMES = {  # 07's kernel attn_fwd_kernel, bound or changed in an answer c
     "@triton.jit\ndef attn_fwd_kernel(Q):\n    pass": None,
     "attn_fwd_kernel = triton.jit(_body)": None,
     "@triton.autotune(configs=[], key=[])\n@triton.jit\ndef attn_fwd_kernel(Q):\n    pass": None,
+    "import triton\nimport triton.language as tl\nfrom triton import jit\n\n\n@jit\n"
+    "def attn_fwd_kernel(Q):\n    pass": None,  # Triton's own decorator, imported
+    # a decorator of the student's own under Triton's names: a kernel class whose run is theirs
+    "def jit(fn):\n    return _Mine(fn)\n\n\nattn_fwd_kernel = jit(attn_fwd_kernel.fn)": (
+        "binds jit, through which a kernel the grader launches is made"
+    ),
+    "import numpy as triton": "binds triton, through which a kernel the grader launches is made",
 }
 
 
@@ -309,3 +316,13 @@ def test_the_judge_launches_a_kernel_only_under_a_name_bound_to_it_alone():
     wrapped = m.appended(answered, "flash-attention-kernel", "attn_fwd_kernel = print")
     assert "attn_fwd_kernel" not in roles.launchable(wrapped)
     assert "attn_fwd_causal_kernel" in roles.launchable(wrapped)
+    # a kernel made through a `jit` of the student's own, the other still through triton.jit
+    own = "def jit(fn):\n    return fn\n\n\nattn_fwd_kernel = jit(attn_fwd_kernel.fn)"
+    mine = m.appended(answered, "flash-attention-kernel", own)
+    assert "attn_fwd_kernel" not in roles.launchable(mine)
+    assert "attn_fwd_causal_kernel" in roles.launchable(mine)
+    why = roles.kernels([c.source for c in mine.cells]).refused["attn_fwd_kernel"]
+    assert why == "binds jit, through which attn_fwd_kernel is made, to what is not Triton's"
+    # `triton` itself rebound: nothing made through it is launched
+    shadowed = m.appended(answered, "flash-attention-kernel", "import numpy as triton")
+    assert not {"attn_fwd_kernel", "attn_fwd_causal_kernel"} & roles.launchable(shadowed)

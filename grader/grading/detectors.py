@@ -130,7 +130,11 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
     `released` notebook's other cells import (`checks`, `torch`) are known as theirs."""
     found: dict[tuple[str, str, str], None] = {}
     imported: dict[str, str] = {}  # what a name was imported as: the release's, then the cells'
-    kernels = roles.launchable(released) if released is not None else frozenset()
+    theirs = [c.source for c in released.cells if roles.kind(c) in ("answer", "given")] if (
+        released is not None
+    ) else []  # fmt: skip
+    launched = roles.launchable(released) if released is not None else frozenset()
+    through = roles.kernels([*theirs, *(source for _, source in cells)]).through
     for cell in released.cells if released is not None else []:
         if roles.kind(cell) in ("given", "test"):
             with contextlib.suppress(SyntaxError):
@@ -150,9 +154,12 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
         for node in ast.walk(tree):
             for kind, what in _reach(node, imported):
                 found[(kind, label, what)] = None
-        for name, what in roles.bindings(tree)[1].items():
-            if name in kernels:  # the judge launches no kernel bound so (roles.launchable)
+        for name, what in roles.bindings(tree)[1].items():  # the judge launches none of these
+            if name in launched:  # (roles.kernels)
                 found[("cheating", label, f"{what}, a kernel the grader launches")] = None
+            elif name in through:
+                found[("cheating", label, f"binds {name}, through which a kernel the grader "
+                       "launches is made, to what is not Triton's")] = None  # fmt: skip
     return [Route(*key) for key in found]
 
 

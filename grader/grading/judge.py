@@ -430,8 +430,8 @@ class Judge:
             return RemoteKernel(self, name)
         if kind == "kernel":
             why = (f"`{name}` is not a Triton kernel as your notebook binds it (a wrapper, a "
-                   "replaced method or an import under its name): the grader launches Triton "
-                   "kernels defined with @triton.jit alone")  # fmt: skip
+                   "replaced method, an import under its name, or a decorator of your own): the "
+                   "grader launches Triton kernels defined with @triton.jit alone")  # fmt: skip
             return Missing(name, why)
         if kind == "function":
             return Remote(self, name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from grader.runtime.handin import Names, jit, names, python
@@ -111,13 +112,28 @@ def plan(nb, answers: frozenset[str], answer_reads: frozenset[str]) -> Plan:
     return Plan(tuple(where), tuple(served), settings)
 
 
-def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
-    """Of one cell: the global names it binds to Triton kernels (a def under @triton.jit,
-    autotune or heuristics, or `name = triton.jit(fn)`), and {name: what} for each global name it
-    binds another way, or whose object's attribute it sets."""
-    kernels, other = set(), {}
-    made = {id(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and jit(n.value)
-            for t in n.targets}  # fmt: skip
+def _root(node) -> str | None:
+    """The global name an expression starts from: `triton` of `triton.autotune(...)`."""
+    while isinstance(node, ast.Call | ast.Attribute | ast.Subscript):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _from_triton(alias: ast.alias, statement) -> bool:
+    """Whether an import binds its name to Triton's own (`import triton`, `from triton import
+    jit`, `import triton.language as tl`)."""
+    module = (statement.module or "") if isinstance(statement, ast.ImportFrom) else alias.name
+    return module == "triton" or module.startswith("triton.")
+
+
+def bindings(tree: ast.Module) -> tuple[dict[str, frozenset[str]], dict[str, str]]:
+    """Of one cell: {global name it binds to a Triton kernel (a def under @triton.jit, autotune
+    or heuristics, or `name = triton.jit(fn)`): the global names that decorator or call goes
+    through}, and {name: what} for each global name it binds another way (an import from Triton
+    aside), or whose object's attribute it sets."""
+    kernels, other = {}, {}
+    made = {id(t): _root(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+            and jit(n.value) for t in n.targets}  # fmt: skip
     scopes = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef | ast.comprehension
 
     def visit(node, local: bool, declared: frozenset[str]) -> None:
@@ -127,21 +143,20 @@ def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
                 child.id if isinstance(child, ast.Name) and stored else getattr(child, "name", None)
             )
             if isinstance(child, ast.alias):  # `import x as k`, `from m import k`
-                name = None if local else child.asname or child.name.split(".")[0]
+                name = None if local or _from_triton(child, node) else (
+                    child.asname or child.name.split(".")[0])  # fmt: skip
+            decorators = [] if isinstance(child, ast.ClassDef) else getattr(
+                child, "decorator_list", [])  # fmt: skip
             if name is not None and (not local or name in declared):
-                if id(child) in made or (
-                    not isinstance(child, ast.ClassDef)
-                    and any(map(jit, getattr(child, "decorator_list", ())))
-                ):
-                    kernels.add(name)
+                if id(child) in made or any(map(jit, decorators)):
+                    roots = {made.get(id(child))} | {_root(d) for d in decorators}
+                    kernels[name] = kernels.get(name, frozenset()) | (roots - {None})
                 else:
                     other.setdefault(name, f"binds {name} to what is not a Triton kernel")
             elif stored and isinstance(child, ast.Attribute | ast.Subscript):
-                root = child  # `k.run = f`, `k.__dict__["run"] = f`: k is changed
-                while isinstance(root, ast.Attribute | ast.Subscript):
-                    root = root.value
-                if isinstance(root, ast.Name):
-                    other.setdefault(root.id, f"changes {ast.unparse(child)}")
+                root = _root(child)  # `k.run = f`, `k.__dict__["run"] = f`: k is changed
+                if root is not None:
+                    other.setdefault(root, f"changes {ast.unparse(child)}")
             elif isinstance(child, ast.Call) and getattr(child.func, "id", None) in CHANGERS:
                 if child.args and isinstance(child.args[0], ast.Name):  # setattr(k, "run", f)
                     k = child.args[0].id
@@ -156,19 +171,48 @@ def bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
     return kernels, other
 
 
+@dataclass(frozen=True)
+class Kernels:
+    """What cells bind to Triton kernels (`kernels`)."""
+
+    launchable: frozenset[str]  # the names the judge may ask the student's process to launch
+    refused: dict[str, str]  # {kernel name: why the judge launches nothing under it}
+    through: frozenset[str]  # the names the kernels' decorators go through (`triton`, `jit`)
+
+
+def kernels(sources: Iterable[str]) -> Kernels:
+    """Over cells' sources: a name they bind to a Triton kernel is refused where they also bind
+    it to anything else, or rebind a name its decorator goes through (`jit`, `triton`): a
+    wrapper, or a kernel class of the student's own, could compute with torch and launch the
+    kernel for show."""
+    made, other = {}, {}
+    for source in sources:
+        try:
+            found, rest = bindings(ast.parse(python(source)))
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            continue
+        for name, roots in found.items():
+            made[name] = made.get(name, frozenset()) | roots
+        for name, what in rest.items():
+            other.setdefault(name, what)
+    refused = {}
+    for name, roots in made.items():
+        if name in other:
+            refused[name] = other[name]
+        elif shadowed := sorted(roots & other.keys()):
+            refused[name] = (
+                f"binds {shadowed[0]}, through which {name} is made, to what is not Triton's"
+            )
+    return Kernels(
+        frozenset(made.keys() - refused.keys()), refused, frozenset().union(*made.values())
+    )
+
+
 def launchable(nb) -> frozenset[str]:
-    """The names the answer and given cells of `nb` bind to Triton kernels, and to nothing else:
-    the only names under which the judge asks the student's kernel to launch (`bindings`)."""
-    kernels, other = set(), set()
-    for cell in nb.cells:
-        if kind(cell) in ("answer", "given"):
-            try:
-                made, rest = bindings(ast.parse(python(cell.source)))
-            except (SyntaxError, RecursionError, MemoryError, ValueError):
-                continue
-            kernels |= made
-            other |= rest.keys()
-    return frozenset(kernels - other)
+    """The names the answer and given cells of `nb` bind to Triton kernels, and to nothing else,
+    through Triton's own decorators: the only names under which the judge asks the student's
+    kernel to launch (`kernels`)."""
+    return kernels(c.source for c in nb.cells if kind(c) in ("answer", "given")).launchable
 
 
 def sources(nb) -> dict[str, tuple[str, int]]:

@@ -100,6 +100,25 @@ def _then_sdpa(run):
 attn_fwd_kernel.run = _then_sdpa(attn_fwd_kernel.run)
 """
 
+# the same through a Triton kernel class of the student's own, whose `run` the launches call,
+# made by a `jit` of the student's own: a kernel by its decorator's last name alone
+OWN_JIT = """
+
+class _ThenSdpa(type(attn_fwd_kernel)):
+    def run(self, *args, **kwargs):
+        result = super().run(*args, **kwargs)
+        q, k, v, out = args[:4]
+        out.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        return result
+
+
+def jit(fn):
+    return _ThenSdpa(fn)
+
+
+attn_fwd_kernel = jit(attn_fwd_kernel.fn)
+"""
+
 
 def copy_of_q(m):
     """The release with Exercise 1's cell the reference kernel storing Q as it is, behind a
@@ -132,6 +151,7 @@ ATTACKERS = [
         for student, code, detail in (
             ("wrapped-kernel-07", WRAPPED, "binds attn_fwd_kernel to what is not a Triton kernel"),
             ("kernel-run-replaced-07", RUN_REPLACED, "changes attn_fwd_kernel.run"),
+            ("own-jit-07", OWN_JIT, "binds jit, through which a kernel the grader launches"),
         )
     ),
 ]
