@@ -537,7 +537,7 @@ def command(
     kernels: Sequence[str],
     metrics: Sequence[str],
 ) -> list[str]:
-    """The ncu command line that profiles the child running `spec`'s calls (see `profile`)."""
+    """The ncu command line that profiles the child running `spec`'s calls (see `collect`)."""
     argv = [str(ncu), "--csv", "--page", "raw", "--print-units", "base"]
     argv += ["--metrics", ",".join(metrics), "--print-kernel-base", "function"]
     argv += ["-k", kernel_filter(kernels)] if kernels else []
