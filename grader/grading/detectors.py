@@ -8,8 +8,9 @@ lie; so this module names them:
 - `reaches`: code that replaces functions or values of grader, torch or triton (an assignment
   to their attributes, `setattr`, `mock.patch`, writes through `__dict__`, `vars()` or
   `globals()`), or that binds one of the exercise's kernel names to anything but a Triton
-  kernel or changes its attributes (the judge launches the student's kernels by name, and a
-  wrapper there could compute with torch), as "cheating"; and code the judge cannot read or
+  kernel, changes its attributes, or rebinds a name a kernel is made through (`jit`, `triton`)
+  (the judge launches the student's kernels by name, and a wrapper or a kernel class of the
+  student's there could compute with torch), as "cheating"; and code the judge cannot read or
   that reaches below Python
   (exec, eval, compile, ctypes, frames and the garbage collector, `/proc/self`, raw file
   descriptors, IPython magics that run code), as "dynamic-code";

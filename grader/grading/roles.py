@@ -13,8 +13,9 @@ the student's, served by the student's kernel as the judge runs (`served`); so i
 kernel that calls one of them (09's `tile_order_kernel` calls the student's `tile_coords`), which
 the judge cannot compile. Nothing else the student binds is asked for, and a given name the
 student rebinds stays the release's in the judge. A kernel is launched there only under a name
-the notebook binds to a Triton kernel and to nothing else (`launchable`): a wrapper under a
-kernel's name could compute with torch and launch the kernel for show."""
+the notebook binds to a Triton kernel and to nothing else, through names it does not rebind
+(`kernels`): a wrapper under a kernel's name, or a kernel class of the student's own made by a
+`jit` of theirs, could compute with torch and launch the kernel for show."""
 
 from __future__ import annotations
 

@@ -15,9 +15,10 @@ student's kernels itself, so a launcher the student writes runs in no graded cal
 those attacks scores its base, nothing.
 
 The launches themselves are served in the student's process, where the kernel's name is the
-student's to bind: a wrapper under that name, or the kernel's `run` replaced, would launch the
-copy and then write SDPA's output. The judge launches only names the notebook binds to Triton
-kernels and nothing else (grader.grading.roles.launchable), so each scores its base, and is
+student's to bind: a wrapper under that name, the kernel's `run` replaced, or a kernel class of
+the student's own made by a `jit` of theirs, would launch the copy and then write SDPA's output.
+The judge launches only names the notebook binds to Triton kernels, through Triton's own
+decorators, and nothing else (grader.grading.roles.kernels), so each scores its base, and is
 flagged for a human (grader.grading.detectors)."""
 
 from tests.hostile import Attacker
