@@ -321,8 +321,6 @@ def test_the_judge_launches_a_kernel_only_under_a_name_bound_to_it_alone():
     mine = m.appended(answered, "flash-attention-kernel", own)
     assert "attn_fwd_kernel" not in roles.launchable(mine)
     assert "attn_fwd_causal_kernel" in roles.launchable(mine)
-    why = roles.kernels([c.source for c in mine.cells]).refused["attn_fwd_kernel"]
-    assert why == "binds jit, through which attn_fwd_kernel is made, to what is not Triton's"
     # `triton` itself rebound: nothing made through it is launched
     shadowed = m.appended(answered, "flash-attention-kernel", "import numpy as triton")
     assert not {"attn_fwd_kernel", "attn_fwd_causal_kernel"} & roles.launchable(shadowed)

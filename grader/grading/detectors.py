@@ -135,7 +135,7 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
         released is not None
     ) else []  # fmt: skip
     launched = roles.launchable(released) if released is not None else frozenset()
-    through = roles.kernels([*theirs, *(source for _, source in cells)]).through
+    through = roles.kernels([*theirs, *(source for _, source in cells)])[1]
     for cell in released.cells if released is not None else []:
         if roles.kind(cell) in ("given", "test"):
             with contextlib.suppress(SyntaxError):

@@ -120,13 +120,6 @@ def _root(node) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _from_triton(alias: ast.alias, statement) -> bool:
-    """Whether an import binds its name to Triton's own (`import triton`, `from triton import
-    jit`, `import triton.language as tl`)."""
-    module = (statement.module or "") if isinstance(statement, ast.ImportFrom) else alias.name
-    return module == "triton" or module.startswith("triton.")
-
-
 def bindings(tree: ast.Module) -> tuple[dict[str, frozenset[str]], dict[str, str]]:
     """Of one cell: {global name it binds to a Triton kernel (a def under @triton.jit, autotune
     or heuristics, or `name = triton.jit(fn)`): the global names that decorator or call goes
@@ -143,8 +136,9 @@ def bindings(tree: ast.Module) -> tuple[dict[str, frozenset[str]], dict[str, str
             name = (
                 child.id if isinstance(child, ast.Name) and stored else getattr(child, "name", None)
             )
-            if isinstance(child, ast.alias):  # `import x as k`, `from m import k`
-                name = None if local or _from_triton(child, node) else (
+            if isinstance(child, ast.alias):  # `import x as k`, `from m import k`; Triton's own
+                module = getattr(node, "module", None) or child.name  # binds nothing of theirs
+                name = None if local or module.split(".")[0] == "triton" else (
                     child.asname or child.name.split(".")[0])  # fmt: skip
             decorators = [] if isinstance(child, ast.ClassDef) else getattr(
                 child, "decorator_list", [])  # fmt: skip
@@ -172,21 +166,12 @@ def bindings(tree: ast.Module) -> tuple[dict[str, frozenset[str]], dict[str, str
     return kernels, other
 
 
-@dataclass(frozen=True)
-class Kernels:
-    """What cells bind to Triton kernels (`kernels`)."""
-
-    launchable: frozenset[str]  # the names the judge may ask the student's process to launch
-    refused: dict[str, str]  # {kernel name: why the judge launches nothing under it}
-    through: frozenset[str]  # the names the kernels' decorators go through (`triton`, `jit`)
-
-
-def kernels(sources: Iterable[str]) -> Kernels:
-    """Over cells' sources: a name they bind to a Triton kernel is refused where they also bind
-    it to anything else, or rebind a name its decorator goes through (`jit`, `triton`): a
+def kernels(sources: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """Over cells' sources: (the names they bind to Triton kernels and to nothing else, through
+    names they do not rebind (`jit`, `triton`), the names the kernels' decorators go through). A
     wrapper, or a kernel class of the student's own, could compute with torch and launch the
     kernel for show."""
-    made, other = {}, {}
+    made, other = {}, set()
     for source in sources:
         try:
             found, rest = bindings(ast.parse(python(source)))
@@ -194,26 +179,16 @@ def kernels(sources: Iterable[str]) -> Kernels:
             continue
         for name, roots in found.items():
             made[name] = made.get(name, frozenset()) | roots
-        for name, what in rest.items():
-            other.setdefault(name, what)
-    refused = {}
-    for name, roots in made.items():
-        if name in other:
-            refused[name] = other[name]
-        elif shadowed := sorted(roots & other.keys()):
-            refused[name] = (
-                f"binds {shadowed[0]}, through which {name} is made, to what is not Triton's"
-            )
-    return Kernels(
-        frozenset(made.keys() - refused.keys()), refused, frozenset().union(*made.values())
-    )
+        other |= rest.keys()
+    launched = frozenset(name for name, roots in made.items() if not {name, *roots} & other)
+    return launched, frozenset().union(*made.values())
 
 
 def launchable(nb) -> frozenset[str]:
     """The names the answer and given cells of `nb` bind to Triton kernels, and to nothing else,
     through Triton's own decorators: the only names under which the judge asks the student's
     kernel to launch (`kernels`)."""
-    return kernels(c.source for c in nb.cells if kind(c) in ("answer", "given")).launchable
+    return kernels(c.source for c in nb.cells if kind(c) in ("answer", "given"))[0]
 
 
 def sources(nb) -> dict[str, tuple[str, int]]:
