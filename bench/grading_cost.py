@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +37,7 @@ from grader.runtime import device  # noqa: E402
 DEFAULT_OUT = ROOT / "build" / "report"
 STUDENT = "reference"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+SLOWEST = 6  # cells named in the report, slowest first
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Cost:
     kernel_stop: float
     feedback: float  # nbgrader generate_feedback and the copy of the pages
     report: float  # results read back, CSV, report and figures
+    slowest: list = field(default_factory=list)  # [cell's label, seconds] of the slowest cells
 
     @property
     def sandbox(self) -> float:
@@ -99,6 +101,28 @@ def timed(into: dict[str, float], key: str):
     started = time.perf_counter()
     yield
     into[key] = time.perf_counter() - started
+
+
+def label(cell) -> str:
+    """A code cell's name in the report: its grade id, else its first line of code."""
+    if grade_id := cell.metadata.get("nbgrader", {}).get("grade_id"):
+        return grade_id
+    lines = [x for x in cell.source.splitlines() if x.strip() and not x.lstrip().startswith("#")]
+    return lines[0][:60] if lines else "(empty)"
+
+
+def slowest_cells(batch, times) -> list:
+    """[label, seconds] of the SLOWEST slowest code cells of the assignment's notebooks, from
+    the release's cells in order (assembly keeps every cell of the release, in its place)."""
+    import nbformat
+
+    found = []
+    for path, record in zip(
+        sorted((batch.folder("release") / batch.assignment).glob("*.ipynb")), times, strict=False
+    ):
+        cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        found += [[label(c), round(t, 2)] for c, t in zip(cells, record.cells, strict=False)]
+    return sorted(found, key=lambda x: -x[1])[:SLOWEST]
 
 
 def reference_submission(batch, inbox: Path) -> Path:
@@ -167,6 +191,7 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
         kernel_stop=sum(n.kernel_stop for n in times),
         feedback=t["feedback"],
         report=t["report"],
+        slowest=slowest_cells(batch, times),
     )
 
 
@@ -218,6 +243,11 @@ def markdown(costs: list[Cost], machine: dict) -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(cell(c) for _, cell in COLUMNS) + " |" for c in costs]
+    lines += ["", "The slowest cells, seconds:", ""]
+    lines += [
+        f"- {c.assignment}: " + ", ".join(f"`{name}` {t:.1f}" for name, t in c.slowest)
+        for c in costs
+    ]
     return "\n".join(lines) + "\n"
 
 
