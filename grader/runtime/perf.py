@@ -20,6 +20,7 @@ and 0 points."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -367,11 +368,12 @@ def ceiling_flags(
     return found
 
 
+@functools.cache
 def matmul_ceiling(dtype: torch.dtype) -> tuple[str, float]:
     """(label, FLOP/s) of torch.matmul on square `dtype` matrices of each of CEILING_SIZES, timed
-    now, with TF32 allowed for float32: the fastest this device multiplies matrices of that
-    type (the larger size is not always the faster: an H100 measured 642 TFLOP/s at 8192^3 in a
-    run whose 4096^3 reached 741)."""
+    at the first call for `dtype` in this process (a student's grading), with TF32 allowed for
+    float32: the fastest this device multiplies matrices of that type (the larger size is not
+    always the faster: an H100 measured 642 TFLOP/s at 8192^3 in a run whose 4096^3 reached 741)."""
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
