@@ -59,6 +59,8 @@ class Run:
     totals: dict[str, float] = field(default_factory=dict)
     speed: dict[str, dict[str, float | None]] = field(default_factory=dict)  # measured / needed
     student_seconds: dict[str, float] = field(default_factory=dict)  # each student's own run
+    # {student: {speed cell: the end of its output}} where a cell measured nothing
+    unmeasured: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def per_hour(self) -> float:
@@ -138,7 +140,27 @@ def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
     for row in results.students:
         run.totals[row.student] = row.total
         run.speed[row.student] = {s.grade_id: s.relative for s in row.speed}
+        silent = [s.grade_id for s in row.speed if s.relative is None]
+        if silent:
+            run.unmeasured[row.student] = said(root / "autograded" / row.student, silent)
     return run
+
+
+def said(folder: Path, grade_ids: list[str], keep: int = 400) -> dict[str, str]:
+    """{grade id: the last `keep` characters its cell printed} in the graded notebooks in
+    `folder`: why a speed cell measured nothing (wrong output, a flag, a failure)."""
+    import nbformat
+
+    found = {}
+    for path in folder.glob("*/*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in grade_ids:
+                text = "".join(
+                    o.get("text", "") or o.get("evalue", "") for o in cell.get("outputs", [])
+                )
+                found[grade_id] = text[-keep:]
+    return found
 
 
 def allowed(seconds: dict[str, float], gpus: int) -> float | None:
@@ -254,6 +276,15 @@ def markdown(s: dict) -> str:
         values = " / ".join(f"{v:.3f}" for v in row["relative"])
         within = {True: "yes", False: "**no**", None: "no estimate"}[row["within_noise"]]
         lines.append(f"| {row['student']} | {row['cell']} | {values} | {within} |")
+    silent = [
+        (r["gpus"], student, cell, text)
+        for r in s["runs"]
+        for student, cells in r.get("unmeasured", {}).items()
+        for cell, text in cells.items()
+    ]
+    if silent:
+        lines += ["", "## Speed cells that measured nothing, and the end of what they printed", ""]
+        lines += [f"- GPUs {g}, {st}, `{c}`: {' '.join(t.split())!r}" for g, st, c, t in silent]
     p = s["projection"]
     lines += [
         "",

@@ -131,3 +131,23 @@ def test_a_run_keeps_each_students_grading_time(monkeypatch, tmp_path):
     run = throughput.grade("06_online_softmax", "0,1", tmp_path, tmp_path, dev)
     assert run.student_seconds == {"s00": 10.0, "s01": 11.0}
     assert run.grading_seconds >= 0 and run.gpus == "0,1"
+
+
+def test_a_speed_cell_that_measured_nothing_is_reported_with_what_it_printed(tmp_path):
+    """said() keeps the end of a silent speed cell's output from the graded notebook, and the
+    report lists it under its run, so that a lost speed point shows its reason."""
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("perf.grade(...)")
+    cell.metadata["nbgrader"] = {"grade_id": "speed-relu"}
+    cell.outputs = [nbformat.v4.new_output("stream", text="NOT SCORED: no GPU activity log\n")]
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), cell]
+    (tmp_path / "s05" / "00_setup").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "s05" / "00_setup" / "setup.ipynb")
+    found = throughput.said(tmp_path / "s05", ["speed-relu"])
+    assert found == {"speed-relu": "NOT SCORED: no GPU activity log\n"}
+    members = [(throughput.Student("s05", "reference", ""), {})]
+    one = throughput.Run("0", 30.0, 25.0, {"s05": 3}, {"s05": {"speed-relu": None}})
+    one.unmeasured = {"s05": found}
+    s = throughput.summary("00_setup", members, [one], {"device": "d", "versions": {}})
+    text = throughput.markdown(s)
+    assert "- GPUs 0, s05, `speed-relu`: 'NOT SCORED: no GPU activity log'" in text
