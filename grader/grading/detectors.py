@@ -131,12 +131,11 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
     `released` notebook's other cells import (`checks`, `torch`) are known as theirs."""
     found: dict[tuple[str, str, str], None] = {}
     imported: dict[str, str] = {}  # what a name was imported as: the release's, then the cells'
-    theirs = [c.source for c in released.cells if roles.kind(c) in ("answer", "given")] if (
-        released is not None
-    ) else []  # fmt: skip
-    launched = roles.launchable(released) if released is not None else frozenset()
+    release = released.cells if released is not None else []
+    theirs = [c.source for c in release if roles.kind(c) in ("answer", "given")]
+    launched = roles.kernels(theirs)[0]  # roles.launchable of the release
     through = roles.kernels([*theirs, *(source for _, source in cells)])[1]
-    for cell in released.cells if released is not None else []:
+    for cell in release:
         if roles.kind(cell) in ("given", "test"):
             with contextlib.suppress(SyntaxError):
                 _imports(parse(python(cell.source)), imported)
