@@ -10,7 +10,9 @@ wrong ones (its WRONG) and kernels whose process dies, in a fixed order. Each ru
 course directory of its own. Writes throughput.json and throughput.md into --out after each run:
 the wall time of each run and the students per hour, beside the gain the class allows (its
 students' times in the first run handed out to the first GPU free, as grading hands them out: a
-small class ends on one GPU alone); each student's total in every run; each
+small class ends on one GPU alone); how the time of each step (the kernel's start, each cell,
+its stop) changed from the first run to each later one, summed over the class; each student's
+total in every run; each
 speed cell's measured / needed in every run beside the noise, which is the spread of that figure
 over the reference students of the first run (identical submissions); and the projection of a
 class of 300 of this notebook onto 8 GPUs. --append continues the runs already in --out's
@@ -36,12 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout without an installed `grader`
     sys.path.insert(0, str(ROOT))
 
-from bench.grading_cost import answered, versions  # noqa: E402
+from bench.grading_cost import answered, label, versions  # noqa: E402
 from grader.runtime import device  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "report"
 CRASH = "import os\nos._exit(1)  # the kernel's process dies\n"
 PROJECTED_STUDENTS, PROJECTED_GPUS = 300, 8
+CHANGED = 6  # steps named whose time changed most from the first run to a later one
 
 
 @dataclass
@@ -61,6 +64,8 @@ class Run:
     student_seconds: dict[str, float] = field(default_factory=dict)  # each student's own run
     # {student: {speed cell: the end of its output}} where a cell measured nothing
     unmeasured: dict[str, dict[str, str]] = field(default_factory=dict)
+    # {student: {step: seconds}}: the kernel's start and stop, and each code cell by its label
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def per_hour(self) -> float:
@@ -114,7 +119,9 @@ def write_inbox(inbox: Path, assignment: str, root: Path, members) -> None:
 
 def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
     """One batch of the class on `gpus`, in the course directory `root`."""
-    from grader.grading import autograde, devices
+    import os
+
+    from grader.grading import autograde, cost, devices
 
     chosen = devices.select(gpus, devices.detect())
     batch = autograde.Batch(assignment, dev.mode, root=root, jobs=len(chosen), gpus=chosen)
@@ -130,13 +137,19 @@ def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
         finally:
             grading["seconds"] = time.perf_counter() - started
 
+    log = root / "timings.jsonl"
+    os.environ[cost.VARIABLE] = str(log)
     started = time.perf_counter()
-    results, _ = autograde.autograde(
-        batch, submissions=inbox, device=dev.describe(), grades_speed=dev.grades_speed,
-        grade=grade_step,
-    )  # fmt: skip
+    try:
+        results, _ = autograde.autograde(
+            batch, submissions=inbox, device=dev.describe(), grades_speed=dev.grades_speed,
+            grade=grade_step,
+        )  # fmt: skip
+    finally:
+        del os.environ[cost.VARIABLE]
     run = Run(gpus, time.perf_counter() - started, grading["seconds"],
-              student_seconds=grading["students"])  # fmt: skip
+              student_seconds=grading["students"],
+              steps=steps(root, assignment, cost.read(log)))  # fmt: skip
     for row in results.students:
         run.totals[row.student] = row.total
         run.speed[row.student] = {s.grade_id: s.relative for s in row.speed}
@@ -144,6 +157,39 @@ def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
         if silent:
             run.unmeasured[row.student] = said(root / "autograded" / row.student, silent)
     return run
+
+
+def steps(root: Path, assignment: str, times) -> dict[str, dict[str, float]]:
+    """{student: {step: seconds}} from the records of a batch's Execute runs (grader.grading.cost),
+    each code cell named by its label in the release (bench.grading_cost.label)."""
+    import nbformat
+
+    names = {
+        path.stem: [label(c) for c in nbformat.read(path, as_version=4).cells
+                    if c.cell_type == "code"]
+        for path in (root / "release" / assignment).glob("*.ipynb")
+    }  # fmt: skip
+    found: dict[str, dict[str, float]] = {}
+    for t in times:
+        mine = found.setdefault(t.student, {})
+        labels = names.get(t.notebook, [])
+        for step, seconds in [("kernel start", t.kernel_start), ("kernel stop", t.kernel_stop),
+                              *zip(labels, t.cells, strict=False)]:  # fmt: skip
+            mine[step] = round(mine.get(step, 0.0) + seconds, 3)
+    return found
+
+
+def changed(first: Run, later: Run) -> list[list]:
+    """[step, seconds later minus first] of the CHANGED steps whose time changed most from
+    `first` to `later`, summed over the students both ran, by size: where grading students side
+    by side costs each of them time (or a warmer host saves it)."""
+    both = [s for s in later.steps if s in first.steps]
+    sums: dict[str, float] = {}
+    for student in both:
+        for step, seconds in later.steps[student].items():
+            sums[step] = sums.get(step, 0.0) + seconds - first.steps[student].get(step, 0.0)
+    ranked = sorted(sums.items(), key=lambda kv: -abs(kv[1]))[:CHANGED]
+    return [[step, round(seconds, 2)] for step, seconds in ranked]
 
 
 def said(folder: Path, grade_ids: list[str], keep: int = 400) -> dict[str, str]:
@@ -219,6 +265,7 @@ def summary(assignment, members, runs: list[Run], machine) -> dict:
         "runs": [asdict(r) | {"per_hour": r.per_hour} for r in runs],
         "gain": gains,
         "allowed": [allowed(first.student_seconds, len(r.gpus.split(","))) for r in runs],
+        "changed": {r.gpus: changed(first, r) for r in runs[1:] if first.steps and r.steps},
         "noise": spread,
         "speed": speed_rows,
         "disagreements": disagreements,
@@ -258,6 +305,12 @@ def markdown(s: dict) -> str:
         "The gain the class allows: each student's time in the first run, handed in grading's "
         "order to the first GPU free; the last students leave GPUs idle in a small class.",
     ]
+    for gpus, steps_ in s.get("changed", {}).items():
+        lines += [
+            "",
+            f"How the steps' time changed from the first run to the run on GPUs {gpus}, summed "
+            "over the class: " + ", ".join(f"`{n}` {t:+.1f} s" for n, t in steps_),
+        ]
     lines += ["", "## Scores", "", "| student | " + " | ".join(r["gpus"] for r in s["runs"]) + " |"]
     lines.append("|---|" + "---|" * len(s["runs"]))
     for c in s["class"]:

@@ -151,3 +151,36 @@ def test_a_speed_cell_that_measured_nothing_is_reported_with_what_it_printed(tmp
     s = throughput.summary("00_setup", members, [one], {"device": "d", "versions": {}})
     text = throughput.markdown(s)
     assert "- GPUs 0, s05, `speed-relu`: 'NOT SCORED: no GPU activity log'" in text
+
+
+def test_how_a_wider_run_changed_each_steps_time_is_named(tmp_path):
+    """Each student's Execute record (grader.grading.cost), its cells named as the release names
+    them, and the steps whose time changed most from the first run to the two-GPU run."""
+    from grader.grading.cost import NotebookTimes
+
+    nb = nbformat.v4.new_notebook()
+    speed = nbformat.v4.new_code_cell("perf.grade(...)")
+    speed.metadata["nbgrader"] = {"grade_id": "speed-relu"}
+    nb.cells = [nbformat.v4.new_code_cell("# setup\nimport torch"), speed]
+    (tmp_path / "release" / "00_setup").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "release" / "00_setup" / "setup.ipynb")
+
+    def times(student, start, cells):
+        return NotebookTimes("setup", student, start, 0.5, cells)
+
+    alone = [times("a", 2.0, [3.0, 9.0]), times("b", 2.0, [3.0, 8.0])]
+    steps = throughput.steps(tmp_path, "00_setup", alone)
+    assert steps["a"] == {"kernel start": 2.0, "kernel stop": 0.5, "import torch": 3.0,
+                          "speed-relu": 9.0}  # fmt: skip
+    side_by_side = throughput.steps(
+        tmp_path, "00_setup", [times("b", 2.5, [3.1, 10.0]), times("a", 1.0, [3.0, 10.5])]
+    )
+    one = throughput.Run("0", 30.0, 25.0, {"a": 4, "b": 4}, {}, steps=steps)
+    two = throughput.Run("0,1", 20.0, 15.0, {"a": 4, "b": 4}, {}, steps=side_by_side)
+    assert throughput.changed(one, two)[:3] == [["speed-relu", 3.5], ["kernel start", -0.5],
+                                              ["import torch", 0.1]]  # fmt: skip
+    members = [(throughput.Student(s, "reference", ""), {}) for s in "ab"]
+    s = throughput.summary("00_setup", members, [one, two], {"device": "d", "versions": {}})
+    assert "summed over the class: `speed-relu` +3.5 s, `kernel start` -0.5 s" in (
+        throughput.markdown(s)
+    )

@@ -21,6 +21,7 @@ class NotebookTimes:
     """One notebook's run in nbgrader's Execute, in seconds."""
 
     notebook: str
+    student: str = ""  # whose notebook: a batch grades several at once
     kernel_start: float = 0.0  # launch (the sandbox included) until the kernel answers
     kernel_stop: float = 0.0
     cells: list[float] = field(default_factory=list)  # each code cell's execution, in order
@@ -35,8 +36,8 @@ class NotebookTimes:
 class Recorder:
     """Times the steps of one Execute run; `save` appends them where VARIABLE says, if set."""
 
-    def __init__(self, notebook: str):
-        self.times = NotebookTimes(notebook)
+    def __init__(self, notebook: str, student: str = ""):
+        self.times = NotebookTimes(notebook, student)
         self.started = time.perf_counter()
 
     def save(self) -> None:

@@ -44,7 +44,8 @@ class JudgedExecute(Execute):
     def preprocess(self, nb, resources, km=None):
         self._kept = 0
         self._noted: set[tuple[int, str]] = set()
-        self._timer = cost.Recorder(str(resources.get("unique_key", "")))
+        student = resources.get("nbgrader", {}).get("student", "")
+        self._timer = cost.Recorder(str(resources.get("unique_key", "")), str(student))
         for cell in nb.cells:  # no sweep, timing or profile of a given cell: they score nothing
             if "parameters" in cell.metadata.get("tags", []):
                 cell.source += NO_BENCHMARKS
