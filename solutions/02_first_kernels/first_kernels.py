@@ -42,6 +42,7 @@ FUSED_SHAPES = DEVICE.pick(gpu=[(1, 1), (3, 1000), (33, 513), (1000, 3001), (204
                            interpreter=[(1, 1), (3, 1000), (33, 513), (70, 129)])
 BENCH_ELEMENTS = 1 << 26  # 64 Mi elements: 256 MiB per float32 tensor, far beyond the L2 cache
 FUSED_BENCH_SHAPE = (8192, 8192)  # 256 MiB of float32 in, 256 MiB out
+FUSED_ROW_SHAPE = (1, 1 << 24)  # one row: the bias is as large as x
 BLOCK_SWEEP = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 STRIDES = [1, 2, 4, 8, 16, 32]
 STRIDED_ELEMENTS = 1 << 24  # elements copied in the coalescing experiment, at every stride
@@ -653,7 +654,7 @@ perf.grade(fused_case(perf.copy_bandwidth(ideal_bytes, at_least=0.8),
 # ### Exercise 3 · the bytes the profiler counts (2 points)
 #
 # The table under the bars (recorded on a GPU, the same on every machine) gives those bytes at the
-# speed shape. Explain them with a count that holds at every shape: how many bytes must each
+# speed shape and for a single row of 16 Mi columns. Explain them with a count that holds at every shape: how many bytes must each
 # **read** from DRAM for a float32 `x` of shape `(M, N)`, its `bias` and a Python float `scale`?
 # Every eager kernel reads its inputs from memory (the profiler flushes the caches before each
 # kernel). Bytes written are left out: lines still in L2 when a kernel ends are not counted. The
@@ -687,12 +688,13 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
         results.record("02_first_kernels", "bias+GELU+scale", flops=12 * x_speed.numel(),
                        bytes_moved=ideal_bytes, seconds=ms["fused kernel"] * 1e-3, precision="fp32")
         if NOT_PROFILED is None:
-            shape = {"M": M_speed, "N": N_speed}
-            profile.compare(profile.each({
-                "eager chain": profile.Call(fused_problem, [], {**shape, "fused": False}),
-                "fused kernel": profile.Call(fused_problem, ["bias_gelu_scale_kernel"],
-                                             {**shape, "fused": True}),
-            }), columns=("duration", "dram_read", "dram_written"))
+            calls = {}
+            for (M, N), where in ((FUSED_BENCH_SHAPE, ""), (FUSED_ROW_SHAPE, ", one row")):
+                calls[f"eager chain{where}"] = profile.Call(fused_problem, [],
+                                                            {"M": M, "N": N, "fused": False})
+                calls[f"fused kernel{where}"] = profile.Call(
+                    fused_problem, ["bias_gelu_scale_kernel"], {"M": M, "N": N, "fused": True})
+            profile.compare(profile.each(calls), columns=("duration", "dram_read", "dram_written"))
         else:
             print(f"Not profiled here: {NOT_PROFILED}.")
 else:
@@ -718,10 +720,12 @@ def fused_dram_read(M: int, N: int) -> int:
 
 # %% nbgrader={"grade": true, "grade_id": "test-fused-bytes-visible", "points": 1}
 counted = profile.recorded_profiles("02_first_kernels/fused-steps")
-for fn, label in ((fused_dram_read, "fused kernel"), (eager_dram_read, "eager chain")):
-    checks.expect_count(fn, FUSED_BENCH_SHAPE, profile.total(counted[label], "dram_bytes_read"),
-                        unit="bytes", within=0.05, counted_by=f"the profiler, for the {label},")
-print("visible test passed: both counts within 5% of what the profiler counted")
+for shape, where in ((FUSED_BENCH_SHAPE, ""), (FUSED_ROW_SHAPE, ", one row")):
+    for fn, label in ((fused_dram_read, "fused kernel"), (eager_dram_read, "eager chain")):
+        read = profile.total(counted[label + where], "dram_bytes_read")
+        checks.expect_count(fn, shape, read, unit="bytes", within=0.05,
+                            counted_by=f"the profiler, for the {label}{where},")
+print("visible test passed: both counts within 5% of what the profiler counted, on both shapes")
 
 # %% nbgrader={"grade": true, "grade_id": "test-fused-bytes-hidden", "points": 1}
 # a check you can run now; the exact counts on other shapes run when the notebook is graded

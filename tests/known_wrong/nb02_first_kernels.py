@@ -442,15 +442,6 @@ HINTS["fused-kernel"].update(
     }
 )
 
-# Sources that only a hidden test can reject, with the reason no visible test can catch them
-# (tests/test_known_wrong.py).
-HIDDEN_ONLY = {
-    "fused-bytes": {
-        "the bias forgotten": "4N bytes of 4MN: within the 5% the visible test allows against "
-        "the profiler's count, which the exact hidden count catches",
-    },
-}
-
 LIBDEVICE = "from triton.language.extra import libdevice\n"
 TANH_GELU = "    y = 0.5 * z * (1.0 + {tanh}) * scale\n"
 U = "    u = 0.7978845608028654 * (z + 0.044715 * z * z * z)\n"
