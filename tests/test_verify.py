@@ -225,6 +225,22 @@ def test_check_defect_names_says_what_is_wrong_with_the_form():
         verify.check_defect_names({"draft_a": "missing-mask"}, "draft_a")
 
 
+def test_check_defect_names_counts_one_drafts_ids_without_naming_them():
+    answer = {"draft_a": {"missing-mask", "int32-offset"}, "draft_b": {"off-by-one"}}
+    assert verify.check_defect_names(answer, "draft_a", count=2) == {"missing-mask", "int32-offset"}
+    with pytest.raises(
+        AssertionError, match="draft_a has 3 defects; you named 2: .* the one you missed"
+    ) as e:
+        verify.check_defect_names(answer, "draft_a", count=3)
+    assert "missing-mask" not in str(e.value) and "int32-offset" not in str(e.value)
+    with pytest.raises(
+        AssertionError, match="draft_a has 1 defect; you named 2: one of them is not in draft_a"
+    ):
+        verify.check_defect_names(answer, "draft_a", count=1)
+    with pytest.raises(AssertionError, match="empty: draft_a has 4 defects"):
+        verify.check_defect_names({"draft_a": set()}, "draft_a", count=4)
+
+
 def test_load_module_overrides_existing_names_only(tmp_path):
     path = tmp_path / "draft_x.py"
     path.write_text("BLOCK_M = 128\n\ndef block():\n    return BLOCK_M\n")

@@ -100,9 +100,11 @@ def taxonomy_table() -> str:
     return "\n".join(f"{r[0]:{widths[0]}}  {r[1]:{widths[1]}}  {r[2]}" for r in rows)
 
 
-def check_defect_names(answer: Mapping, draft: str) -> set[str]:
+def check_defect_names(answer: Mapping, draft: str, count: int | None = None) -> set[str]:
     """The set of defect ids named for `draft`, after checking its form; raises AssertionError
-    with a plain message when the answer is not a non-empty set of known ids."""
+    with a plain message when the answer is not a non-empty set of known ids, or, given the
+    `count` of defects the draft has, when it names another number of them. Only `draft`'s
+    entry is read: each draft is graded on its own."""
     handin.advise()
     __tracebackhide__ = True
     if not isinstance(answer, Mapping):
@@ -118,8 +120,27 @@ def check_defect_names(answer: Mapping, draft: str) -> set[str]:
         raise AssertionError(
             f"DEFECTS[{draft!r}] names unknown ids {unknown}; known: {', '.join(TAXONOMY)}"
         )
+    has = "every draft has at least one defect"
+    if count is not None:
+        has = f"{draft} has {count} defect{'' if count == 1 else 's'}"
     if not named:
-        raise AssertionError(f"DEFECTS[{draft!r}] is empty: every draft has at least one defect")
+        raise AssertionError(f"DEFECTS[{draft!r}] is empty: {has}")
+    words = dict(enumerate(("no", "one", "two", "three", "four"))).get
+    if count is not None and len(named) < count:
+        missed = count - len(named)
+        raise AssertionError(
+            f"{has}; you named {len(named)}: look again at its audit table, its offset review "
+            f"and its code for the {words(missed, missed)} you missed (a defect counts even where "
+            "another one hides its symptom)"
+        )
+    if count is not None and len(named) > count:
+        extra = len(named) - count
+        raise AssertionError(
+            f"{has}; you named {len(named)}: {words(extra, extra)} of them "
+            f"{'is' if extra == 1 else 'are'} not in {draft} as written. For each id, find the "
+            "line of its code that does the wrong thing, and what in the audit or the offset "
+            "review shows it"
+        )
     return named
 
 
