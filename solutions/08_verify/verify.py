@@ -222,11 +222,12 @@ for name, report in (("draft_a", report_a), ("draft_b", report_b), ("draft_c", r
 # %% [markdown]
 # ### Exercise 1 · name the defects (3 points)
 #
-# For each draft, name the set of defect ids from the taxonomy it contains: two to four per draft,
-# eleven in all, each id used once. Use the audit's tables, the offset reviews and the code. A
-# defect counts when the draft has it as written, even if another defect hides its symptom; a
-# design choice that the audit does not catch and that gives right results is not a defect. Each
-# draft's set is graded on its own and must match exactly.
+# For each draft, name the set of defect ids from the taxonomy it contains: draft A has four,
+# draft B four, draft C three, eleven in all, each id used once. Use the audit's tables, the
+# offset reviews and the code. A defect counts when the draft has it as written, even if another
+# defect hides its symptom; a design choice that the audit does not catch and that gives right
+# results is not a defect. Each draft's set is graded on its own and must match exactly: the
+# visible test checks that its ids are known and that there are as many as the draft has defects.
 
 # %% nbgrader={"grade_id": "defects-names", "solution": true}
 DEFECTS = {
@@ -243,8 +244,9 @@ DEFECTS = {
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-a", "points": 1}
-named = verify.check_defect_names(DEFECTS, "draft_a")
-print(f"draft_a: {len(named)} ids named, all known; graded against the planted set")
+named = verify.check_defect_names(DEFECTS, "draft_a", count=4)
+print(f"draft_a: {len(named)} ids named, all known, as many as it has defects; "
+      "graded against the planted set")
 ### BEGIN HIDDEN TESTS
 _planted = {"missing-mask", "causal-off-by-one", "assumes-contiguous", "int32-offset"}
 assert named == _planted, (
@@ -253,8 +255,9 @@ assert named == _planted, (
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-b", "points": 1}
-named = verify.check_defect_names(DEFECTS, "draft_b")
-print(f"draft_b: {len(named)} ids named, all known; graded against the planted set")
+named = verify.check_defect_names(DEFECTS, "draft_b", count=4)
+print(f"draft_b: {len(named)} ids named, all known, as many as it has defects; "
+      "graded against the planted set")
 ### BEGIN HIDDEN TESTS
 _planted = {"address-cache", "uninit-read", "wrong-scale", "fp16-accum"}
 assert named == _planted, (
@@ -263,8 +266,9 @@ assert named == _planted, (
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-c", "points": 1}
-named = verify.check_defect_names(DEFECTS, "draft_c")
-print(f"draft_c: {len(named)} ids named, all known; graded against the planted set")
+named = verify.check_defect_names(DEFECTS, "draft_c", count=3)
+print(f"draft_c: {len(named)} ids named, all known, as many as it has defects; "
+      "graded against the planted set")
 ### BEGIN HIDDEN TESTS
 _planted = {"torch-fallback", "no-rescale", "zero-fill"}
 assert named == _planted, (
