@@ -198,21 +198,20 @@ SLOW = {
 }
 
 # Sources that only a hidden test can reject, with the reason no visible test can catch them
-# (tests/test_known_wrong.py).
+# (tests/test_known_wrong.py). The visible test of each draft checks that its ids are known and
+# that there are as many as the draft has defects, so a defect missed, one added, or draft A's
+# four and draft C's three swapped fails it; one id put for another does not.
 _THE_ANSWER = (
-    "the planted set is the answer: the visible test checks that every id is known, and a test "
-    "that compared the set would hand the answer out"
+    "one id put for another keeps the draft's count, which the visible test shows, and every id "
+    "known; which ids are the draft's is the answer, and a visible test that compared them would "
+    "hand it out"
 )
 HIDDEN_ONLY = {
     "defects-names": {
         name: _THE_ANSWER
         for name in (
-            "draft_a: int32 overflow missed",
             "draft_a: the mask called zero-fill",
             "draft_b: the padding called a missing mask",
-            "draft_b: fp16 accumulation missed",
-            "draft_c: a missing mask added",
-            "draft_a and draft_c swapped",
         )
     },
 }
