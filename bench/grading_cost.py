@@ -186,8 +186,8 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
         grading=t["grading"],
         nbgrader_process=run.seconds,
         kernel_start=sum(n.kernel_start for n in times),
-        setup_cell=sum(n.first_cell for n in times),
-        other_cells=sum(sum(n.cells) - n.first_cell for n in times),
+        setup_cell=sum(n.cells[0] for n in times if n.cells),  # torch, Triton, the runtime
+        other_cells=sum(sum(n.cells[1:]) for n in times),
         kernel_stop=sum(n.kernel_stop for n in times),
         feedback=t["feedback"],
         report=t["report"],

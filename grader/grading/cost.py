@@ -27,11 +27,6 @@ class NotebookTimes:
     cells: list[float] = field(default_factory=list)  # each code cell's execution, in order
     execute: float = 0.0  # the whole Execute step: start, every cell, stop
 
-    @property
-    def first_cell(self) -> float:
-        """The setup cell: the kernel's imports (torch, Triton, the runtime) and device setup."""
-        return self.cells[0] if self.cells else 0.0
-
 
 class Recorder:
     """Times the steps of one Execute run; `save` appends them where VARIABLE says, if set."""
