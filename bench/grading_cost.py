@@ -111,18 +111,42 @@ def label(cell) -> str:
     return lines[0][:60] if lines else "(empty)"
 
 
-def slowest_cells(batch, times) -> list:
-    """[label, seconds] of the SLOWEST slowest code cells of the assignment's notebooks, from
-    the release's cells in order (assembly keeps every cell of the release, in its place)."""
+def cell_labels(release: Path) -> dict[str, list[str]]:
+    """{notebook: the labels of its code cells, in order} for the notebooks in `release` (an
+    assignment's release folder; assembly keeps every cell of the release, in its place)."""
     import nbformat
 
-    found = []
-    for path, record in zip(
-        sorted((batch.folder("release") / batch.assignment).glob("*.ipynb")), times, strict=False
-    ):
-        cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-        found += [[label(c), round(t, 2)] for c, t in zip(cells, record.cells, strict=False)]
+    return {
+        path.stem: [label(c) for c in nbformat.read(path, as_version=4).cells
+                    if c.cell_type == "code"]
+        for path in release.glob("*.ipynb")
+    }  # fmt: skip
+
+
+def slowest_cells(batch, times) -> list:
+    """[label, seconds] of the SLOWEST slowest code cells of the assignment's notebooks."""
+    names = cell_labels(batch.folder("release") / batch.assignment)
+    found = [
+        [name, round(seconds, 2)]
+        for t in times
+        for name, seconds in zip(names.get(t.notebook, []), t.cells, strict=False)
+    ]
     return sorted(found, key=lambda x: -x[1])[:SLOWEST]
+
+
+@contextmanager
+def timings(log: Path):
+    """Each notebook nbgrader's Execute runs in the block appends its record to `log`
+    (grader.grading.cost), emptied first."""
+    from grader.grading import cost
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.unlink(missing_ok=True)
+    os.environ[cost.VARIABLE] = str(log)
+    try:
+        yield
+    finally:
+        del os.environ[cost.VARIABLE]
 
 
 def reference_submission(batch, inbox: Path) -> Path:
@@ -149,10 +173,7 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
     inbox = reference_submission(batch, root / "inbox" / assignment)
     autograde.import_submissions(batch, inbox, None)
     log = batch.out / "timings.jsonl"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.unlink(missing_ok=True)
-    os.environ[cost.VARIABLE] = str(log)
-    try:
+    with timings(log):
         given = autograde.released(batch)
         gpus = devices.visible(devices.detect(), os.environ) if dev.mode == "gpu" else []
         with autograde.forking(batch), devices.Pool(gpus[:1]).lease() as gpu:
@@ -160,8 +181,6 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
                 pass
             with timed(t, "grading"):
                 run = autograde.grade_one(batch, STUDENT, given, gpu)
-    finally:
-        del os.environ[cost.VARIABLE]
     if run.status != "ok":
         raise RuntimeError(f"{assignment}: grading the reference solution: {run}")
     with timed(t, "feedback"):

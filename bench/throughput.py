@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout without an installed `grader`
     sys.path.insert(0, str(ROOT))
 
-from bench.grading_cost import answered, label, versions  # noqa: E402
+from bench.grading_cost import answered, cell_labels, timings, versions  # noqa: E402
 from grader.runtime import device  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "report"
@@ -119,8 +119,6 @@ def write_inbox(inbox: Path, assignment: str, root: Path, members) -> None:
 
 def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
     """One batch of the class on `gpus`, in the course directory `root`."""
-    import os
-
     from grader.grading import autograde, cost, devices
 
     chosen = devices.select(gpus, devices.detect())
@@ -138,15 +136,12 @@ def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
             grading["seconds"] = time.perf_counter() - started
 
     log = root / "timings.jsonl"
-    os.environ[cost.VARIABLE] = str(log)
     started = time.perf_counter()
-    try:
+    with timings(log):
         results, _ = autograde.autograde(
             batch, submissions=inbox, device=dev.describe(), grades_speed=dev.grades_speed,
             grade=grade_step,
         )  # fmt: skip
-    finally:
-        del os.environ[cost.VARIABLE]
     run = Run(gpus, time.perf_counter() - started, grading["seconds"],
               student_seconds=grading["students"],
               steps=steps(root, assignment, cost.read(log)))  # fmt: skip
@@ -161,20 +156,13 @@ def grade(assignment: str, gpus: str, root: Path, inbox: Path, dev) -> Run:
 
 def steps(root: Path, assignment: str, times) -> dict[str, dict[str, float]]:
     """{student: {step: seconds}} from the records of a batch's Execute runs (grader.grading.cost),
-    each code cell named by its label in the release (bench.grading_cost.label)."""
-    import nbformat
-
-    names = {
-        path.stem: [label(c) for c in nbformat.read(path, as_version=4).cells
-                    if c.cell_type == "code"]
-        for path in (root / "release" / assignment).glob("*.ipynb")
-    }  # fmt: skip
+    each code cell named by its label in the release (bench.grading_cost.cell_labels)."""
+    names = cell_labels(root / "release" / assignment)
     found: dict[str, dict[str, float]] = {}
     for t in times:
         mine = found.setdefault(t.student, {})
-        labels = names.get(t.notebook, [])
         for step, seconds in [("kernel start", t.kernel_start), ("kernel stop", t.kernel_stop),
-                              *zip(labels, t.cells, strict=False)]:  # fmt: skip
+                              *zip(names.get(t.notebook, []), t.cells, strict=False)]:  # fmt: skip
             mine[step] = round(mine.get(step, 0.0) + seconds, 3)
     return found
 
