@@ -133,8 +133,8 @@ def reaches(cells: list[tuple[str, str]], released=None) -> list[Route]:
     imported: dict[str, str] = {}  # what a name was imported as: the release's, then the cells'
     release = released.cells if released is not None else []
     theirs = [c.source for c in release if roles.kind(c) in ("answer", "given")]
-    launched = roles.kernels(theirs)[0]  # roles.launchable of the release
-    through = roles.kernels([*theirs, *(source for _, source in cells)])[1]
+    launched, through = roles.kernels(theirs)  # launched: roles.launchable of the release
+    through |= roles.kernels(source for _, source in cells)[1]
     for cell in release:
         if roles.kind(cell) in ("given", "test"):
             with contextlib.suppress(SyntaxError):
