@@ -142,14 +142,13 @@ def _case(name, shape, dtype, dev, catches=(), causal=False, sm_scale=None, **in
 
 def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[verify.Case]:
     """The audit's sweep. Sizes are set relative to `tile`, the block size of the kernels under
-    test: one tile, whole tiles, several key blocks, and ragged tails. Interpreter: tile 32,
-    D 16 and 32, fp32 cases and fp16 ones. GPU: tile 128, D 64 and 128, fp16 cases (tl.dot
-    rounds fp32 to TF32 there, and fp32 tiles of 128 x 128 x D need twice the shared memory),
-    one fp32 case at D=32 and one bf16 case."""
+    test (T in the names, which are the same on every device): one tile, whole tiles, several
+    key blocks, and ragged tails. Interpreter: T 32, D 16 and 32, fp32 cases and fp16 ones. GPU:
+    T 128, D 64 and 128, fp16 cases (tl.dot rounds fp32 to TF32 there, and fp32 tiles of
+    128 x 128 x D need twice the shared memory), one fp32 case at D=32 and one bf16 case."""
     dev = dev or device.current()
     t = tile or dev.pick(gpu=128, interpreter=32)
     d = dev.pick(gpu=64, interpreter=16)
-    wide = dev.pick(gpu=128, interpreter=32)
     f16 = torch.float16
     base = dev.pick(gpu=f16, interpreter=torch.float32)
 
@@ -159,31 +158,26 @@ def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[
 
     out = [
         case("N=1", 1, "missing-mask uninit-read torch-fallback", heads=1),
-        case(f"N={2 * t}, whole tiles", 2 * t, "address-cache"),
-        case(f"ragged N={t + 13}", t + 13, "missing-mask zero-fill uninit-read torch-fallback"),
-        case(f"causal N={t}, one tile", t, "causal-off-by-one zero-fill", causal=True),
+        case("whole tiles N=2T", 2 * t, "address-cache"),
+        case("ragged N=T+13", t + 13, "missing-mask uninit-read torch-fallback"),
+        case("causal one tile N=T", t, "causal-off-by-one zero-fill", causal=True),
         case(
-            f"causal ragged N={t + 7}",
+            "causal ragged N=T+7",
             t + 7,
-            "causal-off-by-one uninit-read torch-fallback",
+            "causal-off-by-one zero-fill uninit-read torch-fallback",
             causal=True,
         ),
-        case(f"rising scores N={3 * t}", 3 * t, "no-rescale", heads=1, key_ramp=(0.5, 2.5)),
-        case(f"sm_scale=0.3 N={2 * t}", 2 * t, "wrong-scale", heads=1, sm_scale=0.3),
-        case(
-            f"strided views N={2 * t}",
-            2 * t,
-            "assumes-contiguous",
-            layouts=("bnhd", "sliced", "bnhd"),
-        ),
-        case(f"fp16 ragged N={t + 5} D={wide}", t + 5, "missing-mask", dim=wide, dtype=f16),
-        case(f"fp16 |V|~1000 flat N={3 * t}", 3 * t, "fp16-accum", heads=1, dtype=f16, **FLAT),
-        case(f"fp16 large scores N={2 * t}", 2 * t, heads=1, dtype=f16, scales=(4.0, 4.0, 1.0)),
+        case("rising scores N=3T", 3 * t, "no-rescale", heads=1, key_ramp=(0.5, 2.5)),
+        case("sm_scale=0.3 N=2T", 2 * t, "wrong-scale", heads=1, sm_scale=0.3),
+        case("strided views N=2T", 2 * t, "assumes-contiguous", layouts=("bnhd", "sliced", "bnhd")),
+        case("fp16 ragged wide N=T+5", t + 5, "missing-mask", dim=2 * d, dtype=f16),
+        case("fp16 |V|~1000 flat N=3T", 3 * t, "fp16-accum", heads=1, dtype=f16, **FLAT),
+        case("fp16 large scores N=2T", 2 * t, heads=1, dtype=f16, scales=(4.0, 4.0, 1.0)),
     ]
     if dev.is_gpu:
-        out.append(case(f"fp32 N={2 * t} D=32", 2 * t, dim=32, dtype=torch.float32))
+        out.append(case("fp32 N=2T D=32", 2 * t, dim=32, dtype=torch.float32))
     if dev.supports("bf16"):
-        out.append(case(f"bf16 causal N={2 * t}", 2 * t, dtype=torch.bfloat16, causal=True))
+        out.append(case("bf16 causal N=2T", 2 * t, dtype=torch.bfloat16, causal=True))
     return out
 
 

@@ -35,86 +35,67 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class Defect:
-    """One kind of defect: a short stable id, what it is, and what in the audit shows it."""
+    """One kind of defect: a short stable id, what it is, and how it fails in the audit (`shows`:
+    the kinds of failure a Result names, or "review" for the offset review). The cases built to
+    catch it name it in their `catches`."""
 
     id: str
     title: str
-    caught_by: str
+    shows: tuple[str, ...]
 
+
+# How a Result names each kind of failure, in the words its message uses.
+KINDS = {
+    "wrong": "wrong at",
+    "nonfinite": "NaN/inf",
+    "poison": "poison",
+    "calls": "called torch",
+    "stale": "cached?",
+    "review": "review FAIL",
+}
+OFFSET_REVIEW = "offset review"  # what shows int32-offset: the review, not a case
 
 TAXONOMY: dict[str, Defect] = {
     d.id: d
     for d in (
-        Defect(
-            "missing-mask", "missing boundary mask on ragged sizes", "the ragged-N cases and N=1"
-        ),
-        Defect(
-            "wrong-scale",
-            "wrong softmax scale, or exp/exp2 mismatch",
-            "every case, and the explicit sm_scale case",
-        ),
-        Defect(
-            "no-rescale",
-            "accumulator not rescaled when the running max changes",
-            "the rising-scores case (several key blocks, larger scores later)",
-        ),
-        Defect("causal-off-by-one", "causal mask off by one", "the causal cases"),
-        Defect(
-            "zero-fill",
-            "masked scores filled with 0 instead of -inf",
-            "the causal cases (and ragged N, where the tail is masked)",
-        ),
-        Defect(
-            "fp16-accum", "accumulation in fp16", "the fp16 case with |V| near 1000 and flat scores"
-        ),
-        Defect(
-            "int32-offset",
-            "int32 offset overflow at large sizes",
-            "the offset review (no run at a small size can show it)",
-        ),
-        Defect("assumes-contiguous", "assumes contiguous inputs", "the strided-views case"),
-        Defect(
-            "uninit-read",
-            "reads memory it never wrote",
-            "poisoned allocations, in the ragged cases",
-        ),
-        Defect(
-            "torch-fallback",
-            "a fallback that calls the PyTorch reference",
-            "the reference-call watch, in the cases that take the fallback",
-        ),
-        Defect(
-            "address-cache",
-            "results cached by input address",
-            "the second seed, written into the first seed's tensors",
-        ),
+        Defect("missing-mask", "missing boundary mask: keys past N take weight", ("wrong",)),
+        Defect("wrong-scale", "wrong softmax scale, or exp/exp2 mismatch", ("wrong",)),
+        Defect("no-rescale", "accumulator not rescaled when the running max rises", ("wrong",)),
+        Defect("causal-off-by-one", "causal mask off by one", ("wrong", "nonfinite")),
+        Defect("zero-fill", "masked scores filled with 0 instead of -inf", ("wrong",)),
+        Defect("fp16-accum", "accumulation in fp16", ("wrong", "nonfinite")),
+        Defect("int32-offset", "int32 offset overflow at large sizes", ("review",)),
+        Defect("assumes-contiguous", "assumes contiguous inputs", ("wrong", "nonfinite")),
+        Defect("uninit-read", "reads memory it never wrote", ("nonfinite", "poison")),
+        Defect("torch-fallback", "a fallback that calls the PyTorch reference", ("calls",)),
+        Defect("address-cache", "results cached by input address", ("stale",)),
     )
 }
 
 
 def taxonomy_table() -> str:
-    """The taxonomy as a plain-text table: id, what it is, and what in the audit shows it."""
-    rows = [("id", "defect", "caught by")]
-    rows += [(d.id, d.title, d.caught_by) for d in TAXONOMY.values()]
-    widths = [max(len(r[i]) for r in rows) for i in range(2)]
-    return "\n".join(f"{r[0]:{widths[0]}}  {r[1]:{widths[1]}}  {r[2]}" for r in rows)
+    """The taxonomy as a plain-text table: id, what it is, and how it fails in the audit."""
+    rows = [("id", "defect", "fails as")]
+    rows += [(d.id, d.title, ", ".join(KINDS[k] for k in d.shows)) for d in TAXONOMY.values()]
+    w0, w1 = (max(len(r[i]) for r in rows) for i in range(2))
+    return "\n".join(f"{r[0]:{w0}}  {r[1]:{w1}}  {r[2]}" for r in rows)
 
 
-def check_defect_names(answer: Mapping, draft: str, count: int | None = None) -> set[str]:
-    """The set of defect ids named for `draft`, after checking its form; raises AssertionError
-    with a plain message when the answer is not a non-empty set of known ids, or, given the
-    `count` of defects the draft has, when it names another number of them. Only `draft`'s
-    entry is read: each draft is graded on its own."""
+def check_defects(answer: Mapping, draft: str, report: Report, count: int | None = None) -> set:
+    """The set of defect ids named for `draft`, after checking its form and its evidence. The
+    answer maps each id to what shows it in `report`, the audit of `draft`: the name of a case
+    built to catch the id that the draft fails the way the id fails, or OFFSET_REVIEW for
+    int32-offset. Raises AssertionError with a plain message when the answer is not that, or,
+    given the `count` of defects the draft has, when it names another number of them. Only
+    `draft`'s entry is read: each draft is graded on its own."""
     handin.advise()
     __tracebackhide__ = True
-    if not isinstance(answer, Mapping):
-        raise AssertionError(f"DEFECTS must be a dict of sets, got {type(answer).__name__}")
-    if draft not in answer:
-        raise AssertionError(f"DEFECTS has no entry for {draft!r}; keys: {sorted(answer)}")
-    named = answer[draft]
-    if isinstance(named, str) or not isinstance(named, Iterable):
-        raise AssertionError(f"DEFECTS[{draft!r}] must be a set of ids, e.g. {{'missing-mask'}}")
-    named = set(named)
+    named = answer.get(draft) if isinstance(answer, Mapping) else None
+    if not isinstance(named, Mapping):
+        raise AssertionError(
+            f"DEFECTS[{draft!r}] must map each defect id to the case that shows it, "
+            "e.g. {'<id>': '<case name>', ...}"
+        )
     unknown = sorted(str(n) for n in named if n not in TAXONOMY)
     if unknown:
         raise AssertionError(
@@ -126,10 +107,13 @@ def check_defect_names(answer: Mapping, draft: str, count: int | None = None) ->
     if count and len(named) != count:
         raise AssertionError(
             f"{has}; you named {len(named)}: for each id, find the line of its code that does the "
-            "wrong thing and what in the audit or the offset review shows it (a defect counts even "
-            "where another hides its symptom)"
+            "wrong thing and what in the audit or the offset review shows it"
         )
-    return named
+    for defect, witness in named.items():
+        why = report.unshown(TAXONOMY[defect], witness)
+        if why:
+            raise AssertionError(f"DEFECTS[{draft!r}][{defect!r}]: {why}")
+    return set(named)
 
 
 # -- cases, results, reports -----------------------------------------------------------------------
@@ -161,6 +145,7 @@ class Result:
     first_mismatch: tuple[int, ...] | None = None
     message: str = "ok"
     detail: str = ""
+    kinds: tuple[str, ...] = ()  # how it failed: keys of KINDS, or crash, type, shape, ...
 
 
 class AuditFailed(AssertionError):
@@ -174,6 +159,7 @@ class Report:
     candidate: str
     results: list[Result]
     review: OffsetReview | None = None
+    catches: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # case -> defect ids
 
     @property
     def passed(self) -> bool:
@@ -185,6 +171,26 @@ class Report:
 
     def result(self, case: str) -> Result:
         return next(r for r in self.results if r.case == case)
+
+    def unshown(self, defect: Defect, witness: object) -> str | None:
+        """Why `witness` (a case's name, or OFFSET_REVIEW) does not show `defect` in this
+        report, or None when it does: a case built to catch it, failed the way it fails."""
+        built = [c for c, ids in self.catches.items() if defect.id in ids]
+        built += [OFFSET_REVIEW] if "review" in defect.shows else []
+        if witness not in [*self.catches, OFFSET_REVIEW]:
+            return f"no case is named {witness!r}; the cases: {', '.join(self.catches)}"
+        if witness not in built:
+            return f"{witness!r} was not built to catch it; these were: {', '.join(built)}"
+        if witness == OFFSET_REVIEW:
+            return None if self.review and not self.review.ok else "the offset review passes"
+        r = self.result(witness)
+        if r.passed:
+            return f"{self.candidate} passes {witness!r}"
+        if not set(r.kinds) & set(defect.shows):
+            shows = ", ".join(KINDS[k] for k in defect.shows)
+            found = f"{self.candidate} fails {witness!r} with {r.message}"
+            return f"{found}, where {defect.id} fails as {shows}: which defect fails that way?"
+        return None
 
     def table(self, width: int = 72) -> str:
         good = sum(r.passed for r in self.results)
@@ -371,6 +377,7 @@ def _run_case(candidate, reference, case: Case, forbid, seed: int | None) -> Res
         first_bad,
         "; ".join(notes.values()) if notes else "ok",
         "\n".join(details),
+        tuple(notes),
     )
 
 
@@ -413,7 +420,8 @@ def audit(
                 torch.cuda.synchronize()
             except Exception:  # an illegal memory access ends the process's CUDA context
                 lost = f"the CUDA context was lost in case {case.name!r}; restart the kernel"
-    report = Report(name or _name(candidate), results, review)
+    catches = {case.name: case.catches for case in cases}
+    report = Report(name or _name(candidate), results, review, catches)
     if show:
         print(report.table())
     return report

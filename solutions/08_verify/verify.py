@@ -144,14 +144,15 @@ print(f"\nfp16 eager attention vs float64: max abs error {fp16_error:.1e}, fp16 
 # reference is `attn.reference` in float64, the tolerance a few units in the last place of the
 # output dtype (`attn.tolerance`). A crash fails its case and the sweep goes on.
 #
-# Below, the taxonomy (its ids are how you name defects), then the cases with the defects each
-# catches. Every defect but one, planted alone in a correct kernel, fails at least one case; the
-# course's tests check that.
+# Below, the taxonomy (its ids are how you name defects, and "fails as" is how each one fails),
+# then the cases with the defects each was built to catch; their names give sizes in tiles, T.
+# Every defect but one, planted alone in a correct kernel, fails one of its cases as the taxonomy
+# says; the course's tests check that.
 
 # %%
 print(verify.taxonomy_table())
 CASES = attn.cases(tile=TILE)
-print(f"\nthe sweep ({len(CASES)} cases, 2 seeds each):")
+print(f"\nthe sweep ({len(CASES)} cases, 2 seeds each; T = {TILE}):")
 for case in CASES:
     print(f"  {case.name:30s} {', '.join(case.catches) or '(general)'}")
 
@@ -220,32 +221,48 @@ for name, report in (("draft_a", report_a), ("draft_b", report_b), ("draft_c", r
           f"review {'ok' if review.ok else 'FAILS'}")
 
 # %% [markdown]
-# ### Exercise 1 · name the defects (3 points)
+# ### Exercise 1 · name and show the defects (3 points)
 #
-# For each draft, name the set of defect ids from the taxonomy it contains: draft A has four,
-# draft B four, draft C three, eleven in all, each id used once. Use the audit's tables, the
-# offset reviews and the code. A defect counts when the draft has it as written, even if another
-# defect hides its symptom; a design choice that the audit does not catch and that gives right
-# results is not a defect. Each draft's set is graded on its own and must match exactly: the
-# visible test checks that its ids are known and that there are as many as the draft has defects.
+# For each draft, name the defects from the taxonomy it contains, and show each: map its id to
+# the name of a case that shows it, one built to catch it that the draft fails the way the
+# taxonomy says the defect fails (`verify.OFFSET_REVIEW` for the review). Draft A has four,
+# draft B four, draft C three, eleven in all, each id used once, and each shows in the audit:
+# read how a case fails, not only whether. A design choice that the audit does not catch and
+# that gives right results is not a defect. Each draft is graded on its own: the visible test
+# checks that its ids are known, as many as it has defects, and each shown; the hidden test,
+# that they are its defects.
 
 # %% nbgrader={"grade_id": "defects-names", "solution": true}
 DEFECTS = {
-    "draft_a": set(),  # e.g. {"missing-mask", ...}: ids from verify.TAXONOMY
-    "draft_b": set(),
-    "draft_c": set(),
+    "draft_a": {},  # {id: the name of the case that shows it}: ids from verify.TAXONOMY
+    "draft_b": {},
+    "draft_c": {},
 }
 ### BEGIN SOLUTION
 DEFECTS = {
-    "draft_a": {"missing-mask", "causal-off-by-one", "assumes-contiguous", "int32-offset"},
-    "draft_b": {"address-cache", "uninit-read", "wrong-scale", "fp16-accum"},
-    "draft_c": {"torch-fallback", "no-rescale", "zero-fill"},
+    "draft_a": {
+        "missing-mask": "ragged N=T+13",
+        "causal-off-by-one": "causal one tile N=T",
+        "assumes-contiguous": "strided views N=2T",
+        "int32-offset": verify.OFFSET_REVIEW,
+    },
+    "draft_b": {
+        "address-cache": "whole tiles N=2T",
+        "uninit-read": "ragged N=T+13",
+        "wrong-scale": "sm_scale=0.3 N=2T",
+        "fp16-accum": "fp16 |V|~1000 flat N=3T",
+    },
+    "draft_c": {
+        "torch-fallback": "N=1",
+        "no-rescale": "rising scores N=3T",
+        "zero-fill": "causal ragged N=T+7",
+    },
 }
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-a", "points": 1}
-named = verify.check_defect_names(DEFECTS, "draft_a", count=4)
-print(f"draft_a: {len(named)} ids named, all known, as many as it has defects; "
+named = verify.check_defects(DEFECTS, "draft_a", report_a, count=4)
+print(f"draft_a: {len(named)} ids named, all known, as many as it has defects, each shown; "
       "graded against the planted set")
 ### BEGIN HIDDEN TESTS
 _planted = {"missing-mask", "causal-off-by-one", "assumes-contiguous", "int32-offset"}
@@ -255,8 +272,8 @@ assert named == _planted, (
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-b", "points": 1}
-named = verify.check_defect_names(DEFECTS, "draft_b", count=4)
-print(f"draft_b: {len(named)} ids named, all known, as many as it has defects; "
+named = verify.check_defects(DEFECTS, "draft_b", report_b, count=4)
+print(f"draft_b: {len(named)} ids named, all known, as many as it has defects, each shown; "
       "graded against the planted set")
 ### BEGIN HIDDEN TESTS
 _planted = {"address-cache", "uninit-read", "wrong-scale", "fp16-accum"}
@@ -266,8 +283,8 @@ assert named == _planted, (
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test-defects-c", "points": 1}
-named = verify.check_defect_names(DEFECTS, "draft_c", count=3)
-print(f"draft_c: {len(named)} ids named, all known, as many as it has defects; "
+named = verify.check_defects(DEFECTS, "draft_c", report_c, count=3)
+print(f"draft_c: {len(named)} ids named, all known, as many as it has defects, each shown; "
       "graded against the planted set")
 ### BEGIN HIDDEN TESTS
 _planted = {"torch-fallback", "no-rescale", "zero-fill"}

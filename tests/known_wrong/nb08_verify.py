@@ -31,9 +31,19 @@ def stubbed(grade_id: str) -> str:
     )
 
 
-A = '"draft_a": {"missing-mask", "causal-off-by-one", "assumes-contiguous", "int32-offset"}'
-B = '"draft_b": {"address-cache", "uninit-read", "wrong-scale", "fp16-accum"}'
-C = '"draft_c": {"torch-fallback", "no-rescale", "zero-fill"}'
+A = """    "draft_a": {
+        "missing-mask": "ragged N=T+13",
+        "causal-off-by-one": "causal one tile N=T",
+        "assumes-contiguous": "strided views N=2T",
+        "int32-offset": verify.OFFSET_REVIEW,
+    },"""
+C = """    "draft_c": {
+        "torch-fallback": "N=1",
+        "no-rescale": "rising scores N=3T",
+        "zero-fill": "causal ragged N=T+7",
+    },"""
+
+SOLUTION = CELLS["defects-names"].split("### BEGIN SOLUTION\n")[1].split("### END SOLUTION")[0]
 
 LAUNCH = """\
     attention_kernel[grid](
@@ -49,16 +59,35 @@ FP16_TILES = "block_m, block_n, num_warps, num_stages = 128, 64, 4 if head_dim <
 WRONG = {
     "defects-names": {
         "template left as it is": CELLS["defects-names"].split("### BEGIN SOLUTION")[0],
-        "draft_a: int32 overflow missed": edit("defects-names", (', "int32-offset"}', "}")),
+        "draft_a: int32 overflow missed": edit(
+            "defects-names", ('        "int32-offset": verify.OFFSET_REVIEW,\n', "")
+        ),
         "draft_a: the mask called zero-fill": edit(
-            "defects-names", ('{"missing-mask", "causal', '{"zero-fill", "causal')
+            "defects-names", ('"missing-mask": "ragged N=T+13"', '"zero-fill": "ragged N=T+13"')
+        ),
+        "draft_a: the mask called zero-fill, shown by the causal case": edit(
+            "defects-names",
+            ('"missing-mask": "ragged N=T+13"', '"zero-fill": "causal one tile N=T"'),
         ),
         "draft_b: the padding called a missing mask": edit(
-            "defects-names", ('"uninit-read", "wrong-scale"', '"missing-mask", "wrong-scale"')
+            "defects-names", ('"uninit-read": "ragged N=T+13"', '"missing-mask": "ragged N=T+13"')
         ),
-        "draft_b: fp16 accumulation missed": edit("defects-names", (', "fp16-accum"}', "}")),
+        "draft_b: the scale called no-rescale": edit(
+            "defects-names",
+            ('"wrong-scale": "sm_scale=0.3 N=2T"', '"no-rescale": "rising scores N=3T"'),
+        ),
+        "draft_b: fp16 accumulation missed": edit(
+            "defects-names", ('        "fp16-accum": "fp16 |V|~1000 flat N=3T",\n', "")
+        ),
+        "draft_b: the cache shown by a case it does not fail": edit(
+            "defects-names", ('"address-cache": "whole tiles N=2T"', '"address-cache": "N=1"')
+        ),
         "draft_c: a missing mask added": edit(
-            "defects-names", ('"zero-fill"}', '"zero-fill", "missing-mask"}')
+            "defects-names",
+            (
+                '"zero-fill": "causal ragged N=T+7",',
+                '"zero-fill": "causal ragged N=T+7",\n        "missing-mask": "ragged N=T+13",',
+            ),
         ),
         "draft_a and draft_c swapped": edit(
             "defects-names",
@@ -66,10 +95,15 @@ WRONG = {
             (C, C.replace("draft_c", "draft_a")),
             (A.replace("draft_a", "draft_x"), A.replace("draft_a", "draft_c")),
         ),
-        "an id not in the taxonomy": edit("defects-names", ('"causal-off-by-one"', '"off-by-one"')),
-        "a string instead of a set": edit(
-            "defects-names", ('{"torch-fallback", "no-rescale", "zero-fill"}', '"torch-fallback"')
+        "an id not in the taxonomy": edit(
+            "defects-names", ('"causal-off-by-one": ', '"off-by-one": ')
         ),
+        "a case named by its size, not in tiles": edit(
+            "defects-names", ('"rising scores N=3T"', '"rising scores N=96"')
+        ),
+        "sets of ids, the cases left out": CELLS["defects-names"].split("### BEGIN SOLUTION")[0]
+        + SOLUTION.replace("DEFECTS = {", "SHOWN = {")
+        + "DEFECTS = {d: set(ids) for d, ids in SHOWN.items()}\n",
     },
     "attention-fixed": {
         "stub left in place": stubbed("attention-fixed"),
@@ -198,20 +232,17 @@ SLOW = {
 }
 
 # Sources that only a hidden test can reject, with the reason no visible test can catch them
-# (tests/test_known_wrong.py). The visible test of each draft checks that its ids are known and
-# that there are as many as the draft has defects, so a defect missed, one added, or draft A's
-# four and draft C's three swapped fails it; one id put for another does not.
-_THE_ANSWER = (
-    "one id put for another keeps the draft's count, which the visible test shows, and every id "
-    "known; which ids are the draft's is the answer, and a visible test that compared them would "
-    "hand it out"
-)
+# (tests/test_known_wrong.py). The visible test of each draft checks that its ids are known, as
+# many as the draft has defects, and each shown by a case built to catch it that the draft fails
+# the way the taxonomy says the id fails: a defect missed or added, drafts swapped, a NaN called a
+# fill of 0, poison called a missing mask, all fail it. An id put for another that the draft's
+# evidence shows just as well does not.
 HIDDEN_ONLY = {
     "defects-names": {
-        name: _THE_ANSWER
-        for name in (
-            "draft_a: the mask called zero-fill",
-            "draft_b: the padding called a missing mask",
-        )
+        "draft_b: the scale called no-rescale": (
+            "draft B's scale and its fp16 accumulator leave wrong values in every case, the "
+            "rising-scores case too, so the audit shows no-rescale as well as wrong-scale; only "
+            "the code tells them apart, and a visible test that read it would hand out the answer"
+        ),
     },
 }
