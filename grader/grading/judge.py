@@ -164,7 +164,7 @@ class Session:
         self._released: list[int] = []
         self._next = 1
         self._traced: list | None = None
-        self.traced_result = None  # what the last request kept by `tracing` returned
+        self.last_result = None  # what the last request returned
         self.broken: str | None = None
 
     def _handle(self, storage) -> int:
@@ -228,15 +228,13 @@ class Session:
             raise wire.WireError("an answer without one report for each watch")
         for w, found in zip(watching, reports, strict=True):
             w.absorb(found, Context(blobs, pushed))
-        result = wire.Codec(tensor_in=self._tensor_in(pushed)).decode(reply.get("result"))
-        if self._traced is not None:
-            self.traced_result = result
-        return result
+        self.last_result = wire.Codec(tensor_in=self._tensor_in(pushed)).decode(reply.get("result"))
+        return self.last_result
 
     @contextlib.contextmanager
     def tracing(self) -> Iterator[list]:
         """Keep the block's requests in the student's kernel (a speed cell's graded call, which
-        `timed` makes again); yields their names, the last one's result in `traced_result`."""
+        `timed` makes again); yields their names."""
         self._traced = []
         try:
             yield self._traced
@@ -633,14 +631,16 @@ class Speed:
         from grader.grading import activity
         from grader.runtime import census, perf, timing
 
-        # the output checked: `out`, or the tensor the call returns (the judge's copy of the
-        # kept call's result, which a fetch writes again)
-        output = case.out if case.out is not None else session.traced_result
-        if not isinstance(output, torch.Tensor):
+        if case.out is None and not isinstance(session.last_result, torch.Tensor):
             return perf.Measured(label, flags=("the timed code returned no tensor",))
         flags = self._checked(case)
         if flags:
             return perf.Measured(label, flags=tuple(flags))
+        # the output checked: `out`, or the tensor the last call returned, which case.verify
+        # reads (the judge's copy of the checked call's result, which a fetch writes again)
+        output = case.out if case.out is not None else session.last_result
+        if not isinstance(output, torch.Tensor):
+            return perf.Measured(label, flags=("the timed code returned no tensor",))
         inputs = [t for t in case.inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
         moments = [(float(t.float().mean()), float(t.float().std())) for t in inputs]
         fills = sum(3 if t.element_size() == 1 else 1 for t in inputs)  # float8: draw, clamp, copy
