@@ -82,6 +82,10 @@ WRONG = {
         "draft_b: the cache shown by a case it does not fail": edit(
             "defects-names", ('"address-cache": "whole tiles N=2T"', '"address-cache": "N=1"')
         ),
+        "draft_c: the fill called a missing mask": edit(
+            "defects-names",
+            ('"zero-fill": "causal ragged N=T+7"', '"missing-mask": "ragged N=T+13"'),
+        ),
         "draft_c: a missing mask added": edit(
             "defects-names",
             (
@@ -235,10 +239,16 @@ SLOW = {
 # (tests/test_known_wrong.py). The visible test of each draft checks that its ids are known, as
 # many as the draft has defects, and each shown by a case built to catch it that the draft fails
 # the way the taxonomy says the id fails: a defect missed or added, drafts swapped, a NaN called a
-# fill of 0, poison called a missing mask, all fail it. An id put for another that the draft's
-# evidence shows just as well does not.
+# fill of 0, poison called a missing mask, all fail it. An id put for another that leaves the same
+# evidence in that draft does not.
 HIDDEN_ONLY = {
     "defects-names": {
+        "draft_c: the fill called a missing mask": (
+            "where keys past N are loaded as zeros, a fill of 0 and no mask at all give them the "
+            "same score, 0, so draft C's ragged cases show a missing mask as well as its fill; "
+            "only the code tells them apart (its mask is there, its fill is 0), and a visible test "
+            "that read it would hand out the answer"
+        ),
         "draft_b: the scale called no-rescale": (
             "draft B's scale and its fp16 accumulator leave wrong values in every case, the "
             "rising-scores case too, so the audit shows no-rescale as well as wrong-scale; only "
