@@ -227,8 +227,9 @@ for name, report in (("draft_a", report_a), ("draft_b", report_b), ("draft_c", r
 # the name of a case that shows it, one built to catch it that the draft fails the way the
 # taxonomy says the defect fails (`verify.OFFSET_REVIEW` for the review). Draft A has four,
 # draft B four, draft C three, eleven in all, each id used once, and each shows in the audit:
-# read how a case fails, not only whether. A design choice that the audit does not catch and
-# that gives right results is not a defect. Each draft is graded on its own: the visible test
+# read how a case fails, not only whether. Where two ids would leave the same evidence (no mask,
+# and a fill of 0, where the loads past N give zeros), the code decides. A design choice that the
+# audit does not catch and that gives right results is not a defect. Each draft is graded on its own: the visible test
 # checks that its ids are known, as many as it has defects, and each shown; the hidden test,
 # that they are its defects.
 
