@@ -214,6 +214,31 @@ def test_a_timed_call_draws_the_inputs_the_judge_draws_from_its_seed(served):
         assert torch.equal(out, x.clamp(min=0))
 
 
+def test_a_timed_output_that_is_returned_lands_in_what_the_last_call_returned(served):
+    """08's speed case returns its output and its check reads the last call's: the judge fetches
+    each timed call's output into the tensor its last request returned (the checked call's, made
+    after the kept one), so the check reads the output of the timed call."""
+    from grader.runtime import perf
+
+    s = served({"relu": lambda x: x.clamp(min=0)})
+    x, result = torch.randn(1000), []
+
+    def run():
+        result[:] = [s.proxy("relu")(x)]
+
+    with s.session.tracing():
+        run()
+    run()  # the checked call: a new tensor in `result`
+    assert s.session.last_result is result[0]
+    moments = [(0.0, 1.0)]
+    s.session.timed([x], moments, seed=3, marker=4097)
+    s.session.fetch(s.session.last_result, result=True)
+    generator = torch.Generator()
+    generator.manual_seed(3)
+    perf.draw([x], moments, generator)
+    assert torch.equal(result[0], x.clamp(min=0))
+
+
 def test_only_what_changed_crosses_again(served, monkeypatch):
     """A storage whose bytes the student's side already holds is not sent again, and one the
     call left alone does not come back; a storage the judge changed goes again, and so does one
