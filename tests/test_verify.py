@@ -217,9 +217,9 @@ def test_check_defects_says_what_is_wrong_with_the_form():
     with pytest.raises(AssertionError, match="empty"):
         verify.check_defects({"draft_a": {}}, "draft_a", report)
     for not_a_map in ("missing-mask", {"missing-mask"}):
-        with pytest.raises(AssertionError, match="must map each defect id to the case"):
+        with pytest.raises(AssertionError, match="must map each defect id to the name of the case"):
             verify.check_defects({"draft_a": not_a_map}, "draft_a", report)
-        with pytest.raises(AssertionError, match="must map each defect id to the case"):
+        with pytest.raises(AssertionError, match="must map each defect id to the name of the case"):
             verify.check_defects(not_a_map, "draft_a", report)
 
 
@@ -246,9 +246,11 @@ def test_check_defects_needs_a_case_that_shows_each_defect_as_it_fails():
             verify.check_defects({"draft_a": {defect: witness}}, "draft_a", report)
         return str(e.value)
 
-    assert "no case is named 'ragged N=45'; the cases: ragged, causal, whole" in why(
+    assert "no case is named 'ragged N=45'; their names: ragged, causal, whole" in why(
         "missing-mask", "ragged N=45"
     )
+    case = verify.Case("ragged", lambda gen: ())  # the case itself, where its name is asked for
+    assert "no case is named \"Case(name='ragged', " in why("missing-mask", case)
     assert "'causal' was not built to catch it; these were: ragged" in why("missing-mask", "causal")
     assert "draft_a passes 'whole'" in why("address-cache", "whole")
     # a NaN in a causal case is no fill of 0: a row filled with 0 keeps finite weights

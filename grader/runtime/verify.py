@@ -93,8 +93,8 @@ def check_defects(answer: Mapping, draft: str, report: Report, count: int | None
     named = answer.get(draft) if isinstance(answer, Mapping) else None
     if not isinstance(named, Mapping):
         raise AssertionError(
-            f"DEFECTS[{draft!r}] must map each defect id to the case that shows it, "
-            "e.g. {'<id>': '<case name>', ...}"
+            f"DEFECTS[{draft!r}] must map each defect id to the name of the case that shows it, "
+            "a string: {'<id>': '<case name>', ...}"
         )
     unknown = sorted(str(n) for n in named if n not in TAXONOMY)
     if unknown:
@@ -178,7 +178,7 @@ class Report:
         built = [c for c, ids in self.catches.items() if defect.id in ids]
         built += [OFFSET_REVIEW] if "review" in defect.shows else []
         if witness not in [*self.catches, OFFSET_REVIEW]:
-            return f"no case is named {witness!r}; the cases: {', '.join(self.catches)}"
+            return f"no case is named {str(witness)[:60]!r}; their names: {', '.join(self.catches)}"
         if witness not in built:
             return f"{witness!r} was not built to catch it; these were: {', '.join(built)}"
         if witness == OFFSET_REVIEW:
