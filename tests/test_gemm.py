@@ -141,7 +141,7 @@ def test_where_both_kernels_run_the_cheaper_winner_per_call_is_kept(cheaper, mon
     configs = [as_triton(SMALL), as_triton(SMALL | {"BLOCK_N": 16})]
 
     def prune(configs, named_args, **kwargs):  # a winner of each kernel's own, with no timing
-        return [configs[0] if "a_desc" in named_args else configs[1]]
+        return [configs[0] if "NUM_PROGRAMS" in kwargs else configs[1]]  # persistent: [0]
 
     timed = []
 
@@ -269,3 +269,48 @@ def test_launch_config_keeps_a_plan_per_config_and_layout():
         checks.check(lambda a, b, out, cfg=cfg: gemm.launch_config(cfg, a, b, out), reference, make)
     keys = {key[0] for key in gemm._plans}
     assert {tuple(sorted(c.all_kwargs().items())) for c in (config, other)} <= keys
+
+
+def test_a_pruning_function_sees_the_same_plain_arguments_on_both_paths():
+    """The autotuner calls a pruning function with plain data: the candidates as written (not the
+    persistent kernel's hooked copies), the named and keyword arguments without the host-made
+    descriptors and the grid. Grading sends them to the student's process, where a hooked
+    config, a descriptor or a function cannot go. What it keeps comes back as the hooked copies
+    the launches need."""
+    from grader.runtime import wire
+    from tests.test_judge_wire import Served
+
+    if gemm.TensorDescriptor is None:
+        pytest.skip("this Triton has no host-made tensor descriptors")
+    seen = []
+
+    def prune(configs, named_args, **kwargs):
+        seen.append((configs, named_args, kwargs))
+        return configs[1:]
+
+    candidates = [as_triton(SMALL), as_triton({**SMALL, "num_stages": 3})]
+    hooked = [gemm._with_block_shapes(c) for c in candidates]
+    a = torch.randn(64, 32, device=device.current().torch_device)
+    named = {"a_ptr": a, "a_desc": gemm.TensorDescriptor.from_tensor(a, [32, 16]), "M": 64}
+    kept = gemm.pruning(prune, candidates, hooked, gemm._with_block_shapes)(
+        hooked, named, grid=lambda meta: (1,), NUM_PROGRAMS=4
+    )
+    assert kept == [hooked[1]] and kept[0] is hooked[1]
+    ((configs, args, kwargs),) = seen
+    assert configs == candidates and all(c.pre_hook is None for c in configs)
+    assert set(args) == {"a_ptr", "M"} and kwargs == {"NUM_PROGRAMS": 4}
+    codec = wire.Codec(tensor_out=lambda t: wire.spec(t, 1), strict=True)
+    for cannot_cross in (hooked, named, {"grid": lambda meta: (1,)}):  # what the autotuner holds
+        with pytest.raises(wire.WireError):
+            codec.encode(cannot_cross)
+    served = Served({"prune": lambda configs, named_args, **kw: [c for c in configs[1:]]})
+    try:  # the student's pruning function, called from the judge as at grading
+        early = gemm.pruning(served.proxy("prune"), candidates, hooked, gemm._with_block_shapes)
+        assert early(hooked, named, grid=lambda meta: (1,), NUM_PROGRAMS=4) == [hooked[1]]
+    finally:
+        served.close()
+    new = as_triton({**SMALL, "BLOCK_K": 32})  # a config of the pruning function's own
+    again = gemm.pruning(lambda c, n, **k: [new], candidates, hooked, gemm._with_block_shapes)(
+        hooked, named
+    )
+    assert again[0].kwargs == new.kwargs and again[0].pre_hook is not None

@@ -17,6 +17,7 @@ from grader.runtime import device
 
 DEVICE = device.current()
 
+import torch  # noqa: E402
 import triton  # noqa: E402 (after the mode is chosen)
 import triton.language as tl  # noqa: E402
 
@@ -268,14 +269,40 @@ def launch_persistent(kernel, a, b, out, **meta):
 def autotuned(candidates: list[triton.Config], prune=None, kernel=None):
     """matmul_kernel (or `kernel`) wrapped in triton.autotune over `candidates`, keyed on the
     problem size, the path (TMA or pointers) and, implicitly, the dtypes. For the persistent
-    kernel each candidate is a copy whose pre-hook sets the descriptors' block shapes."""
-    if kernel is matmul_kernel_persistent:
-        candidates = [_with_block_shapes(c) for c in candidates]
+    kernel each candidate is a copy whose pre-hook sets the descriptors' block shapes. `prune`
+    is called with plain data on both paths (`pruning`)."""
+    hook = _with_block_shapes if kernel is matmul_kernel_persistent else (lambda c: c)
+    hooked = [hook(c) for c in candidates]
     return triton.autotune(
-        configs=candidates,
+        configs=hooked,
         key=["M", "N", "K", "USE_TMA"],
-        prune_configs_by={"early_config_prune": prune} if prune else None,
+        prune_configs_by={"early_config_prune": pruning(prune, candidates, hooked, hook)}
+        if prune
+        else None,
     )(kernel or matmul_kernel)
+
+
+PLAIN = (torch.Tensor, int, float, str, torch.dtype, type(None))
+
+
+def pruning(prune, candidates: list[triton.Config], hooked: list[triton.Config], hook):
+    """`prune` as the autotuner calls it, with plain data: the candidates as written, not their
+    `hooked` copies (the persistent kernel's carry a pre-hook), and of the named and keyword
+    arguments the tensors, numbers and strings only (not the host-made descriptors nor the
+    launch's grid: the pointers tell a pruning function the dtypes). What it keeps comes back as
+    the hooked copies, a config of its own through `hook`. So a pruning function sees the same
+    on both paths, data that grading can send to the student's process."""
+    written = {id(h): c for c, h in zip(candidates, hooked, strict=True)}
+    back = {describe(c): h for c, h in zip(candidates, hooked, strict=True)}
+
+    def plain(args: dict) -> dict:
+        return {k: v for k, v in args.items() if isinstance(v, PLAIN)}
+
+    def early_config_prune(configs, named_args, **kwargs):
+        kept = prune([written.get(id(c), c) for c in configs], plain(named_args), **plain(kwargs))
+        return [back.get(describe(c)) or hook(c) for c in kept]
+
+    return early_config_prune
 
 
 def _with_block_shapes(config: triton.Config) -> triton.Config:
