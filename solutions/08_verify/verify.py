@@ -130,24 +130,24 @@ print(f"\nfp16 eager attention vs float64: max abs error {fp16_error:.1e}, fp16 
       f"{attn.tolerance(torch.float16)[1]:.0e} + {attn.tolerance(torch.float16)[0]:.0e}*|expected|")
 
 # %% [markdown]
-# The fp16 eager result's error, printed above, is of the order of the tolerance a correct fp16
-# kernel is held to: against it, a good kernel and a slightly wrong one look alike.
+# The fp16 eager error printed above is of the order of the fp16 tolerance: against an fp16
+# reference, a good kernel and a slightly wrong one look alike.
 #
 # ## The taxonomy and the audit
 #
-# `verify.audit(candidate, reference, cases)` is the opposite of the weak test, in the spirit of
-# KernelBench's checks: a sweep of cases with sizes set relative to the tile (N=1, one tile, whole
+# `verify.audit(candidate, reference, cases)`, the weak test's opposite in the spirit of
+# KernelBench's checks, is a sweep of cases with sizes set relative to the tile (N=1, one tile, whole
 # tiles, ragged tails, several key blocks), fp32 and fp16, non-contiguous views (a transposed
 # `(B, N, H, D)` tensor; a slice of a wider one), causal on and off, an explicit `sm_scale`, and
-# extreme values. Each case runs two seeds, the second written into the first seed's tensors. While the candidate runs, every `torch.empty` it allocates holds NaN
-# poison, and calls to softmax, matmul or `scaled_dot_product_attention` are recorded. The
+# extreme values. Each case runs two seeds, the second written into the first seed's tensors.
+# While the candidate runs, every `torch.empty` it allocates holds NaN poison, and calls to
+# softmax, matmul or `scaled_dot_product_attention` are recorded. The
 # reference is `attn.reference` in float64, the tolerance a few units in the last place of the
-# output dtype (`attn.tolerance`). A crash fails its case and the sweep goes on.
+# output dtype (`attn.tolerance`). A crash fails its case only.
 #
-# Below, the taxonomy (its ids are how you name defects, and "fails as" is how each one fails),
-# then the cases with the defects each was built to catch; their names give sizes in tiles, T.
-# Every defect but one, planted alone in a correct kernel, fails one of its cases as the taxonomy
-# says; the course's tests check that.
+# Below, the taxonomy (ids name defects; "fails as", how each fails), then the cases, sizes in
+# tiles T, and the defects each was built to catch. Each defect but one, planted alone in a
+# correct kernel, fails one of its cases as the taxonomy says (the course's tests check it).
 
 # %%
 print(verify.taxonomy_table())
