@@ -27,7 +27,8 @@ ASSIGNMENT ?=
 SUBMISSIONS ?=
 AUTOGRADE_ARGS ?=
 
-.PHONY: help setup lab test test-fast test-extended test-gpu test-gpu-notebooks test-gpu-tests bench release \
+.PHONY: help setup lab test test-fast test-extended test-gpu test-gpu-notebooks test-gpu-tests \
+	test-gpu-grading bench release \
 	check lint wheelhouse clean autograde student-kit kit-container grading-cost throughput \
 	recordings test-grader-pins
 
@@ -38,7 +39,7 @@ help:
 	@echo "make test-extended  the CPU tests too long for make test (10's hostile class, minutes)"
 	@echo "make release    build course/ from solutions/"
 	@echo "make check      fail when course/ or a committed diagram is stale"
-	@echo "make test-gpu   solution notebooks at full size, then GPU tests (needs a CUDA GPU)"
+	@echo "make test-gpu   solution notebooks at full size, GPU tests, grading (needs a CUDA GPU)"
 	@echo "make recordings on a GPU, run the solution notebooks and keep their measurements in"
 	@echo "                grader/runtime/recordings/ (shown where a cell cannot time); NOTEBOOKS= picks"
 	@echo "make bench      the benchmark suite (needs a CUDA GPU): report and plots in build/report/"
@@ -101,7 +102,8 @@ test-fast: setup
 test-extended: setup
 	$(PY) -m pytest -m "extended and not gpu" $(XDIST) $(PYTEST_ARGS)
 
-# On a GPU, two steps, each short enough for one 10-minute job, both run even when one fails.
+# On a GPU, three steps, each short enough for one 10-minute job (the third with half the
+# notebooks), all run even when one fails.
 # test-gpu-notebooks: every solution notebook (or NOTEBOOKS="04_matmul 05_autotuning") once, at
 # full size, streaming its output; fails on any failing graded cell or a speed cell short of its
 # points; executed copies in build/executed/, the summary in build/report/notebooks.json.
@@ -112,6 +114,7 @@ test-gpu:
 	@status=0; \
 	$(MAKE) --no-print-directory test-gpu-notebooks || status=1; \
 	$(MAKE) --no-print-directory test-gpu-tests || status=1; \
+	$(MAKE) --no-print-directory test-gpu-grading || status=1; \
 	exit $$status
 
 test-gpu-notebooks:
@@ -122,6 +125,15 @@ test-gpu-notebooks:
 test-gpu-tests:
 	$(PY) -m grader doctor
 	$(PY) -m pytest -m "$(GPU_TESTS)" $(PYTEST_ARGS)
+
+# test-gpu-grading: each solution (or NOTEBOOKS=) graded as one student the way `make autograde`
+# grades (the sandbox, the judge, speed from the GPU activity log), by bench/grading_cost.py; fails
+# unless every reference earns full marks. A notebook that passes test-gpu-notebooks can still lose
+# points here, where its tests run in the judge: 05's and 08's did. About a minute a notebook:
+# two 10-minute jobs for all of them. Needs nbgrader and bubblewrap (.ci/gpu says how).
+test-gpu-grading:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/grading_cost.py --out build/report \
+	  $(NOTEBOOKS)
 
 # On a GPU: the solution notebooks run as in test-gpu-notebooks, with COURSE_RECORD set, so that
 # each measurement and speed cell keeps what it showed (grader/runtime/recorded.py); then the
