@@ -654,8 +654,9 @@ perf.grade(fused_case(perf.copy_bandwidth(ideal_bytes, at_least=0.8),
 # ### Exercise 3 · the bytes the profiler counts (2 points)
 #
 # The table under the bars (recorded on a GPU, the same on every machine) gives those bytes at the
-# speed shape and for a single row of 16 Mi columns. Explain them with a count that holds at every shape: how many bytes must each
-# **read** from DRAM for a float32 `x` of shape `(M, N)`, its `bias` and a Python float `scale`?
+# speed shape and for a single row of 16 Mi columns. Explain them with a count that holds at
+# every shape: how many bytes must each **read** from DRAM for a float32 `x` of shape `(M, N)`,
+# its `bias` and a Python float `scale`?
 # Every eager kernel reads its inputs from memory (the profiler flushes the caches before each
 # kernel). Bytes written are left out: lines still in L2 when a kernel ends are not counted. The
 # visible test holds your counts against the profiler's; the hidden tests check them exactly on
