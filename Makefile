@@ -132,8 +132,7 @@ test-gpu-tests:
 # points here, where its tests run in the judge: 05's and 08's did. About a minute a notebook:
 # two 10-minute jobs for all of them. Needs nbgrader and bubblewrap (.ci/gpu says how).
 test-gpu-grading:
-	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) bench/grading_cost.py --out build/report \
-	  $(NOTEBOOKS)
+	$(MAKE) --no-print-directory grading-cost BENCH_ARGS="$(NOTEBOOKS)"
 
 # On a GPU: the solution notebooks run as in test-gpu-notebooks, with COURSE_RECORD set, so that
 # each measurement and speed cell keeps what it showed (grader/runtime/recorded.py); then the
