@@ -278,7 +278,7 @@ def test_a_pruning_function_sees_the_same_plain_arguments_on_both_paths():
     config, a descriptor or a function cannot go. What it keeps comes back as the hooked copies
     the launches need."""
     from grader.runtime import wire
-    from tests.test_judge_wire import Served
+    from tests.served import Served
 
     if gemm.TensorDescriptor is None:
         pytest.skip("this Triton has no host-made tensor descriptors")
@@ -303,7 +303,7 @@ def test_a_pruning_function_sees_the_same_plain_arguments_on_both_paths():
     for cannot_cross in (hooked, named, {"grid": lambda meta: (1,)}):  # what the autotuner holds
         with pytest.raises(wire.WireError):
             codec.encode(cannot_cross)
-    served = Served({"prune": lambda configs, named_args, **kw: [c for c in configs[1:]]})
+    served = Served({"prune": lambda configs, named_args, **kw: configs[1:]})
     try:  # the student's pruning function, called from the judge as at grading
         early = gemm.pruning(served.proxy("prune"), candidates, hooked, gemm._with_block_shapes)
         assert early(hooked, named, grid=lambda meta: (1,), NUM_PROGRAMS=4) == [hooked[1]]

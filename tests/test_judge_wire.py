@@ -17,36 +17,9 @@ from grader.grading import judge
 from grader.runtime import device, integrity, launches, serve, wire
 from grader.runtime.checks import KernelCheckError
 from grader.runtime.stubs import StubNotFilled
+from tests.served import Served
 
 DEVICE = device.setup()
-
-
-class Served:
-    """A session with a student's namespace served on a thread; `proxy(name)` is the judge's."""
-
-    def __init__(self, namespace: dict, settings=dict):
-        ours, theirs = socket.socketpair()
-        fork = multiprocessing.get_context("fork")
-        self.process = fork.Process(target=serve.Server(theirs, namespace).run, daemon=True)
-        self.process.start()
-        theirs.close()
-        self.session = judge.Session(ours, "cpu", settings)
-        self.judge = type("J", (), {"session": lambda _: self.session, "sources": {}})()
-        self.described = self.session.describe(list(namespace))
-
-    def proxy(self, name: str):
-        info, codec = self.described[name]
-        kind = info.get("kind")
-        if kind == "kernel":
-            return judge.RemoteKernel(self.judge, name)
-        if kind == "function":
-            return judge.Remote(self.judge, name)
-        return codec.decode(info["value"]) if kind == "value" else info
-
-    def close(self):
-        self.session.end()
-        self.process.join(timeout=10)
-        assert self.process.exitcode == 0
 
 
 @pytest.fixture
