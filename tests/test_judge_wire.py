@@ -231,8 +231,8 @@ def test_only_what_changed_crosses_again(served, monkeypatch):
         sent.append(sum(memoryview(b).nbytes for b in blobs))
         real_send(sock, header, blobs)
 
-    def receive(sock):
-        header, blobs = real_receive(sock)
+    def receive(sock, landing=None):
+        header, blobs = real_receive(sock, landing)
         back.append(sum(len(b) for b in blobs))
         return header, blobs
 
@@ -255,6 +255,29 @@ def test_only_what_changed_crosses_again(served, monkeypatch):
     relu(x, out)
     assert sent[-1] == 8000  # out as the judge holds it, not as the failed call left it
     assert torch.equal(out, x.clamp(min=0))
+
+
+def test_the_bytes_a_side_keeps_are_not_the_memory_messages_land_in(served):
+    """Each side reads a message's blobs into memory it reuses (wire.Landing), and the student's
+    side copies a mirror there to compare it: the bytes it keeps of each mirror must be a copy,
+    or a write into the first tensor sent would compare equal to itself and never come back."""
+
+    def fill(out, x):
+        out.copy_(x)
+
+    s = served({"fill": fill})
+    out, x = torch.zeros(1000), torch.randn(1000)
+    s.proxy("fill")(out, x)
+    assert torch.equal(out, x)
+
+
+def test_a_landing_reuses_each_slot():
+    landing = wire.Landing()
+    first = landing(0, 16)
+    first[:] = bytes(range(16))
+    assert bytes(landing(0, 8)) == bytes(range(8))  # the same memory, smaller
+    assert len(landing(1, 4)) == 4 and bytes(landing(0, 16)) == bytes(range(16))
+    assert len(landing(0, 32)) == 32  # larger: new memory
 
 
 class _Ops(TorchDispatchMode):

@@ -162,6 +162,8 @@ class Session:
         self._handles: dict[int, tuple[int, weakref.ref]] = {}  # id(storage) -> (handle, ref)
         self._synced: dict[int, object] = {}  # handle -> the bytes its mirror there holds
         self._released: list[int] = []
+        self._received = wire.Landing()  # where each answer's blobs are read
+        self._sending = wire.Landing()  # where the storages a request sends are copied
         self._next = 1
         self._traced: list | None = None
         self.last_result = None  # what the last request returned
@@ -297,7 +299,7 @@ class Session:
         header["release"], self._released = self._released, []
         try:
             wire.send(self.sock, header, sent)
-            reply, answer = wire.receive(self.sock)
+            reply, answer = wire.receive(self.sock, self._received)
         except (OSError, wire.WireError) as exc:
             self.broken = f"the notebook's kernel stopped answering the judge ({exc})"
             raise NotServed(self.broken) from None
@@ -333,7 +335,7 @@ class Session:
         now, was = wire.flat(storage), self._synced.get(handle)
         if was is not None and was.shape == now.shape and torch.equal(now, was):
             return {"id": handle, "same": True}
-        sent.append(wire.storage_bytes(storage))
+        sent.append(wire.storage_bytes(storage, self._sending(len(sent), now.numel())))
         self._synced[handle] = now.clone()
         return {"id": handle, "blob": len(sent) - 1}
 

@@ -52,6 +52,7 @@ class Server:
         self.device = device.current().torch_device
         self.mirrors: dict[int, object] = {}  # handle -> torch.UntypedStorage
         self.known: dict[int, bytearray] = {}  # handle -> the bytes the judge holds for it
+        self.landing = wire.Landing()  # where each message's blobs are read, the mirrors compared
         self.made: list[int] = []  # handles (negative) of storages an answer made here
         self.trace: list = []  # the graded call's requests, as made for a speed cell
         self.result = None  # what the last request of the kept call returned, made again
@@ -59,7 +60,7 @@ class Server:
 
     def run(self) -> None:
         while True:
-            header, blobs = wire.receive(self.sock)
+            header, blobs = wire.receive(self.sock, self.landing)
             op = header.get("op")
             if op == "end":
                 return
@@ -90,8 +91,9 @@ class Server:
             return {"ok": True}
         if op == "fetch":  # tensors' bytes; with "result", the last timed call's returned tensor
             kept = [self.result] if header.get("result") else []
-            for t in [*kept, *map(codec.decode, header.get("tensors", []))]:
-                out.append(wire.contiguous_bytes(t))
+            for slot, t in enumerate([*kept, *map(codec.decode, header.get("tensors", []))]):
+                size = t.numel() * t.element_size()
+                out.append(wire.contiguous_bytes(t, self.landing(slot, size)))
             return {"ok": True}
         args = codec.decode(header.get("args", {"tuple": []}))
         kwargs = codec.decode(header.get("kwargs", {"dict": []}))
@@ -187,22 +189,25 @@ class Server:
             if mirror is None or mirror.nbytes() != len(data):
                 mirror = torch.empty(len(data), dtype=torch.uint8, device=self.device)
                 self.mirrors[handle] = mirror = mirror.untyped_storage()
-            wire.fill_storage(mirror, data)
-            self.known[handle] = data
+                self.known[handle] = bytearray(len(data))
+            self.known[handle][:] = data  # kept: the next message is read into the blob's slot
+            wire.fill_storage(mirror, self.known[handle])
         return [spec["id"] for spec in specs]
 
     def changed(self, pushed: list[int], out: list) -> list[dict]:
         """The judge's storages the call changed, their bytes appended to `out`. Compared on the
         host, by copies alone: no kernel of this side's runs on the GPU, whose activity log the
-        judge reads for the call's own kernels."""
+        judge reads for the call's own kernels. Each is copied into one slot of the landing,
+        reused: the next message's blobs are read there only once the reply is sent."""
         back = []
         for handle in pushed:
-            now = wire.storage_bytes(self.mirrors[handle])
-            if self.known[handle] == now:  # a bytearray's comparison: one memcmp
+            known = self.known[handle]
+            now = wire.storage_bytes(self.mirrors[handle], self.landing(0, len(known)))
+            if known == now:  # a bytearray's comparison: one memcmp
                 continue
-            self.known[handle] = now = bytearray(now)
+            known[:] = now  # in place: memory written before
             back.append({"id": handle, "blob": len(out)})
-            out.append(now)
+            out.append(known)
         return back
 
     def tensor_in(self, spec: dict):

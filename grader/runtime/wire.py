@@ -54,9 +54,10 @@ def send(sock: socket.socket, header: dict, blobs: Sequence = ()) -> None:
         sock.sendall(view)
 
 
-def exactly(sock: socket.socket, n: int) -> bytearray:
-    """The next `n` bytes from `sock`; ConnectionError where the peer closes it first."""
-    data = bytearray(n)
+def exactly(sock: socket.socket, n: int, into: memoryview | None = None):
+    """The next `n` bytes from `sock`, read into `into` (n bytes) where given, else into a new
+    bytearray; ConnectionError where the peer closes it first."""
+    data = bytearray(n) if into is None else into
     view, got = memoryview(data), 0
     while got < n:
         read = sock.recv_into(view[got:], n - got)
@@ -66,8 +67,26 @@ def exactly(sock: socket.socket, n: int) -> bytearray:
     return data
 
 
-def receive(sock: socket.socket) -> tuple[dict, list[bytearray]]:
-    """One message, every size checked against the limits before it is read."""
+class Landing:
+    """Host memory kept from one message to the next, in slots: where a large blob is read, or a
+    storage copied to the host. Memory written before takes a copy about nine times faster than
+    fresh memory, which pays a page fault for each page (storage bytes copied from an H200 at
+    13.5 GB/s against 1.5 GB/s). What a slot holds lasts until the slot is used again."""
+
+    def __init__(self):
+        self._slots: list[bytearray] = []
+
+    def __call__(self, slot: int, n: int) -> memoryview:
+        while len(self._slots) <= slot:
+            self._slots.append(bytearray())
+        if len(self._slots[slot]) < n:
+            self._slots[slot] = bytearray(n)
+        return memoryview(self._slots[slot])[:n]
+
+
+def receive(sock: socket.socket, landing: Landing | None = None) -> tuple[dict, list]:
+    """One message, every size checked against the limits before it is read; its blobs read into
+    `landing`'s slots where given (valid until its next message), else into new bytearrays."""
     head = exactly(sock, 8)
     if bytes(head[:4]) != MAGIC:
         raise WireError("a message that does not start with the protocol's magic bytes")
@@ -89,7 +108,8 @@ def receive(sock: socket.socket) -> tuple[dict, list[bytearray]]:
         total += length
         if total > MAX_MESSAGE_BYTES:
             raise WireError(f"blobs of over {MAX_MESSAGE_BYTES} bytes in one message")
-        blobs.append(exactly(sock, length))
+        into = None if landing is None else landing(len(blobs), length)
+        blobs.append(exactly(sock, length, into))
     return header, blobs
 
 
@@ -104,19 +124,33 @@ def flat(storage):
     return flat.set_(storage, 0, (storage.nbytes(),), (1,))
 
 
-def storage_bytes(storage) -> memoryview:
-    """The bytes of a torch UntypedStorage, copied to the host where it lives on a GPU."""
-    return memoryview(flat(storage).cpu().numpy()).cast("B")
+def storage_bytes(storage, into: memoryview | None = None) -> memoryview:
+    """The bytes of a torch UntypedStorage on the host: copied into `into` (a buffer of its size,
+    a `Landing`'s slot) where given, else where it lives on a GPU into new memory."""
+    if into is None:
+        return memoryview(flat(storage).cpu().numpy()).cast("B")
+    if len(into):
+        host_tensor(into).copy_(flat(storage))
+    return into
+
+
+def host_tensor(data):
+    """A writable buffer (bytearray, memoryview of one) as a CPU uint8 tensor sharing its bytes."""
+    import torch
+
+    return torch.frombuffer(data, dtype=torch.uint8)
 
 
 def fill_storage(storage, data) -> None:
     """Write `data` (as many bytes as the storage holds) into a torch UntypedStorage."""
-    import torch
-
     if len(data) != storage.nbytes():
         raise WireError(f"{len(data)} bytes for a storage of {storage.nbytes()}")
     if len(data):
-        flat(storage).copy_(torch.frombuffer(data, dtype=torch.uint8))
+        flat(storage).copy_(host_tensor(data if _writable(data) else bytearray(data)))
+
+
+def _writable(data) -> bool:
+    return not memoryview(data).readonly
 
 
 def dtype_named(name: object):
@@ -179,12 +213,17 @@ def _ints(value: object, what: str) -> list[int]:
     return value
 
 
-def contiguous_bytes(t) -> memoryview:
-    """The bytes of tensor `t` laid out contiguously, on the host."""
+def contiguous_bytes(t, into: memoryview | None = None) -> memoryview:
+    """The bytes of tensor `t` laid out contiguously, on the host: in `into` (a buffer of their
+    size, a `Landing`'s slot) where given, else in new memory."""
     import torch
 
     flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
-    return memoryview(flat.cpu().numpy()).cast("B")
+    if into is None:
+        return memoryview(flat.cpu().numpy()).cast("B")
+    if len(into):
+        host_tensor(into).copy_(flat)
+    return into
 
 
 def from_bytes(data, dtype, shape: object, device: str):
@@ -196,7 +235,7 @@ def from_bytes(data, dtype, shape: object, device: str):
         raise WireError(f"{len(data)} bytes for a {dtype_name(dtype)} tensor of shape {dims}")
     out = torch.empty(dims, dtype=dtype, device=device)
     if len(data):
-        flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        flat = host_tensor(data if _writable(data) else bytearray(data))
         out.reshape(-1).view(torch.uint8).copy_(flat)
     return out
 
