@@ -125,19 +125,26 @@ def flat(storage):
 
 
 def storage_bytes(storage, into: memoryview | None = None) -> memoryview:
-    """The bytes of a torch UntypedStorage on the host: copied into `into` (a buffer of its size,
-    a `Landing`'s slot) where given, else where it lives on a GPU into new memory."""
+    """The bytes of a torch UntypedStorage on the host (`_on_host`)."""
+    return _on_host(flat(storage), into)
+
+
+def _on_host(source, into: memoryview | None) -> memoryview:
+    """A uint8 tensor's bytes on the host: copied into `into` (a buffer of their size, a
+    `Landing`'s slot) where given, else, where it lives on a GPU, into new memory."""
     if into is None:
-        return memoryview(flat(storage).cpu().numpy()).cast("B")
+        return memoryview(source.cpu().numpy()).cast("B")
     if len(into):
-        host_tensor(into).copy_(flat(storage))
+        host_tensor(into).copy_(source)
     return into
 
 
 def host_tensor(data):
-    """A writable buffer (bytearray, memoryview of one) as a CPU uint8 tensor sharing its bytes."""
+    """A buffer as a CPU uint8 tensor: sharing its bytes where it is writable (a bytearray, a
+    `Landing`'s slot), else of a copy."""
     import torch
 
+    data = bytearray(data) if memoryview(data).readonly else data
     return torch.frombuffer(data, dtype=torch.uint8)
 
 
@@ -146,11 +153,7 @@ def fill_storage(storage, data) -> None:
     if len(data) != storage.nbytes():
         raise WireError(f"{len(data)} bytes for a storage of {storage.nbytes()}")
     if len(data):
-        flat(storage).copy_(host_tensor(data if _writable(data) else bytearray(data)))
-
-
-def _writable(data) -> bool:
-    return not memoryview(data).readonly
+        flat(storage).copy_(host_tensor(data))
 
 
 def dtype_named(name: object):
@@ -214,16 +217,10 @@ def _ints(value: object, what: str) -> list[int]:
 
 
 def contiguous_bytes(t, into: memoryview | None = None) -> memoryview:
-    """The bytes of tensor `t` laid out contiguously, on the host: in `into` (a buffer of their
-    size, a `Landing`'s slot) where given, else in new memory."""
+    """The bytes of tensor `t` laid out contiguously, on the host (`_on_host`)."""
     import torch
 
-    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
-    if into is None:
-        return memoryview(flat.cpu().numpy()).cast("B")
-    if len(into):
-        host_tensor(into).copy_(flat)
-    return into
+    return _on_host(t.detach().contiguous().reshape(-1).view(torch.uint8), into)
 
 
 def from_bytes(data, dtype, shape: object, device: str):
@@ -235,8 +232,7 @@ def from_bytes(data, dtype, shape: object, device: str):
         raise WireError(f"{len(data)} bytes for a {dtype_name(dtype)} tensor of shape {dims}")
     out = torch.empty(dims, dtype=dtype, device=device)
     if len(data):
-        flat = host_tensor(data if _writable(data) else bytearray(data))
-        out.reshape(-1).view(torch.uint8).copy_(flat)
+        out.reshape(-1).view(torch.uint8).copy_(host_tensor(data))
     return out
 
 
