@@ -12,12 +12,14 @@ from grader.runtime import serve
 
 
 class Served:
-    """A session with a student's namespace served on a thread; `proxy(name)` is the judge's."""
+    """A session with a student's namespace served from a forked process; `proxy(name)` is the
+    judge's. `serving(sock, namespace)`, where given, answers there in place of a plain Server."""
 
-    def __init__(self, namespace: dict, settings=dict):
+    def __init__(self, namespace: dict, settings=dict, serving=None):
         ours, theirs = socket.socketpair()
         fork = multiprocessing.get_context("fork")
-        self.process = fork.Process(target=serve.Server(theirs, namespace).run, daemon=True)
+        serving = serving or (lambda sock, ns: serve.Server(sock, ns).run())
+        self.process = fork.Process(target=serving, args=(theirs, namespace), daemon=True)
         self.process.start()
         theirs.close()
         self.session = judge.Session(ours, "cpu", settings)

@@ -7,13 +7,11 @@ nothing the student's side sends is run or believed beyond its shape."""
 from __future__ import annotations
 
 import multiprocessing
-import socket
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from grader.grading import judge
 from grader.runtime import device, integrity, launches, serve, wire
 from grader.runtime.checks import KernelCheckError
 from grader.runtime.stubs import StubNotFilled
@@ -320,22 +318,15 @@ def test_the_serving_side_runs_no_operator_but_copies_of_its_own():
     def relu(x, out):
         out.copy_(x.clamp(min=0))
 
-    ours, theirs = socket.socketpair()
-    fork = multiprocessing.get_context("fork")
-    found = fork.Queue()
-    process = fork.Process(target=_serve_recording, args=(theirs, {"relu": relu}, found))
-    process.start()
-    theirs.close()
-    session = judge.Session(ours, "cpu")
-    proxy = judge.Remote(type("J", (), {"session": lambda _: session, "sources": {}})(), "relu")
-    session.describe(["relu"])
+    found = multiprocessing.get_context("fork").Queue()
+    s = Served({"relu": relu}, serving=lambda sock, ns: _serve_recording(sock, ns, found))
+    proxy = s.proxy("relu")
     x, out = torch.randn(100), torch.empty(100)
     for _ in range(2):
         proxy(x, out)
     x.neg_()
     proxy(x, out)
     assert torch.equal(out, x.clamp(min=0))
-    session.end()
+    s.close()
     ops = found.get(timeout=30)
-    process.join(timeout=10)
     assert ops and set(ops) <= {"copy_", "detach", "empty", "set_", "_to_copy", "lift_fresh"}, ops
