@@ -136,8 +136,8 @@ print(f"\nfp16 eager attention vs float64: max abs error {fp16_error:.1e}, fp16 
 # ## The taxonomy and the audit
 #
 # `verify.audit(candidate, reference, cases)`, the weak test's opposite in the spirit of
-# KernelBench's checks, is a sweep of cases with sizes set relative to the tile (N=1, one tile, whole
-# tiles, ragged tails, several key blocks), fp32 and fp16, non-contiguous views (a transposed
+# KernelBench's checks, is a sweep of cases with sizes set relative to the tile (N=1, one tile,
+# whole tiles, ragged tails, several key blocks), fp32 and fp16, non-contiguous views (a transposed
 # `(B, N, H, D)` tensor; a slice of a wider one), causal on and off, an explicit `sm_scale`, and
 # extreme values. Each case runs two seeds, the second written into the first seed's tensors.
 # While the candidate runs, every `torch.empty` it allocates holds NaN poison, and calls to
@@ -229,9 +229,9 @@ for name, report in (("draft_a", report_a), ("draft_b", report_b), ("draft_c", r
 # draft B four, draft C three, eleven in all, each id used once, and each shows in the audit:
 # read how a case fails, not only whether. Where two ids would leave the same evidence (no mask,
 # and a fill of 0, where the loads past N give zeros), the code decides. A design choice that the
-# audit does not catch and that gives right results is not a defect. Each draft is graded on its own: the visible test
-# checks that its ids are known, as many as it has defects, and each shown; the hidden test,
-# that they are its defects.
+# audit does not catch and that gives right results is not a defect. Each draft is graded on its
+# own: the visible test checks that its ids are known, as many as it has defects, and each shown;
+# the hidden test, that they are its defects.
 
 # %% nbgrader={"grade_id": "defects-names", "solution": true}
 DEFECTS = {
