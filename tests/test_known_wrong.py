@@ -68,13 +68,6 @@ HINTS = {
     for g, v in getattr(m, "HINTS", {}).items()
     for n, pattern in v.items()
 }
-# Sources that only a hidden test rejects, with the reason no visible test can catch them.
-HIDDEN_ONLY = {
-    (m.NOTEBOOK, g, n): reason
-    for m in MODULES
-    for g, v in getattr(m, "HIDDEN_ONLY", {}).items()
-    for n, reason in v.items()
-}
 # Cases that only the interpreter's bounds check rejects (grader.runtime.bounds): a read past the
 # end whose lanes the store masks gives the right output on a GPU.
 INTERPRETER_ONLY = {
@@ -289,9 +282,8 @@ def test_the_solutions_kernels_compile_for_the_gpu(sessions, dev, notebook):
 def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
     """Each known-wrong source fails a test cell, with its hint; and a test the student can run
     (a visible test cell, or the visible lines of a hidden-test cell) fails, on every run
-    (fails_every_run), unless the module lists it in HIDDEN_ONLY with the reason no visible test
-    can catch it. After the first failure
-    in a hidden region, only the visible lines of the test cells run on: the student's copy."""
+    (fails_every_run). After the first failure in a hidden region, only the visible lines of the
+    test cells run on: the student's copy."""
     case = (notebook, grade_id, name)
     if case in INTERPRETER_ONLY and device.current().is_gpu:
         pytest.skip("only the interpreter's bounds check rejects it")
@@ -316,15 +308,12 @@ def test_known_wrong_solution_is_rejected(sessions, notebook, grade_id, name):
                     carries_its_hint(case, detail)
                     fails_where_it_must(case, cell)
                 if not hidden:
-                    assert case not in HIDDEN_ONLY, (
-                        f"'{name}' fails a visible test of {grade_id}: remove it from HIDDEN_ONLY"
-                    )
                     fails_every_run(session, ran, name)
                     return
                 hidden_failure = (cell.metadata["nbgrader"]["grade_id"], detail)
         if hidden_failure is None:
             pytest.fail(f"'{name}' passed every test of {grade_id}")
-        assert case in HIDDEN_ONLY, (
+        pytest.fail(
             f"'{name}' passes every visible test of {grade_id} and fails only the hidden tests of "
             f"{hidden_failure[0]}: {hidden_failure[1]}"
         )
@@ -561,10 +550,3 @@ def test_the_verdict_in_the_interpreter_is_the_verdict_on_the_gpu(
     )
     if name is None:  # equal is not enough for the reference: it passes every test cell
         assert all(on_gpu.values()), f"the reference of {grade_id} fails on the GPU: {on_gpu}"
-
-
-def test_hidden_only_names_known_sources_with_a_reason():
-    """Every HIDDEN_ONLY entry names a source of WRONG and says why no visible test catches it."""
-    for case, reason in HIDDEN_ONLY.items():
-        assert case in SOURCES, f"HIDDEN_ONLY names {case}, which WRONG does not hold"
-        assert isinstance(reason, str) and len(reason.split()) >= 5, f"{case}: give the reason"

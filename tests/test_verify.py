@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from grader.runtime import attention as attn
-from grader.runtime import verify
+from grader.runtime import device, verify
 from tests import attention_kernels as ak
+from tests.known_wrong import nb08_verify
 
 CASES = attn.cases(tile=ak.TILE)
 
@@ -202,14 +203,19 @@ def _report(review=None) -> verify.Report:
         verify.Result("causal", False, (1,), message="NaN/inf at 1/4", kinds=("nonfinite",)),
         verify.Result("whole", True, (1,)),
     ]
-    catches = {"ragged": ("missing-mask",), "causal": ("zero-fill",), "whole": ("address-cache",)}
-    return verify.Report("draft_a", results, review, catches)
+    catches = {
+        "ragged": ("missing-mask",),
+        "causal": ("causal-off-by-one", "zero-fill"),
+        "whole": ("address-cache",),
+    }
+    rules_out = {"ragged": ("causal-off-by-one",), "causal": ("missing-mask",)}
+    return verify.Report("draft_a", results, review, catches, rules_out)
 
 
 def test_check_defects_says_what_is_wrong_with_the_form():
     report = _report()
-    good = {"draft_a": {"missing-mask": "ragged"}}
-    assert verify.check_defects(good, "draft_a", report) == {"missing-mask"}
+    good = {"draft_a": {"missing-mask": "ragged", "causal-off-by-one": "causal"}}
+    assert verify.check_defects(good, "draft_a", report) == {"missing-mask", "causal-off-by-one"}
     with pytest.raises(AssertionError, match="DEFECTS\\['draft_b'\\] must map each defect id"):
         verify.check_defects(good, "draft_b", report)
     with pytest.raises(AssertionError, match="unknown ids"):
@@ -224,16 +230,17 @@ def test_check_defects_says_what_is_wrong_with_the_form():
 
 
 def test_check_defects_counts_one_drafts_ids_without_naming_them():
-    answer = {"draft_a": {"missing-mask": "ragged", "int32-offset": verify.OFFSET_REVIEW}}
+    named = {"missing-mask": "ragged", "causal-off-by-one": "causal"}
+    answer = {"draft_a": {**named, "int32-offset": verify.OFFSET_REVIEW}}
     review = verify.offset_review(ak.attention_kernel_int32, attn.LARGE_SHAPES)
-    assert verify.check_defects(answer, "draft_a", _report(review), count=2) == set(
+    assert verify.check_defects(answer, "draft_a", _report(review), count=3) == set(
         answer["draft_a"]
     )
     with pytest.raises(
-        AssertionError, match="draft_a has 3 defects; you named 2: for each id, find the line"
+        AssertionError, match="draft_a has 4 defects; you named 3: for each id, find the line"
     ) as e:
-        verify.check_defects(answer, "draft_a", _report(review), count=3)
-    assert "missing-mask" not in str(e.value) and "int32-offset" not in str(e.value)
+        verify.check_defects(answer, "draft_a", _report(review), count=4)
+    assert not any(defect in str(e.value) for defect in answer["draft_a"])
     with pytest.raises(AssertionError, match="empty: draft_a has 4 defects"):
         verify.check_defects({"draft_a": {}}, "draft_a", _report(), count=4)
 
@@ -261,6 +268,98 @@ def test_check_defects_needs_a_case_that_shows_each_defect_as_it_fails():
     assert "was not built to catch it; these were: ragged" in why(
         "missing-mask", verify.OFFSET_REVIEW
     )
+
+
+def test_check_defects_needs_ids_that_account_for_every_failure():
+    review = verify.offset_review(ak.attention_kernel_int32, attn.LARGE_SHAPES)
+
+    def why(named, review=None):
+        answer = {"draft_a": named}
+        with pytest.raises(AssertionError) as e:
+            verify.check_defects(answer, "draft_a", _report(review), count=len(named))
+        return str(e.value)
+
+    # the NaN of the causal case: missing-mask never gives it
+    assert why({"missing-mask": "ragged"}) == (
+        "DEFECTS['draft_a']: draft_a shows NaN/inf in 'causal', and none of the ids named gives "
+        "that there: which defect does?"
+    )
+    # an id that would give NaN, where the case rules it out, accounts for nothing
+    report = _report()
+    report.rules_out = {"causal": ("missing-mask", "causal-off-by-one")}
+    with pytest.raises(AssertionError, match="'causal'.*rules out causal-off-by-one"):
+        named = {"missing-mask": "ragged", "causal-off-by-one": "causal"}
+        verify.check_defects({"draft_a": named}, "draft_a", report)
+    # a failed offset review needs int32-offset
+    named = {"missing-mask": "ragged", "causal-off-by-one": "causal"}
+    assert "shows a failed review in 'offset review'" in why(named, review)
+
+
+def test_each_defect_passes_every_case_that_rules_it_out():
+    """What a case rules out holds: the defect planted alone, with key blocks of one tile, passes
+    it; and the controls are built as their names say."""
+    ruled = {kind: [c for c in CASES if kind in c.rules_out] for kind in RUNNABLE}
+    for kind, cases in ruled.items():
+        report = verify.audit(ak.variant(kind), attn.reference, cases, show=False)
+        assert report.passed, f"{kind}:\n{report.table()}"
+    assert {kind for kind, cases in ruled.items() if cases} == set(RUNNABLE) - {
+        "uninit-read",
+        "torch-fallback",
+        "address-cache",
+    }
+    top = next(c for c in CASES if "top key" in c.name and c.kwargs["causal"])
+    q, k, v = (t.double() for t in top.make_inputs(torch.Generator().manual_seed(0)))
+    scores = q @ k.transpose(-2, -1)
+    assert bool((scores.argmax(dim=-1) == 0).all())
+    equal = next(c for c in CASES if c.name.startswith("equal values"))
+    v = equal.make_inputs(torch.Generator().manual_seed(0))[2]
+    assert bool((v == v[..., :1, :]).all())
+
+
+# The answers to 08's Exercise 1 that put one wrong id for a right one and still pass its visible
+# test, with the reason the audit cannot tell them apart. Every other such answer fails it.
+TWINS = {
+    # The rows of draft A's causal cases that see no key hold NaN, as a read of memory never
+    # written would; no case rules uninit-read out, since scratch can go unwritten at any size.
+    ("draft_a", "causal-off-by-one", "uninit-read"),
+    # Draft B's fp16 accumulator overflows to inf in the flat case, where a read of its padding
+    # would give NaN too; elsewhere its scale gives wrong values in every case it fails.
+    ("draft_b", "fp16-accum", "no-rescale"),
+    # wrong-scale and fp16-accum give wrong values at every size over one key, in fp32 and fp16
+    # alike, and draft C gives wrong values everywhere it runs its kernel.
+    ("draft_c", "no-rescale", "fp16-accum"),
+    ("draft_c", "zero-fill", "wrong-scale"),
+    ("draft_c", "zero-fill", "fp16-accum"),
+}
+
+
+def test_08s_visible_test_tells_each_defect_from_one_put_in_its_place():
+    """For each draft of 08, every answer that puts one wrong id, shown by any case, in place of
+    a right one fails the visible test (verify.check_defects), except the TWINS."""
+    tile = device.current().pick(gpu=128, interpreter=32)
+    drafts = nb08_verify.SOURCE.parent / "drafts"
+    answer = {"verify": verify}
+    exec(nb08_verify.SOLUTION, answer)
+    passing = set()
+    for draft, named in answer["DEFECTS"].items():
+        module = verify.load_module(drafts / f"{draft}.py", BLOCK_M=tile, BLOCK_N=tile)
+        kernel = next(k for k in vars(module).values() if hasattr(k, "fn"))
+        review = verify.offset_review(kernel, attn.LARGE_SHAPES)
+        report = verify.audit(
+            module.attention, attn.reference, attn.cases(tile=tile), review=review, show=False
+        )
+        assert verify.check_defects({draft: named}, draft, report, count=len(named))
+        witnesses = [*report.catches, verify.OFFSET_REVIEW]
+        for right in named:
+            for wrong in set(verify.TAXONOMY) - set(named):
+                for witness in witnesses:
+                    swapped = {**{d: w for d, w in named.items() if d != right}, wrong: witness}
+                    try:
+                        verify.check_defects({draft: swapped}, draft, report, count=len(named))
+                    except AssertionError:
+                        continue
+                    passing.add((draft, right, wrong))
+    assert passing == TWINS
 
 
 def test_load_module_overrides_existing_names_only(tmp_path):

@@ -99,13 +99,18 @@ def inputs(
     scales: Sequence[float] = (1.0, 1.0, 1.0),
     v_offset: float = 0.0,
     key_ramp: tuple[float, float] | None = None,
+    top_key: bool = False,
+    equal_values: bool = False,
 ):
     """A make_inputs(gen) -> (q, k, v) for the audit.
 
     layouts: per tensor, "contiguous"; "bnhd" (stored as (B, N, H, D) and transposed, as a model's
     projections usually are); or "sliced" (the first D of 2*D columns). scales multiply q, k, v;
     v_offset is added to v; key_ramp multiplies key j by a factor rising linearly along N, so later
-    key blocks hold larger scores.
+    key blocks hold larger scores. top_key makes q and k non-negative and key 0 the elementwise
+    largest key, so key 0 holds every query's largest score and a running max over key blocks
+    never rises. equal_values gives every key the same value vector, which any weights average to
+    itself.
     """
 
     def place(x: torch.Tensor, layout: str) -> torch.Tensor:
@@ -126,18 +131,55 @@ def inputs(
             if which == 1 and key_ramp is not None:
                 ramp = torch.linspace(key_ramp[0], key_ramp[1], n, device=x.device)
                 x = x * ramp[:, None]
+            if which < 2 and top_key:
+                x = x.abs()
+                if which == 1:
+                    x[..., 0, :] = x.amax(dim=-2)
             if which == 2:
                 x = x + v_offset
+                if equal_values:
+                    x = x[..., :1, :].expand_as(x).clone()
             out.append(place(x, layout))
         return tuple(out)
 
     return make
 
 
-def _case(name, shape, dtype, dev, catches=(), causal=False, sm_scale=None, **inputs_kw):
+def _case(
+    name, shape, dtype, dev, catches=(), causal=False, sm_scale=None, rules_out=(), **inputs_kw
+):
     rtol, atol = tolerance(dtype, dev)
     kwargs = {"causal": causal} if sm_scale is None else {"causal": causal, "sm_scale": sm_scale}
-    return verify.Case(name, inputs(*shape, dtype, **inputs_kw), kwargs, tuple(catches), rtol, atol)
+    make = inputs(*shape, dtype, **inputs_kw)
+    return verify.Case(name, make, kwargs, tuple(catches), rtol, atol, rules_out=rules_out)
+
+
+def ruled_out(
+    n: int,
+    tile: int,
+    dtype: torch.dtype,
+    causal: bool = False,
+    layouts: Sequence[str] = ("contiguous",),
+    top_key: bool = False,
+    equal_values: bool = False,
+) -> tuple[str, ...]:
+    """The defect ids that cannot fail a case of N=`n` with these inputs, in a kernel whose key
+    blocks are `tile` long: no scale changes a softmax over one key, nor an average of equal
+    values; whole tiles leave no key past
+    N to mask, and without causal nothing is filled; one key block, or key 0 holding every row's
+    largest score (top_key), leaves no max to rise; fp16 in one key block rounds the accumulator
+    once, as the output is rounded; contiguous inputs have the strides a shape implies."""
+    out = ["wrong-scale"] if n == 1 or equal_values else []
+    if n % tile == 0:
+        out += ["missing-mask"] + ([] if causal else ["zero-fill"])
+    out += [] if causal else ["causal-off-by-one"]
+    if n <= tile or top_key:
+        out.append("no-rescale")
+    if n <= tile and dtype == torch.float16:
+        out.append("fp16-accum")
+    if set(layouts) == {"contiguous"}:
+        out.append("assumes-contiguous")
+    return tuple(out)
 
 
 def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[verify.Case]:
@@ -154,7 +196,9 @@ def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[
 
     def case(name, n, catches="", heads=2, dim=d, dtype=base, **kw):
         """Batch 1; `catches`: the defect ids, separated by spaces."""
-        return _case(name, (1, heads, n, dim), dtype, dev, catches.split(), **kw)
+        known = {k: kw[k] for k in ("causal", "layouts", "top_key", "equal_values") if k in kw}
+        ruled = ruled_out(n, t, dtype, **known)
+        return _case(name, (1, heads, n, dim), dtype, dev, catches.split(), rules_out=ruled, **kw)
 
     out = [
         case("N=1", 1, "missing-mask uninit-read torch-fallback", heads=1),
@@ -168,11 +212,28 @@ def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[
             causal=True,
         ),
         case("rising scores N=3T", 3 * t, "no-rescale", heads=1, key_ramp=(0.5, 2.5)),
+        case(
+            "causal top key N=2T",
+            2 * t,
+            "causal-off-by-one zero-fill",
+            causal=True,
+            top_key=True,
+            scales=(1.2 / d**0.25, 1.2 / d**0.25, 1.0),
+        ),
+        case(
+            "ragged top key N=T+13",
+            t + 13,
+            "missing-mask",
+            top_key=True,
+            scales=(1.2 / d**0.25, 1.2 / d**0.25, 1.0),
+        ),
         case("sm_scale=0.3 N=2T", 2 * t, "wrong-scale", heads=1, sm_scale=0.3),
+        case("equal values N=2T", 2 * t, "no-rescale", heads=1, equal_values=True),
         case("strided views N=2T", 2 * t, "assumes-contiguous", layouts=("bnhd", "sliced", "bnhd")),
         case("fp16 ragged wide N=T+5", t + 5, "missing-mask", dim=2 * d, dtype=f16),
         case("fp16 |V|~1000 flat N=3T", 3 * t, "fp16-accum", heads=1, dtype=f16, **FLAT),
         case("fp16 large scores N=2T", 2 * t, heads=1, dtype=f16, scales=(4.0, 4.0, 1.0)),
+        case("fp16 one tile N=T", t, heads=1, dtype=f16),
     ]
     if dev.is_gpu:
         out.append(case("fp32 N=2T D=32", 2 * t, dim=32, dtype=torch.float32))

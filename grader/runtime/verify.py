@@ -53,6 +53,15 @@ KINDS = {
     "stale": "cached?",
     "review": "review FAIL",
 }
+# The same kinds as evidence, in a sentence.
+EVIDENCE = {
+    "wrong": "wrong values",
+    "nonfinite": "NaN/inf",
+    "poison": "poison",
+    "calls": "calls to torch",
+    "stale": "a cached output",
+    "review": "a failed review",
+}
 OFFSET_REVIEW = "offset review"  # what shows int32-offset: the review, not a case
 
 TAXONOMY: dict[str, Defect] = {
@@ -85,9 +94,10 @@ def check_defects(answer: Mapping, draft: str, report: Report, count: int | None
     """The set of defect ids named for `draft`, after checking its form and its evidence. The
     answer maps each id to what shows it in `report`, the audit of `draft`: the name of a case
     built to catch the id that the draft fails the way the id fails, or OFFSET_REVIEW for
-    int32-offset. Raises AssertionError with a plain message when the answer is not that, or,
-    given the `count` of defects the draft has, when it names another number of them. Only
-    `draft`'s entry is read: each draft is graded on its own."""
+    int32-offset; and together the ids must account for every way the draft fails
+    (Report.unexplained). Raises AssertionError with a plain message when the answer is not
+    that, or, given the `count` of defects the draft has, when it names another number of them.
+    Only `draft`'s entry is read: each draft is graded on its own."""
     handin.advise()
     __tracebackhide__ = True
     named = answer.get(draft) if isinstance(answer, Mapping) else None
@@ -113,6 +123,9 @@ def check_defects(answer: Mapping, draft: str, report: Report, count: int | None
         why = report.unshown(TAXONOMY[defect], witness)
         if why:
             raise AssertionError(f"DEFECTS[{draft!r}][{defect!r}]: {why}")
+    why = report.unexplained(named)
+    if why:
+        raise AssertionError(f"DEFECTS[{draft!r}]: {why}")
     return set(named)
 
 
@@ -122,7 +135,9 @@ def check_defects(answer: Mapping, draft: str, report: Report, count: int | None
 @dataclass(frozen=True)
 class Case:
     """One line of the sweep: inputs built from a generator, keyword arguments for both the
-    candidate and the reference, the defect ids it was built to catch, and its tolerance."""
+    candidate and the reference, the defect ids it was built to catch, its tolerance, and the ids
+    it rules out: a kernel whose key blocks are one tile long and whose only defects are among
+    those passes it (`rules_out`)."""
 
     name: str
     make_inputs: Callable[[torch.Generator], Sequence]
@@ -131,6 +146,7 @@ class Case:
     rtol: float | None = None
     atol: float | None = None
     trials: int = 2
+    rules_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,7 @@ class Report:
     results: list[Result]
     review: OffsetReview | None = None
     catches: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # case -> defect ids
+    rules_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # case -> defect ids
 
     @property
     def passed(self) -> bool:
@@ -190,6 +207,28 @@ class Report:
             shows = ", ".join(KINDS[k] for k in defect.shows)
             found = f"{self.candidate} fails {witness!r} with {r.message}"
             return f"{found}, where {defect.id} fails as {shows}: which defect fails that way?"
+        return None
+
+    def unexplained(self, named: Iterable[str]) -> str | None:
+        """Why the defect ids `named` do not account for this report, or None when they do: each
+        way each case fails (wrong values, NaN/inf, poison, calls to torch, a cached output, the
+        offset review) must be a way one of them fails, by an id the case does not rule out."""
+        named = [TAXONOMY[n] for n in named]
+        known = {kind for d in TAXONOMY.values() for kind in d.shows}
+        failed = [(r.case, r.kinds) for r in self.failed]
+        if self.review is not None and not self.review.ok:
+            failed.append((OFFSET_REVIEW, ("review",)))
+        for case, kinds in failed:
+            ruled = self.rules_out.get(case, ())
+            for kind in (k for k in kinds if k in known):
+                if any(kind in d.shows and d.id not in ruled for d in named):
+                    continue
+                ruling = [d.id for d in named if kind in d.shows and d.id in ruled]
+                why = f" (the case rules out {' and '.join(ruling)})" if ruling else ""
+                return (
+                    f"{self.candidate} shows {EVIDENCE[kind]} in {case!r}, and none of the ids "
+                    f"named gives that there{why}: which defect does?"
+                )
         return None
 
     def table(self, width: int = 72) -> str:
@@ -421,7 +460,8 @@ def audit(
             except Exception:  # an illegal memory access ends the process's CUDA context
                 lost = f"the CUDA context was lost in case {case.name!r}; restart the kernel"
     catches = {case.name: case.catches for case in cases}
-    report = Report(name or _name(candidate), results, review, catches)
+    rules_out = {case.name: case.rules_out for case in cases}
+    report = Report(name or _name(candidate), results, review, catches, rules_out)
     if show:
         print(report.table())
     return report

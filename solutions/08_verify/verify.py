@@ -130,31 +130,32 @@ print(f"\nfp16 eager attention vs float64: max abs error {fp16_error:.1e}, fp16 
       f"{attn.tolerance(torch.float16)[1]:.0e} + {attn.tolerance(torch.float16)[0]:.0e}*|expected|")
 
 # %% [markdown]
-# The fp16 eager error printed above is of the order of the fp16 tolerance: against an fp16
-# reference, a good kernel and a slightly wrong one look alike.
+# The fp16 eager error above is of the order of the fp16 tolerance: against an fp16 reference, a
+# good kernel and a slightly wrong one look alike.
 #
 # ## The taxonomy and the audit
 #
-# `verify.audit(candidate, reference, cases)`, the weak test's opposite in the spirit of
-# KernelBench's checks, is a sweep of cases with sizes set relative to the tile (N=1, one tile,
-# whole tiles, ragged tails, several key blocks), fp32 and fp16, non-contiguous views (a transposed
-# `(B, N, H, D)` tensor; a slice of a wider one), causal on and off, an explicit `sm_scale`, and
-# extreme values. Each case runs two seeds, the second written into the first seed's tensors.
-# While the candidate runs, every `torch.empty` it allocates holds NaN poison, and calls to
-# softmax, matmul or `scaled_dot_product_attention` are recorded. The
-# reference is `attn.reference` in float64, the tolerance a few units in the last place of the
-# output dtype (`attn.tolerance`). A crash fails its case only.
+# `verify.audit(candidate, reference, cases)`, the weak test's opposite in KernelBench's spirit,
+# sweeps cases sized relative to the tile (N=1, one tile, ragged tails, several key blocks), fp32
+# and fp16, views, causal on and off, an explicit `sm_scale` and extreme values, each on two
+# seeds, the second written into the first seed's tensors. Tensors the candidate allocates with
+# `torch.empty` hold NaN poison; its calls to softmax, matmul or `scaled_dot_product_attention`
+# are recorded. The reference is `attn.reference` in float64, the tolerance a few units in the
+# last place of the output dtype.
 #
-# Below, the taxonomy (ids name defects; "fails as", how each fails), then the cases, sizes in
-# tiles T, and the defects each was built to catch. Each defect but one, planted alone in a
-# correct kernel, fails one of its cases as the taxonomy says (the course's tests check it).
+# Below, the taxonomy ("fails as": how each defect fails), then the cases (sizes in tiles T), what
+# each was built to catch, and what it rules out by construction (equal values average to
+# themselves at any scale; the top key holds every query's largest score, so the running max
+# never rises). Planted alone in a correct kernel, each defect but one fails a case built to
+# catch it and passes those that rule it out: the course's tests check both.
 
 # %%
 print(verify.taxonomy_table())
 CASES = attn.cases(tile=TILE)
 print(f"\nthe sweep ({len(CASES)} cases, 2 seeds each; T = {TILE}):")
 for case in CASES:
-    print(f"  {case.name:30s} {', '.join(case.catches) or '(general)'}")
+    catches, ruled = ", ".join(case.catches) or "-", ", ".join(case.rules_out) or "-"
+    print(f"  {case.name:24s} catches {catches}; rules out {ruled}")
 
 # %% [markdown]
 # ### Draft A
@@ -227,11 +228,12 @@ for name, report in (("draft_a", report_a), ("draft_b", report_b), ("draft_c", r
 # the name of a case that shows it, one built to catch it that the draft fails the way the
 # taxonomy says the defect fails (`verify.OFFSET_REVIEW` for the review). Draft A has four,
 # draft B four, draft C three, eleven in all, each id used once, and each shows in the audit:
-# read how a case fails, not only whether. Where two ids would leave the same evidence (no mask,
-# and a fill of 0, where the loads past N give zeros), the code decides. A design choice that the
-# audit does not catch and that gives right results is not a defect. Each draft is graded on its
-# own: the visible test checks that its ids are known, as many as it has defects, and each shown;
-# the hidden test, that they are its defects.
+# read how a case fails, not only whether. Where two ids leave the same evidence in a case (no
+# mask, and a fill of 0, where the loads past N give zeros), find a case that tells them apart,
+# and read the code. A design choice that the audit does not catch and that gives right results
+# is not a defect. Each draft is graded on its own: the visible test checks that its ids are
+# known, as many as it has defects, each shown, and that together they account for every failure,
+# each by an id the failing case does not rule out; the hidden test, that they are its defects.
 
 # %% nbgrader={"grade_id": "defects-names", "solution": true}
 DEFECTS = {

@@ -234,25 +234,3 @@ SLOW = {
         ),
     },
 }
-
-# Sources that only a hidden test can reject, with the reason no visible test can catch them
-# (tests/test_known_wrong.py). The visible test of each draft checks that its ids are known, as
-# many as the draft has defects, and each shown by a case built to catch it that the draft fails
-# the way the taxonomy says the id fails: a defect missed or added, drafts swapped, a NaN called a
-# fill of 0, poison called a missing mask, all fail it. An id put for another that leaves the same
-# evidence in that draft does not.
-HIDDEN_ONLY = {
-    "defects-names": {
-        "draft_c: the fill called a missing mask": (
-            "where keys past N are loaded as zeros, a fill of 0 and no mask at all give them the "
-            "same score, 0, so draft C's ragged cases show a missing mask as well as its fill; "
-            "only the code tells them apart (its mask is there, its fill is 0), and a visible test "
-            "that read it would hand out the answer"
-        ),
-        "draft_b: the scale called no-rescale": (
-            "draft B's scale and its fp16 accumulator leave wrong values in every case, the "
-            "rising-scores case too, so the audit shows no-rescale as well as wrong-scale; only "
-            "the code tells them apart, and a visible test that read it would hand out the answer"
-        ),
-    },
-}
