@@ -165,10 +165,10 @@ def ruled_out(
 ) -> tuple[str, ...]:
     """The defect ids that cannot fail a case of N=`n` with these inputs, in a kernel whose key
     blocks are `tile` long: no scale changes a softmax over one key, nor an average of equal
-    values; whole tiles leave no key past
-    N to mask, and without causal nothing is filled; one key block, or key 0 holding every row's
-    largest score (top_key), leaves no max to rise; fp16 in one key block rounds the accumulator
-    once, as the output is rounded; contiguous inputs have the strides a shape implies."""
+    values; whole tiles leave no key past N to mask, and without causal nothing is filled; one
+    key block, or key 0 holding every row's largest score (top_key), leaves no max to rise; fp16
+    in one key block rounds the accumulator once, as the output is rounded; contiguous inputs
+    have the strides a shape implies."""
     out = ["wrong-scale"] if n == 1 or equal_values else []
     if n % tile == 0:
         out += ["missing-mask"] + ([] if causal else ["zero-fill"])
@@ -185,9 +185,11 @@ def ruled_out(
 def cases(dev: device.Device | None = None, *, tile: int | None = None) -> list[verify.Case]:
     """The audit's sweep. Sizes are set relative to `tile`, the block size of the kernels under
     test (T in the names, which are the same on every device): one tile, whole tiles, several
-    key blocks, and ragged tails. Interpreter: T 32, D 16 and 32, fp32 cases and fp16 ones. GPU:
-    T 128, D 64 and 128, fp16 cases (tl.dot rounds fp32 to TF32 there, and fp32 tiles of
-    128 x 128 x D need twice the shared memory), one fp32 case at D=32 and one bf16 case."""
+    key blocks, and ragged tails; with controls (top key, equal values) built to rule defects
+    out, each case's `rules_out` (ruled_out). Interpreter: T 32, D 16 and 32, fp32 cases and
+    fp16 ones. GPU: T 128, D 64 and 128, fp16 cases (tl.dot rounds fp32 to TF32 there, and fp32
+    tiles of 128 x 128 x D need twice the shared memory), one fp32 case at D=32 and one bf16
+    case."""
     dev = dev or device.current()
     t = tile or dev.pick(gpu=128, interpreter=32)
     d = dev.pick(gpu=64, interpreter=16)
