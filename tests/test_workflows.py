@@ -1,7 +1,7 @@
 """The CI workflows do what docs/versions.md and the README say: the CPU workflow runs `.ci/run`
 on Python 3.11 with a pip cache and keeps the JUnit report; the GPU workflow runs `.ci/gpu` on a
-self-hosted GPU runner with time limits, never for a fork's pull request, and uploads what the
-Makefile writes; the weekly workflow tests the newest torch CPU build and triton; the kit's
+self-hosted GPU runner with time limits, never for a fork's pull request, keeps Triton's kernel
+cache and uploads what the Makefile writes; the weekly workflow tests the newest torch CPU build and triton; the kit's
 container recipe is built and run with Docker when what it is made of changes."""
 
 import pytest
@@ -70,6 +70,9 @@ def cpu_problems(workflow):
     return problems
 
 
+TRITON_CACHE = "~/.triton/cache"  # Triton's default cache, which `grader run` leaves as it is
+
+
 def gpu_problems(workflow, makefile):
     problems = common_problems(workflow)
     on = triggers(workflow)
@@ -82,6 +85,9 @@ def gpu_problems(workflow, makefile):
             problems.append(f"job {name} must run on a self-hosted runner labelled gpu")
         if "pull_request" in on and FORK_GUARD not in str(job.get("if", "")):
             problems.append(f"job {name} runs for pull requests without the fork guard")
+        cached = [s for s in steps(job) if s.get("uses", "").startswith("actions/cache")]
+        if not any(s.get("with", {}).get("path") == TRITON_CACHE for s in cached):
+            problems.append(f"job {name} must keep Triton's kernel cache ({TRITON_CACHE})")
         paths = uploads(job)
         for wanted in ("build/executed/", "build/report/"):
             if wanted not in paths:
@@ -188,6 +194,15 @@ def test_the_checks_reject_unsafe_or_incomplete_workflows(root, makefile):
     assert any("no timeout-minutes" in p for p in gpu_problems(untimed, makefile))
 
     assert any("never writes" in p for p in gpu_problems(gpu, makefile.replace("build/report", "")))
+
+    cold = {
+        **gpu,
+        "jobs": {
+            n: {**j, "steps": [s for s in steps(j) if "actions/cache" not in s.get("uses", "")]}
+            for n, j in gpu["jobs"].items()
+        },
+    }
+    assert any("Triton's kernel cache" in p for p in gpu_problems(cold, makefile))
 
     cpu = load(root, "cpu.yml")
     job = cpu["jobs"]["test"]
