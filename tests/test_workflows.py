@@ -1,8 +1,9 @@
 """The CI workflows do what docs/versions.md and the README say: the CPU workflow runs `.ci/run`
 on Python 3.11 with a pip cache and keeps the JUnit report; the GPU workflow runs `.ci/gpu` on a
 self-hosted GPU runner with time limits, never for a fork's pull request, keeps Triton's kernel
-cache and uploads what the Makefile writes; the weekly workflow tests the newest torch CPU build and triton; the kit's
-container recipe is built and run with Docker when what it is made of changes."""
+cache and uploads what the Makefile writes; the weekly workflow tests the newest torch CPU build
+and triton; the kit's container recipe is built and run with Docker when what it is made of
+changes."""
 
 import pytest
 import yaml
