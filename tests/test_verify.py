@@ -284,14 +284,13 @@ def test_check_defects_needs_ids_that_account_for_every_failure():
         "DEFECTS['draft_a']: draft_a shows NaN/inf in 'causal', and none of the ids named gives "
         "that there: which defect does?"
     )
+    named = {"missing-mask": "ragged", "causal-off-by-one": "causal"}
     # an id that would give NaN, where the case rules it out, accounts for nothing
     report = _report()
     report.rules_out = {"causal": ("missing-mask", "causal-off-by-one")}
     with pytest.raises(AssertionError, match="'causal'.*rules out causal-off-by-one"):
-        named = {"missing-mask": "ragged", "causal-off-by-one": "causal"}
         verify.check_defects({"draft_a": named}, "draft_a", report)
     # a failed offset review needs int32-offset
-    named = {"missing-mask": "ragged", "causal-off-by-one": "causal"}
     assert "shows a failed review in 'offset review'" in why(named, review)
 
 
