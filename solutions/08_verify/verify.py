@@ -146,8 +146,8 @@ print(f"\nfp16 eager attention vs float64: max abs error {fp16_error:.1e}, fp16 
 # Below, the taxonomy ("fails as": how each defect fails), then the cases (sizes in tiles T), what
 # each was built to catch, and what it rules out by construction (equal values average to
 # themselves at any scale; the top key holds every query's largest score, so the running max
-# never rises). Planted alone in a correct kernel, each defect but one fails a case built to
-# catch it and passes those that rule it out: the course's tests check both.
+# never rises). Planted alone in a correct kernel with one-tile key blocks, each defect but one
+# fails a case built to catch it and passes those that rule it out (the tests check).
 
 # %%
 print(verify.taxonomy_table())
