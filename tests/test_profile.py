@@ -3,6 +3,7 @@ the record and its JSON and recording, the errors (with a fake `ncu` on PATH tha
 ncu prints in each case), and the canary's judgement. One test runs the canary for real on a GPU
 with Nsight Compute."""
 
+import ast
 import csv
 import json
 import math
@@ -755,7 +756,10 @@ import triton.language as tl
 from grader.runtime.device import current
 
 SCALE = 0.5
-TABLE = {"a": 1}
+TABLE = {"a": (1, 2.5, None)}
+DEVICE = current()
+ONES = torch.ones(2)
+TILE = __import__("collections").namedtuple("Tile", "m n")(64, 32)
 
 
 @triton.jit
@@ -780,7 +784,7 @@ def problem(n):
 
 
 def uses_a_table():
-    return TABLE
+    return TABLE, DEVICE.is_gpu, ONES, TILE
 """
 
 
@@ -807,9 +811,11 @@ def test_the_factory_is_sent_with_what_it_reaches(notebook_module):
     heads = [s.splitlines()[0] for s in sources[5:]]
     assert heads == ["@triton.jit", "@triton.jit", "def launch(x):", "def problem(n):"]
     assert "def _helper(x):" in sources[5] and "def kernel(" in sources[6]  # callees first
-    # a dict is not sent: the child would fail where it is used
+    # a table of constants and the notebook's device are sent; a tensor, a named tuple are not
     assert profile.sources_for(notebook_module.uses_a_table) == [
-        "def uses_a_table():\n    return TABLE\n"
+        "TABLE = {'a': (1, 2.5, None)}\n",
+        "import grader.runtime.device as _course_device\nDEVICE = _course_device.current()\n",
+        "def uses_a_table():\n    return TABLE, DEVICE.is_gpu, ONES, TILE\n",
     ]
 
 
@@ -979,3 +985,28 @@ def test_the_installation_is_the_folder_the_toolkits_ncu_runs(tmp_path, monkeypa
 def test_the_installation_holds_the_ncu_a_sandbox_runs():
     found = profile.installation()
     assert found is not None and (found / "ncu").is_file(), found
+
+
+@pytest.mark.parametrize(
+    "value, sent",
+    [
+        ({64: (128, 32, 8, 3), 128: [1, 2.5, None, "x", True]}, True),
+        ((0.0, -0.0, 1e300, {1, 2}), True),
+        (frozenset({1}), False),  # its repr is a call, not a literal
+        (float("nan"), False),  # `nan` names nothing in the child
+        ((1, float("inf")), False),
+        (type("Half", (float,), {})(0.5), False),  # a float's subclass (numpy's float64)
+        (__import__("collections").OrderedDict(a=1), False),
+        (__import__("enum").IntEnum("Mode", "A")(1), False),
+        (list(range(10_000)), False),  # too long to send as source
+        (10**5000, False),  # Python refuses the repr of an int that long
+    ],
+    ids="table floats frozenset nan inf subclass ordered enum long int".split(),
+)
+def test_only_data_whose_repr_rebuilds_it_is_sent(value, sent):
+    """What the profiled child is sent by repr rebuilds the value exactly; anything else is left
+    out, rather than breaking the whole module of sources."""
+    text = profile._literal(value)
+    assert (text is not None) == sent
+    if sent:
+        assert ast.literal_eval(text) == value

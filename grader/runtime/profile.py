@@ -50,6 +50,7 @@ leaves its column out of the CSV without an error (as Nsight Compute 2025.3 does
 
 from __future__ import annotations
 
+import ast
 import csv
 import dis
 import glob
@@ -903,7 +904,9 @@ def canary(n: int = 1 << 25) -> CanaryResult:
 # -- profiling a notebook's own functions ---------------------------------------------------------
 
 SOURCES_MODULE = "profiled"  # the module the child makes of the sources `each` sends
-CONSTANTS = (bool, int, float, str)  # the values `each` sends by their repr
+CONSTANTS = (bool, int, float, str, type(None))  # values `each` sends by their repr, and
+CONTAINERS = (tuple, list, dict, set)  # these of them: a notebook's table of tiles
+LITERAL_CHARS = 10_000  # the longest repr sent
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME")  # the instructions that load a global name
 MARKER = "course_profile_marker"  # launched before each call `each` profiles (profile_marker)
 
@@ -985,10 +988,32 @@ def _global_names(code: types.CodeType) -> list[str]:
     return list(dict.fromkeys(names + nested))
 
 
+def _literal(value) -> str | None:
+    """`value`'s repr where it rebuilds `value` exactly (numbers, strings, and tuples, lists,
+    dicts and sets of them: a notebook's table of tiles) and is short; else None."""
+    if type(value) not in CONSTANTS + CONTAINERS:  # exactly: a namedtuple's repr names its class
+        return None
+    try:
+        text = repr(value)
+        same = len(text) <= LITERAL_CHARS and ast.literal_eval(text) == value
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return text if same and _exact(value) else None
+
+
+def _exact(value) -> bool:
+    """Whether `value` and all it holds are of CONSTANTS' and CONTAINERS' very types."""
+    if type(value) in CONSTANTS:
+        return True
+    items = [*value.keys(), *value.values()] if type(value) is dict else value
+    return type(value) in CONTAINERS and all(map(_exact, items))
+
+
 def sources_for(factory: Callable) -> list[str]:
     """What the child needs to run `factory`: an import for each module and importable function
-    it reaches, an assignment for each constant, and the source of each function and Triton
-    kernel of its own module (the notebook) it reaches, callees first; nothing else (a tensor)."""
+    it reaches, an assignment for each constant (a number, a string, a table of them) and for the
+    notebook's device (the child's), and the source of each function and Triton kernel of its own
+    module (the notebook) it reaches, callees first; nothing else (a tensor)."""
     from grader.runtime.precision import python_function, source
 
     home = getattr(python_function(factory), "__module__", None)
@@ -1008,8 +1033,11 @@ def sources_for(factory: Callable) -> list[str]:
             reached = python_function(value)
             if isinstance(value, types.ModuleType):
                 lines[name] = f"import {value.__name__} as {name}\n"
-            elif isinstance(value, CONSTANTS):
-                lines[name] = f"{name} = {value!r}\n"
+            elif (text := _literal(value)) is not None:
+                lines[name] = f"{name} = {text}\n"
+            elif isinstance(value, device.Device):  # the notebook's DEVICE: the child's own
+                lines[name] = f"import {device.__name__} as _course_device\n"
+                lines[name] += f"{name} = _course_device.current()\n"
             elif reached is not None and reached.__module__ == home:
                 lines[name] = ""
                 visit(value)
