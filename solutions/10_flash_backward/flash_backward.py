@@ -29,7 +29,7 @@ import triton.language as tl
 from flash_forward import LOG2E, _rows, attention_forward  # 07's, released here
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from grader.runtime import checks, hints, integrity, perf, plots, recorded, results, timing
+from grader.runtime import checks, hints, integrity, perf, plots, profile, recorded, results, timing
 
 print(f"Kernels run on {DEVICE.describe()}; tensors live on '{DEVICE.torch_device}'.")
 
@@ -1158,6 +1158,15 @@ speed_cases(points=2)
 # 128, causal and not: eager attention's (P stored), SDPA's FlashAttention-2 and cuDNN backends,
 # and yours (δ, dK/dV and dQ), and gives each in TFLOP/s of the $10BHN^2D$ (half for causal)
 # FLOPs the gradients need. A backend that cannot run here is reported and left out.
+#
+# Then it profiles one backward of eager attention and one of yours at `B = 1, H = 8, N = 2048,
+# D = 64` (Nsight Compute, in a process apart, caches flushed before each kernel): the DRAM bytes
+# each kernel reads and writes, to set against the 7 N² elements per head counted at the top of
+# the notebook, and its memory and compute throughput as shares of their peaks (for memory, the
+# busiest of DRAM, L2 and shared memory). An elementwise step of the eager backward streams
+# N × N tensors through DRAM near the peak: it is memory bound. Your kernels read each input
+# once from DRAM; their memory share is traffic on chip, tiles moving through shared memory.
+# Outputs still in L2 when a kernel ends count as no DRAM writes.
 
 # %%
 def compare_backward(b, h, n, d, causal):
@@ -1193,6 +1202,31 @@ if DEVICE.supports("timing") and RUN_BENCHMARKS:
 else:
     print("On a GPU this cell times eager, SDPA flash, SDPA cuDNN and your backward passes.")
     recorded.show("10_flash_backward/compare")
+
+
+def backward_problem(way, n=2048, d=64):
+    """What profile.each calls in the profiled process: one backward at (1, 8, n, d), float16,
+    eager's (`way` "eager") or yours."""
+    q, k, v, do = (torch.randn(1, 8, n, d, device="cuda", dtype=torch.float16) for _ in range(4))
+    if way == "eager":
+        return backward_of(eager_attention, q, k, v, do)
+    o, lse = attention_forward(q, k, v, False)
+    grads = torch.empty((3, 1, 8, n, d), device="cuda", dtype=torch.float16)
+    return lambda: attention_gradients(q, k, v, o, do, lse, grads, False)
+
+
+NOT_PROFILED = profile.unavailable() or (None if RUN_BENCHMARKS else "RUN_BENCHMARKS is off")
+if NOT_PROFILED is None:
+    with recorded.cell("10_flash_backward/profile"):
+        ours = ["attn_bwd_delta_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dq_kernel"]
+        profile.compare(profile.each({
+            "eager (P stored)": profile.Call(backward_problem, [], {"way": "eager"}),
+            "yours": profile.Call(backward_problem, ours, {"way": "yours"})}),
+            columns=("duration", "dram_read", "dram_written", "memory", "compute"))
+        print(f"7 N² elements per head, 8 heads, float16: {8 * 7 * 2048**2 * 2 / 1e6:.0f} MB")
+else:
+    print(f"Not profiled here: {NOT_PROFILED}. Profiled on a GPU:")
+    recorded.show("10_flash_backward/profile")
 
 # %% [markdown]
 # ## Summary
