@@ -209,6 +209,7 @@ def _autograde(args: argparse.Namespace) -> int:
         else sandbox.default_memory_limit(jobs),
         force=args.force,
         jailed=args.sandbox == "bwrap",
+        kernel_cache=args.kernel_cache,
         gpus=gpus,
     )
     grade = None
@@ -501,6 +502,14 @@ def parser() -> argparse.ArgumentParser:
         help="where each student's code runs: bwrap, an OS sandbox of its own (bubblewrap, "
         "the default; `apt-get install bubblewrap`), or none, with the grader's own rights "
         "(the class report says so)",
+    )
+    a.add_argument(
+        "--no-kernel-cache",
+        dest="kernel_cache",
+        action="store_false",
+        help="on a GPU, let each student's sandbox compile every kernel itself, instead of "
+        "starting from the kernels one run of the release notebooks compiled for the batch "
+        "(Slurm's tasks always compile their own)",
     )
     a.set_defaults(func=_autograde)
 

@@ -48,9 +48,11 @@ def course(tmp_path):
     return root
 
 
-def probe(course, code, jailed=True, nproc=256, scratch=64 * MIB, timeout=120, gpu=None):
-    """Run `code` as the student's kernel would run (its cwd, its environment); what it
-    printed as JSON, and the outcome."""
+def probe(
+    course, code, jailed=True, nproc=256, scratch=64 * MIB, timeout=120, gpu=None, kernels=None
+):
+    """Run `code` as the student's kernel would run (its cwd, its environment), with the batch's
+    compiled `kernels` where given; what it printed as JSON, and the outcome."""
     work = course / "autograded" / "me" / "00_setup"
     program = [sys.executable, "-c", textwrap.dedent(code)]
     env = {**os.environ, SECRET: "s3cret"}
@@ -60,7 +62,12 @@ def probe(course, code, jailed=True, nproc=256, scratch=64 * MIB, timeout=120, g
         with (
             jail.slot() as n,
             jail.prepared(
-                program, uid=jail.UID_BASE + n, scratch_bytes=scratch, nproc=nproc, gpu=gpu
+                program,
+                uid=jail.UID_BASE + n,
+                scratch_bytes=scratch,
+                nproc=nproc,
+                gpu=gpu,
+                kernel_cache=kernels,
             ) as (spec, _),
         ):
             connection = spec.parent / "run" / "kernel.json"
@@ -149,6 +156,34 @@ print(json.dumps(seen))
     assert seen["grading"] == "ModuleNotFoundError"  # nor solutions/, tests/, build/
     assert seen["secret"] is None  # the instructor's environment stays outside
     assert seen["home"] == [jail.HOME, []]
+
+
+def test_the_batchs_kernels_start_the_kernels_own_cache_and_stay_read_only(course, tmp_path):
+    kernels = tmp_path / "kernels"
+    (kernels / "ab12").mkdir(parents=True)
+    (kernels / "ab12" / "__grp__k.json").write_text('{"child_paths": {}}')
+    (kernels / "ab12" / "k.cubin").write_bytes(b"compiled")
+    jail.readable(kernels)
+    code = (
+        ATTEMPT
+        + f"""
+cache = pathlib.Path(os.environ["TRITON_CACHE_DIR"])
+attempt("cache", lambda: sorted(str(p.relative_to(cache)) for p in cache.rglob("*")))
+attempt("mine", lambda: (cache / "ab12" / "k.cubin").stat().st_uid == os.getuid())
+attempt("poison", lambda: open("{jail.KERNEL_CACHE}/ab12/k.cubin", "wb").write(b"evil"))
+attempt("add", lambda: open("{jail.KERNEL_CACHE}/new.json", "w").write("x"))
+attempt("own", lambda: (cache / "ab12" / "k.cubin").write_bytes(b"mine"))
+print(json.dumps(seen))
+"""
+    )
+    seen = probe(course, code, kernels=kernels)
+    assert seen["cache"] == ["ab12", "ab12/__grp__k.json", "ab12/k.cubin"]
+    assert seen["mine"] is True and seen["own"] == 4  # a copy of its own, to change at will
+    for name in ("poison", "add"):
+        assert seen[name] in ("PermissionError", "OSError"), (name, seen[name])
+    assert (kernels / "ab12" / "k.cubin").read_bytes() == b"compiled"
+    assert sorted(p.name for p in kernels.rglob("*")) == ["__grp__k.json", "ab12", "k.cubin"]
+    assert probe(course, code)["cache"] == []  # no batch kernels: an empty cache
 
 
 def test_no_network(course):

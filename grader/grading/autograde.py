@@ -53,6 +53,7 @@ from grader.grading import (
     intake,
     jail,
     jupyter_data,
+    kernel_cache,
     nbgrader_policy,
     sandbox,
     zygote,
@@ -110,6 +111,8 @@ class Batch:
     memory_limit: int = field(default_factory=lambda: sandbox.default_memory_limit(1))
     force: bool = False
     jailed: bool = True  # each student's kernel in grader.grading.jail (bubblewrap)
+    kernel_cache: bool = True  # on a GPU, compile the course's kernels once (grading.kernel_cache)
+    kernels: Path | None = None  # those compiled kernels, while `kernel_cache.seeded` holds them
     gpus: list[devices.Gpu] = field(default_factory=list)  # in GPU mode; none: all visible
     # forking nbgraders for the batch's runs while `forking` holds them (grader.grading.zygote)
     zygotes: zygote.Pool | None = field(default=None, repr=False, compare=False)
@@ -184,6 +187,7 @@ def kernel_sandbox(
             gpu=gpu.minor if gpu else None,
             env=inside,
             tools=tools,
+            kernel_cache=batch.kernels,
         ) as (spec, variables),
     ):
         yield jail.nbgrader_options(spec), {**env, **variables}
@@ -677,9 +681,12 @@ def grade_here(batch: Batch, todo: list[str], given: dict[str, object]) -> dict[
     runs: dict[str, findings.Run] = {}
     with (
         forking(batch),
+        kernel_cache.seeded(batch, held, todo, environment(batch), KERNEL) as built,
         ThreadPoolExecutor(max(1, batch.jobs)) as pool,
         tqdm(total=len(todo), desc=f"grading {batch.assignment}", unit="student") as bar,
     ):
+        if built is not None:
+            bar.write(built.line())
 
         def one(student: str) -> findings.Run:
             _interrupted(batch, student)

@@ -41,6 +41,8 @@ UID_BASE = 2_000_000_000  # sandboxes run as UID_BASE + slot: ids no account on 
 HOME = "/home/student"
 RUNTIME = "/opt/course"  # the read-only copy of grader/__init__.py and grader/runtime/
 SEED = "/opt/submission"  # the read-only copy of the working directory, copied into it at start
+KERNEL_CACHE = "/opt/kernel-cache"  # the batch's compiled kernels (grading.kernel_cache), read-only
+TRITON_CACHE = f"{HOME}/.triton/cache"  # the kernel's Triton cache: its own, a tmpfs of HOME
 GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 # what the kernel's Python, torch, Triton (its C compiler) and CUDA read from /etc
 ETC = "ld.so.cache ld.so.conf ld.so.conf.d passwd group nsswitch.conf localtime alternatives fonts"
@@ -50,7 +52,9 @@ KEEP_ENV |= {"CUDA_INJECTION64_PATH"}  # the judge's GPU activity library (gradi
 KEEP_PREFIXES = ("COURSE_", "TRITON_", "OMP_", "MKL_", "CUDA_VISIBLE", "NVIDIA_")
 
 # Run inside the sandbox as root (bwrap gave it CAP_SETUID, CAP_SETGID and CAP_SETPCAP only),
-# by the kernel's Python with -I: argv is UID NPROC FSIZE SEED KERNEL_ARGV...
+# by the kernel's Python with -I: argv is UID NPROC FSIZE SEED CACHE KERNEL_ARGV... (CACHE: the
+# batch's compiled kernels, copied into the kernel's own Triton cache; "-" where there are none.
+# A copy that fails, for want of room say, is removed: the kernel then compiles everything.)
 DROP = """
 import ctypes, os, resource, shutil, sys
 uid, nproc, fsize, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -72,7 +76,12 @@ for entry in os.scandir(seed):  # into the working directory, a tmpfs owned by r
         shutil.copytree(entry.path, entry.name, symlinks=True)
     else:
         shutil.copy2(entry.path, entry.name, follow_symlinks=False)
-os.execv(sys.argv[5], sys.argv[5:])
+if sys.argv[5] != "-":
+    try:
+        shutil.copytree(sys.argv[5], os.environ["TRITON_CACHE_DIR"], dirs_exist_ok=True)
+    except Exception:
+        shutil.rmtree(os.environ["TRITON_CACHE_DIR"], ignore_errors=True)
+os.execv(sys.argv[6], sys.argv[6:])
 """
 
 
@@ -119,6 +128,8 @@ class Spec:
     gpu: int | None = None  # /dev/nvidia<gpu> is bound in, with the driver's shared nodes
     env: dict[str, str] = field(default_factory=dict)  # set inside, over the filtered one
     tools: list[str] = field(default_factory=list)  # folders bound read-only (Nsight Compute)
+    kernel_cache: str = ""  # the batch's compiled kernels (grader.grading.kernel_cache), if any
+    compiling: bool = False  # kernel_cache is bound writable as the Triton cache, to be filled
 
     @property
     def run(self) -> Path:
@@ -142,7 +153,7 @@ def slot() -> AbstractContextManager[int]:
 # -- the trusted side: prepare a student's folder --------------------------------------------
 
 
-def _readable(folder: Path) -> None:
+def readable(folder: Path) -> None:
     """Make `folder` and everything in it but links readable by everyone."""
     for path in [folder, *folder.rglob("*")]:
         if not path.is_symlink():
@@ -159,6 +170,8 @@ def prepared(
     gpu: int | None = None,
     env: dict[str, str] | None = None,
     tools: Sequence[str] = (),
+    kernel_cache: Path | None = None,
+    compiling: bool = False,
 ) -> Iterator[tuple[Path, dict[str, str]]]:
     """A student's private folder with its spec and kernelspec, removed afterwards. Yields the
     spec's path and the variables nbgrader needs (its kernelspec and runtime folders)."""
@@ -167,7 +180,16 @@ def prepared(
         if len(f"{folder}/run/kernel-65535") > 107:  # sun_path: 108 bytes with its NUL
             raise JailError(f"{folder}: too long for Unix sockets; set TMPDIR to a short path")
         spec = Spec(
-            str(folder), list(kernel_argv), uid, scratch_bytes, nproc, gpu, env or {}, list(tools)
+            str(folder),
+            list(kernel_argv),
+            uid,
+            scratch_bytes,
+            nproc,
+            gpu,
+            env or {},
+            list(tools),
+            str(kernel_cache or ""),
+            compiling,
         )
         folder.chmod(0o755)
         spec.run.mkdir()
@@ -177,7 +199,7 @@ def prepared(
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         shutil.copytree(package / "runtime", spec.lib / "grader" / "runtime", ignore=ignore)
         shutil.copy2(package / "__init__.py", spec.lib / "grader")
-        _readable(spec.lib)
+        readable(spec.lib)
         path = folder / "spec.json"
         path.write_text(json.dumps(asdict(spec), indent=1))
         kernels = folder / "share" / "kernels" / KERNEL_NAME
@@ -288,7 +310,7 @@ def environment(spec: Spec, given: dict[str, str]) -> dict[str, str]:
         PYTHONPATH=os.pathsep.join([RUNTIME, *package_folders(spec.kernel_argv[0])]),
         PYTHONNOUSERSITE="1",
         COURSE_RESULTS=f"{HOME}/results.json",
-        TRITON_CACHE_DIR=f"{HOME}/.triton/cache",
+        TRITON_CACHE_DIR=TRITON_CACHE,
         MPLCONFIGDIR=f"{HOME}/.config/matplotlib",
         JPY_PARENT_PID="1",  # its parent is the namespace's init, which ipykernel never polls
     )
@@ -350,10 +372,15 @@ def sandboxed(
             args.mount("--dev-bind-try", node, node)
     for tool in spec.tools:
         args.mount("--ro-bind", tool, tool)
+    if spec.kernel_cache and spec.compiling:  # at the very path the kernels will be read from
+        args.mount("--bind", spec.kernel_cache, TRITON_CACHE)
+    elif spec.kernel_cache:
+        args.mount("--ro-bind", spec.kernel_cache, KERNEL_CACHE)
     for folder in binds:
         args.mount("--bind", folder, folder)
     fsize = str(spec.scratch_bytes // 2)
-    drop = [python, "-I", "-c", DROP, str(spec.uid), str(spec.nproc), fsize, SEED]
+    cache = KERNEL_CACHE if spec.kernel_cache and not spec.compiling else "-"
+    drop = [python, "-I", "-c", DROP, str(spec.uid), str(spec.nproc), fsize, SEED, cache]
     return [*args, "--chdir", cwd, "--", *before, *drop, *program]
 
 
@@ -368,7 +395,7 @@ def launch(spec_path: Path, connection_file: str, extra: Sequence[str] = ()) -> 
     cwd = os.getcwd()  # nbgrader's folder, copied without notebooks as the sandbox's
     notebooks = shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints")
     shutil.copytree(cwd, spec.seed, symlinks=True, ignore=notebooks)
-    _readable(spec.seed)
+    readable(spec.seed)
     os.chown(connection_file, spec.uid, spec.uid)
     argv = command(spec, cwd, connection_file, extra)
     os.chdir("/")
