@@ -5,12 +5,13 @@ goes: the notebook's own work (its cells) against the overhead around it.
 
 For each assignment (default: all), one student whose submission is the reference solution (the
 release with every solution cell answered as in the source) is graded the way `make autograde`
-grades a batch (grader.grading.autograde: the sandbox, nbgrader autograde forked from a zygote
-started beforehand, the feedback, the class report), each step timed; nbgrader's Execute records
-the kernel's start and stop and every cell (grader.grading.cost). Writes grading_cost.json and
-grading_cost.md into --out after each assignment. `make grading-cost` runs it; `.ci/gpu
-grading-cost` on a GPU image. Exit status 1 when a grading did not give the reference solution
-full marks or left it without feedback.
+grades a batch (grader.grading.autograde: on a GPU the release's kernels compiled once for the
+batch, then the sandbox, nbgrader autograde forked from a zygote started beforehand, the feedback,
+the class report), each step timed; nbgrader's Execute records the kernel's start and stop and
+every cell (grader.grading.cost). `--no-kernel-cache` grades without the batch's kernels. Writes
+grading_cost.json and grading_cost.md into --out after each assignment. `make grading-cost` runs
+it; `.ci/gpu grading-cost` on a GPU image. Exit status 1 when a grading did not give the reference
+solution full marks or left it without feedback.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class Cost:
     max_score: float  # what this device can award: speed cells only on a GPU that grades speed
     feedback_pages: int
     registration: float  # nbgrader generate_assignment, once per assignment
+    kernel_cache: float  # the release notebooks run once to compile the batch's kernels
+    kernels: int  # how many kernels that run compiled (0: none, or not asked for)
     grading: float  # grade_one: sandbox set-up, the nbgrader process, recording
     nbgrader_process: float  # the `nbgrader autograde` process, start to exit
     kernel_start: float  # the sandboxed kernel's launch until it answers
@@ -162,11 +165,14 @@ def reference_submission(batch, inbox: Path) -> Path:
     return inbox
 
 
-def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
+def grade(assignment: str, root: Path, dev, jailed: bool, kernel_cache: bool = True) -> Cost:
     """Grade the reference solution of `assignment` in the course directory `root`, timed."""
     from grader.grading import autograde, classreport, cost, devices
+    from grader.grading import kernel_cache as kernels
 
-    batch = autograde.Batch(assignment, dev.mode, root=root, jailed=jailed)
+    batch = autograde.Batch(
+        assignment, dev.mode, root=root, jailed=jailed, kernel_cache=kernel_cache
+    )
     t: dict[str, float] = {}
     with timed(t, "registration"):
         autograde.prepare(batch)
@@ -175,11 +181,16 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
     log = batch.out / "timings.jsonl"
     with timings(log):
         given = autograde.released(batch)
-        gpus = devices.visible(devices.detect(), os.environ) if dev.mode == "gpu" else []
-        with autograde.forking(batch), devices.Pool(gpus[:1]).lease() as gpu:
+        found = devices.visible(devices.detect(), os.environ) if dev.mode == "gpu" else []
+        gpus = devices.Pool(found[:1])
+        env = autograde.environment(batch)
+        with (
+            autograde.forking(batch),
+            kernels.seeded(batch, gpus, [STUDENT], env, autograde.KERNEL) as built,
+        ):
             with batch.zygotes.lease():  # started before the clock, as a class's first student does
                 pass
-            with timed(t, "grading"):
+            with gpus.lease() as gpu, timed(t, "grading"):
                 run = autograde.grade_one(batch, STUDENT, given, gpu)
     if run.status != "ok":
         raise RuntimeError(f"{assignment}: grading the reference solution: {run}")
@@ -202,6 +213,8 @@ def grade(assignment: str, root: Path, dev, jailed: bool) -> Cost:
         ),
         feedback_pages=len(list((batch.out / "feedback" / STUDENT).glob("*.html"))),
         registration=t["registration"],
+        kernel_cache=built.seconds if built else 0.0,
+        kernels=built.kernels if built else 0,
         grading=t["grading"],
         nbgrader_process=run.seconds,
         kernel_start=sum(n.kernel_start for n in times),
@@ -237,8 +250,11 @@ COLUMNS = (
     ("nbgrader's own", lambda c: f"{c.nbgrader_own:.1f}"),
     ("sandbox", lambda c: f"{c.sandbox:.1f}"),
     (
-        "per batch: registration, feedback, report",
-        lambda c: f"{c.registration:.1f}, {c.feedback:.1f}, {c.report:.1f}",
+        "per batch: registration, kernels compiled, feedback, report",
+        lambda c: (
+            f"{c.registration:.1f}, {c.kernel_cache:.1f} ({c.kernels}), {c.feedback:.1f}, "
+            f"{c.report:.1f}"
+        ),
     ),
 )
 
@@ -247,7 +263,8 @@ def markdown(costs: list[Cost], machine: dict) -> str:
     lines = [
         "# The cost of grading one student",
         "",
-        f"Device: {machine['device']}. Sandbox: {machine['sandbox']}. "
+        f"Device: {machine['device']}. Sandbox: {machine['sandbox']}. The release's kernels "
+        f"compiled once for the batch: {'yes' if machine['kernel_cache'] else 'no'}. "
         + ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
         + ".",
         "",
@@ -255,8 +272,9 @@ def markdown(costs: list[Cost], machine: dict) -> str:
         "*notebook's cells* = every code cell but the first; *overhead* = the rest: the *setup "
         "cell* (torch, Triton and the runtime imported in a fresh kernel), the kernel's start "
         "and stop, nbgrader's own work (its process: Python, imports, conversions, gradebook), "
-        "the sandbox around it. *Per batch*: once for the whole class (the feedback's nbgrader "
-        "process, then one page per student; here a class of one).",
+        "the sandbox around it. *Per batch*: once for the whole class (the release notebooks run "
+        "once to compile the kernels every sandbox starts with, and how many; the feedback's "
+        "nbgrader process, then one page per student; here a class of one).",
         "",
         "| " + " | ".join(name for name, _ in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -294,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--sandbox", choices=("bwrap", "none"), default="bwrap")
     p.add_argument("--root", type=Path, help="course directory (default: a temporary one)")
+    p.add_argument("--no-kernel-cache", dest="kernel_cache", action="store_false")
     args = p.parse_args(argv)
     dev = device.setup()
     from grader.authoring import build
@@ -304,12 +323,17 @@ def main(argv: list[str] | None = None) -> int:
         jail.require()
     names = args.assignments or [a.name for a in build.assignments()]
     root = args.root or Path(tempfile.mkdtemp(prefix="grading-cost-"))
-    machine = {"device": dev.describe(), "sandbox": args.sandbox, "versions": versions()}
+    machine = {
+        "device": dev.describe(),
+        "sandbox": args.sandbox,
+        "kernel_cache": args.kernel_cache,
+        "versions": versions(),
+    }
     costs, failed = [], []
     for name in names:
         print(f"grading {name}'s reference solution on {dev.describe()}", flush=True)
         try:
-            c = grade(name, root, dev, jailed=args.sandbox == "bwrap")
+            c = grade(name, root, dev, args.sandbox == "bwrap", args.kernel_cache)
         except Exception as exc:  # one notebook's trouble: the others still run
             print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             failed.append(name)

@@ -21,6 +21,8 @@ def test_the_slowest_cells_are_named_by_grade_id_or_first_line(tmp_path):
     times = [NotebookTimes("setup", cells=[3.25, 9.04])]
     found = grading_cost.slowest_cells(batch, times)
     assert found == [["speed-relu", 9.04], ["import torch", 3.25]]
-    cost = grading_cost.Cost("00_setup", 4, 4, 1, *[1.0] * 9, slowest=found)
-    text = grading_cost.markdown([cost], {"device": "d", "sandbox": "bwrap", "versions": {}})
+    cost = grading_cost.Cost("00_setup", 4, 4, 1, 1.0, 2.0, 5, *[1.0] * 8, slowest=found)
+    machine = {"device": "d", "sandbox": "bwrap", "kernel_cache": True}
+    text = grading_cost.markdown([cost], {**machine, "versions": {}})
     assert "- 00_setup: `speed-relu` 9.0, `import torch` 3.2" in text
+    assert "| 1.0, 2.0 (5), 1.0, 1.0 |" in text  # registration, the batch's 5 kernels, feedback...
