@@ -177,19 +177,14 @@ def kernel_sandbox(
     tools = [str(ncu)] if ncu else []
     if activity.LIBRARY in env:  # the GPU activity library, which the kernel's CUDA loads
         tools.append(str(Path(env[activity.LIBRARY]).parent))
-    with (
-        jail.slot() as n,
-        jail.prepared(
-            jail.kernel_argv(KERNEL),
-            uid=jail.UID_BASE + n,
-            scratch_bytes=batch.memory_limit // 4,
-            nproc=max(1024, 8 * (os.cpu_count() or 1)),
-            gpu=gpu.minor if gpu else None,
-            env=inside,
-            tools=tools,
-            kernel_cache=batch.kernels,
-        ) as (spec, variables),
-    ):
+    with jail.for_batch(
+        KERNEL,
+        memory_limit=batch.memory_limit,
+        gpu=gpu.minor if gpu else None,
+        env=inside,
+        tools=tools,
+        kernel_cache=batch.kernels,
+    ) as (spec, variables):
         yield jail.nbgrader_options(spec), {**env, **variables}
 
 

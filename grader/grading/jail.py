@@ -217,6 +217,37 @@ def prepared(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextmanager
+def for_batch(
+    kernel: str,
+    *,
+    memory_limit: int,
+    gpu: int | None,
+    env: dict[str, str],
+    tools: Sequence[str] = (),
+    kernel_cache: Path | None = None,
+    compiling: bool = False,
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    """`prepared` as a grading batch asks it: a slot of this host's for the uid, the kernelspec
+    `kernel`'s argv, scratch folders of a quarter of `memory_limit`, and at most max(1024,
+    8 x cores) processes."""
+    with (
+        slot() as n,
+        prepared(
+            kernel_argv(kernel),
+            uid=UID_BASE + n,
+            scratch_bytes=memory_limit // 4,
+            nproc=max(1024, 8 * (os.cpu_count() or 1)),
+            gpu=gpu,
+            env=env,
+            tools=tools,
+            kernel_cache=kernel_cache,
+            compiling=compiling,
+        ) as found,
+    ):
+        yield found
+
+
 def kernel_argv(name: str) -> list[str]:
     """The argv of the kernelspec `name`, its program made absolute as jupyter_client would
     (a bare `python` is the Python running this)."""

@@ -83,19 +83,14 @@ def build(batch, env: dict[str, str], kernel: str, into: Path, gpu: devices.Gpu 
     notebooks = [p.name for p in sorted(release.glob("*.ipynb"))]
     problem = ""
     try:
-        with (
-            jail.slot() as n,
-            jail.prepared(
-                jail.kernel_argv(kernel),
-                uid=jail.UID_BASE + n,
-                scratch_bytes=batch.memory_limit // 4,
-                nproc=max(1024, 8 * (os.cpu_count() or 1)),
-                gpu=gpu.minor if gpu else None,
-                env=gpu.env if gpu else {},
-                kernel_cache=into,
-                compiling=True,
-            ) as (path, _),
-        ):
+        with jail.for_batch(
+            kernel,
+            memory_limit=batch.memory_limit,
+            gpu=gpu.minor if gpu else None,
+            env=gpu.env if gpu else {},
+            kernel_cache=into,
+            compiling=True,
+        ) as (path, _):
             spec = jail.read(path)
             shutil.copytree(release, spec.seed, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
             jail.readable(spec.seed)
