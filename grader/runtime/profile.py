@@ -991,14 +991,13 @@ def _global_names(code: types.CodeType) -> list[str]:
 def _literal(value) -> str | None:
     """`value`'s repr where it rebuilds `value` exactly (numbers, strings, and tuples, lists,
     dicts and sets of them: a notebook's table of tiles) and is short; else None."""
-    if type(value) not in CONSTANTS + CONTAINERS:  # exactly: a namedtuple's repr names its class
-        return None
     try:
+        if not _exact(value):  # a namedtuple, an enum, numpy's float64: their repr names a class
+            return None
         text = repr(value)
-        same = len(text) <= LITERAL_CHARS and ast.literal_eval(text) == value
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return text if len(text) <= LITERAL_CHARS and ast.literal_eval(text) == value else None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
-    return text if same and _exact(value) else None
 
 
 def _exact(value) -> bool:
