@@ -5,15 +5,13 @@ a student's cache; the other checks stand a notebook that writes a metadata grou
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import nbformat
 import pytest
 
 from grader.grading import autograde, devices, jail, kernel_cache
+from tests.test_jail import probe
 
 pytestmark = [
     pytest.mark.tooling,  # nbclient and a Python kernelspec come with nbgrader
@@ -68,26 +66,15 @@ def _course(tmp_path, *cells: str):
 
 
 def _hits_in_a_students_sandbox(tmp_path, kernels) -> list[bool]:
-    """What Triton's cache said to TWICE's compilation in a student's sandbox, the batch's
-    `kernels` handed to it (None: none)."""
-    work = tmp_path / "autograded" / "me" / "00_setup"
+    """What Triton's cache said to TWICE's compilation in a student's sandbox (test_jail's probe),
+    the batch's `kernels` handed to it (None: none)."""
+    course = tmp_path / "student"
+    work = course / "autograded" / "me" / "00_setup"
     work.mkdir(parents=True, exist_ok=True)
     (work / "twice.py").write_text(TWICE)
     run = "runpy.run_path('twice.py', run_name='__main__')"  # as a notebook's cell: __main__
     code = f"import json, runpy; print(json.dumps({run}['hits']))"
-    program = [sys.executable, "-c", code]
-    with (
-        jail.slot() as n,
-        jail.prepared(
-            program, uid=jail.UID_BASE + n, scratch_bytes=256 << 20, nproc=256, kernel_cache=kernels
-        ) as (spec, _),
-    ):
-        connection = spec.parent / "run" / "kernel.json"
-        connection.write_text("{}")
-        launcher = [sys.executable, "-m", "grader.grading.jail", str(spec), str(connection)]
-        done = subprocess.run(launcher, cwd=work, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return probe(course, code, scratch=256 << 20, timeout=300, kernels=kernels)
 
 
 def test_a_kernel_the_release_compiled_is_found_in_each_students_sandbox(tmp_path):
