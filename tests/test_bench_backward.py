@@ -30,3 +30,19 @@ def test_no_gpu_exit(capsys):
     if not device.current().supports("timing"):  # on a GPU, main() measures: the GPU tests do
         assert backward.main([]) == 2
         assert "measures on a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_one_kernel_form_matches_the_two_kernels_and_its_check_can_fail(monkeypatch, capsys):
+    assert backward.check_atomic() == 0, capsys.readouterr().out
+    from bench import _backward_atomic as atomic
+
+    right = atomic.attention_gradients_atomic
+
+    def dq_short_of_one_key_block(*args, **kwargs):  # the first row of dQ off by half
+        out = right(*args, **kwargs)
+        out[0, ..., :1, :] *= 0.5
+        return out
+
+    monkeypatch.setattr(atomic, "attention_gradients_atomic", dq_short_of_one_key_block)
+    assert backward.check_atomic() == 1
+    assert "FAILED" in capsys.readouterr().out
