@@ -175,3 +175,24 @@ def test_run_options():
         0.0,
         2,
     )
+
+
+def test_each_run_builds_into_a_folder_of_its_own(monkeypatch, tmp_path):
+    """Two runs at once from one checkout (one per GPU) must not rebuild each other's notebooks:
+    each builds into its own folder, which is gone afterwards, and build/ is left alone."""
+    seen = []
+
+    def run(sources, out_dir, params, **options):
+        seen.append([(s, s.is_file()) for s in sources])
+        return []
+
+    monkeypatch.setattr(execute, "run_notebooks", run)
+    before = sorted((execute.build.BUILD / "source").rglob("*"))
+    for _ in range(2):
+        execute.run_solutions(["00_setup"], out_dir=tmp_path)
+    (first,), (second,) = seen
+    assert first[1] and second[1] and first[0].name == "setup.ipynb"
+    assert first[0].parent.parent != second[0].parent.parent
+    assert not first[0].exists() and not second[0].exists()
+    assert not first[0].is_relative_to(execute.build.BUILD)
+    assert sorted((execute.build.BUILD / "source").rglob("*")) == before

@@ -281,13 +281,16 @@ def run_solutions(
     **options,
 ) -> list[Outcome]:
     """Build and execute the chosen solution notebooks (all by default, in course order), with
-    the command line's papermill `parameters`; `options` go to run_notebooks."""
+    the command line's papermill `parameters`; `options` go to run_notebooks. Each run builds
+    into a folder of its own, removed afterwards, so that two runs from one checkout (one per
+    GPU, say) never rebuild the folder the other's notebooks run in."""
     params = {name: parse_value(value) for name, value in parameters}
-    found = build.build_sources(build.BUILD)
-    unknown = set(names or ()) - {a.name for a in found}
-    if unknown:
-        known = ", ".join(a.name for a in found)
-        raise SystemExit(f"no such notebook: {', '.join(sorted(unknown))} (known: {known})")
-    chosen = [a for a in found if not names or a.name in names]
-    sources = [build.BUILD / "source" / a.name / a.notebook_name for a in chosen]
-    return run_notebooks(sources, Path(out_dir), params, **options)
+    with tempfile.TemporaryDirectory(prefix="course-run-") as folder:
+        found = build.build_sources(Path(folder))
+        unknown = set(names or ()) - {a.name for a in found}
+        if unknown:
+            known = ", ".join(a.name for a in found)
+            raise SystemExit(f"no such notebook: {', '.join(sorted(unknown))} (known: {known})")
+        chosen = [a for a in found if not names or a.name in names]
+        sources = [Path(folder) / "source" / a.name / a.notebook_name for a in chosen]
+        return run_notebooks(sources, Path(out_dir), params, **options)
