@@ -127,7 +127,6 @@ def measure(configs: bool = False) -> _report.Section:
         found = section.attempt(what, _case, section, ref, d, causal)
         if found:
             vs_flash.measured, vs_cudnn.measured = found.get("SDPA flash"), found.get("SDPA cuDNN")
-        section.attempt(f"{what}, one kernel with atomic dQ", _atomic_case, section, ref, d, causal)
     if configs:
         for d in HEAD_DIMS:
             section.attempt(f"tile configurations at D {d}", _configs, section, ref, d)
@@ -147,25 +146,11 @@ def _inputs(ref, d: int, causal: bool):
     return q, k, v, do, o, lse
 
 
-def _sdpa_baselines(ref, q, k, v, do, causal: bool):
-    """({backend: its backward}, [why a backend cannot run here]) for SDPA flash and cuDNN."""
-    from torch.nn.attention import SDPBackend
-
-    baselines, cannot = {}, []
-    for name, backend in (
-        ("SDPA flash", SDPBackend.FLASH_ATTENTION),
-        ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
-    ):
-        try:
-            baselines[name] = ref.backward_of(ref.sdpa_backend(backend), q, k, v, do, causal)
-        except RuntimeError as exc:  # a backend that cannot run this shape or device
-            cannot.append(f"{name} cannot run here: {_report.first_line(exc)}")
-    return baselines, cannot
-
-
 def _case(section, ref, d: int, causal: bool) -> dict[str, float]:
-    """Your backward against each SDPA backend that runs here: {backend: speedup}."""
+    """Your backward against each SDPA backend that runs here: {backend: speedup}. Then, on the
+    same inputs, the one-kernel form with atomic dQ (`_atomic`)."""
     import torch
+    from torch.nn.attention import SDPBackend
 
     from grader.runtime import perf
 
@@ -178,47 +163,56 @@ def _case(section, ref, d: int, causal: bool) -> dict[str, float]:
     def verify():
         ref.matches_formula(grads, q, k, v, o, do, lse, causal, context="after timing")
 
-    baselines, cannot = _sdpa_baselines(ref, q, k, v, do, causal)
-    section.errors += [f"{problem}: {said}" for said in cannot]
+    def two_kernels():
+        ref.attention_gradients(q, k, v, o, do, lse, grads, causal, delta=delta)
+
+    baselines = {}
+    for name, backend in (
+        ("SDPA flash", SDPBackend.FLASH_ATTENTION),
+        ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
+    ):
+        try:
+            baselines[name] = ref.backward_of(ref.sdpa_backend(backend), q, k, v, do, causal)
+        except RuntimeError as exc:  # a backend that cannot run this shape or device
+            section.errors.append(f"{problem}: {name} cannot run here: {_report.first_line(exc)}")
     if not baselines:
         raise RuntimeError(f"{problem}: no SDPA backend runs here to compare with")
-    comparisons = perf.compare_all(
-        lambda: ref.attention_gradients(q, k, v, o, do, lse, grads, causal, delta=delta),
-        {f"{name} backward": fn for name, fn in baselines.items()},
-        name="10 backward",
-        verify=verify,
-    )
+    named = {f"{name} backward": fn for name, fn in baselines.items()}
+    comparisons = perf.compare_all(two_kernels, named, name="10 backward", verify=verify)
     found = {}
+    work = ref.backward_flops(b, h, n, d, causal)
     for name, c in zip(baselines, comparisons, strict=True):
         if c.flags:
             raise RuntimeError(f"{problem}: these times cannot be trusted: {'; '.join(c.flags)}")
-        work = ref.backward_flops(b, h, n, d, causal)
         section.rows.append(_report.row_from(c, "10 backward", problem, work, "TFLOP/s"))
         found[name] = c.speedup
+    inputs = (q, k, v, do, o, lse)
+    named["10 backward, two kernels"] = two_kernels
+    section.attempt(f"{problem}, {ATOMIC}", _atomic, section, ref, inputs, causal, named, work)
     return found
 
 
-def _atomic_case(section, ref, d: int, causal: bool) -> None:
+def _atomic(section, ref, inputs, causal: bool, baselines: dict, work: float) -> None:
     """The one-kernel backward with atomic dQ (bench/_backward_atomic.py), a measured alternative
-    and no goal: timed against SDPA flash, cuDNN and the notebook's two kernels in one run, a row
-    each; its output checked against the float32 formula after timing, as the two kernels' is,
-    and the bits of its dQ compared across two calls (float32 atomics add in any order)."""
+    and no goal: timed against `baselines` (SDPA's and the notebook's two kernels, on the same
+    `inputs`) in one run, a row each; its output checked against the float32 formula after
+    timing, as the two kernels' is, and the bits of its dQ compared across two calls (float32
+    atomics add in any order)."""
     import torch
 
     from bench import _backward_atomic as atomic
     from grader.runtime import perf
 
-    b, h, n = SHAPE
-    q, k, v, do, o, lse = _inputs(ref, d, causal)
-    grads = torch.empty((3, b, h, n, d), device="cuda", dtype=torch.float16)
-    mine = torch.empty_like(grads)
-    delta, mine_delta = torch.empty_like(lse), torch.empty_like(lse)
-    dq_acc = torch.empty(q.shape, device="cuda", dtype=torch.float32)
+    q, k, v, do, o, lse = inputs
+    b, h, n, d = q.shape
     problem = f"B {b}, H {h}, N {n}, D {d}{', causal' if causal else ''}"
+    mine = torch.empty((3, b, h, n, d), device="cuda", dtype=torch.float16)
+    delta = torch.empty_like(lse)
+    dq_acc = torch.empty(q.shape, device="cuda", dtype=torch.float32)
 
     def run():
         atomic.attention_gradients_atomic(
-            ref, q, k, v, o, do, lse, mine, causal, delta=mine_delta, dq_acc=dq_acc
+            ref, q, k, v, o, do, lse, mine, causal, delta=delta, dq_acc=dq_acc
         )
 
     def verify():
@@ -233,14 +227,7 @@ def _atomic_case(section, ref, d: int, causal: bool) -> None:
         if differ == 0
         else f"dQ: {differ:.1%} of its elements differ between two calls"
     )
-    baselines, _ = _sdpa_baselines(ref, q, k, v, do, causal)  # _case reports one that cannot run
-    baselines = {f"{name} backward": fn for name, fn in baselines.items()}
-    baselines["10 backward, two kernels"] = lambda: ref.attention_gradients(
-        q, k, v, o, do, lse, grads, causal, delta=delta
-    )
-    comparisons = perf.compare_all(run, baselines, name=ATOMIC, verify=verify)
-    work = ref.backward_flops(b, h, n, d, causal)
-    for c in comparisons:
+    for c in perf.compare_all(run, baselines, name=ATOMIC, verify=verify):
         if c.flags:
             raise RuntimeError(f"{problem}: these times cannot be trusted: {'; '.join(c.flags)}")
         section.rows.append(_report.row_from(c, ATOMIC, problem, work, "TFLOP/s", note))
