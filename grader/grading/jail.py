@@ -180,17 +180,9 @@ def prepared(
         if len(f"{folder}/run/kernel-65535") > 107:  # sun_path: 108 bytes with its NUL
             raise JailError(f"{folder}: too long for Unix sockets; set TMPDIR to a short path")
         spec = Spec(
-            str(folder),
-            list(kernel_argv),
-            uid,
-            scratch_bytes,
-            nproc,
-            gpu,
-            env or {},
-            list(tools),
-            str(kernel_cache or ""),
-            compiling,
-        )
+            str(folder), list(kernel_argv), uid, scratch_bytes, nproc, gpu, env or {}, list(tools),
+            kernel_cache=str(kernel_cache or ""), compiling=compiling,
+        )  # fmt: skip
         folder.chmod(0o755)
         spec.run.mkdir()
         os.chown(spec.run, uid, uid)
