@@ -11,22 +11,26 @@ of shape (B, H, N, D), the last dimension contiguous; `lse` of 07's forward in b
 units of `qk * qk_scale`, qk_scale = log2(e) / sqrt(D); δ from the notebook's `attention_delta`;
 `out` of shape (3, B, H, N, D) holding dQ, dK, dV.
 
-Import after bench/backward.py's `load()`: that chose the device's mode, which triton reads when
-imported, and put the notebook's folder, with flash_forward.py, on the import path.
+Import after `grader.runtime.device.setup()`: it imports triton.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 
-import torch
-import triton
-import triton.language as tl
-from flash_forward import LOG2E, _rows
-
+from bench import _notebook
 from grader.runtime import device
 
 DEVICE = device.current()
+_FOLDER = str(_notebook.source_path("10_flash_backward").parent)
+if _FOLDER not in sys.path:  # flash_forward.py, released beside the notebook, as it imports it
+    sys.path.insert(0, _FOLDER)
+
+import torch  # noqa: E402
+import triton  # noqa: E402 (after the mode is chosen)
+import triton.language as tl  # noqa: E402
+from flash_forward import LOG2E, _rows  # noqa: E402
 
 # Tile sizes (BLOCK_M, BLOCK_N, num_warps, num_stages) on a GPU, per head dim: the notebook's
 # dK/dV tiles, the same loop with one more product and a (BLOCK_M, D) float32 tile more in
