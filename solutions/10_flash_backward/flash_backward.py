@@ -1,6 +1,6 @@
 # %% [markdown]
 # # 10 · FlashAttention backward
-# *Reading time: about 12 minutes.*
+# *Reading time: about 13 minutes.*
 #
 # 07's kernel computes attention without ever storing the N × N matrix of probabilities. Training
 # needs more: the gradients of the loss with respect to Q, K and V, and the textbook backward
