@@ -5,8 +5,10 @@ fresh processes (tests/test_autograde.py grades its class so)."""
 
 import os
 import resource
+import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,7 +54,7 @@ def test_a_run_gets_its_arguments_folder_environment_limit_and_log(forks, tmp_pa
     env = {"ZYGOTE_TEST": "mine"}
     pid = forks.start(["7", "--x=1"], cwd=tmp_path, env=env, log=log, data_limit=1 << 33)
     assert pid > 0 and pid != forks.process.pid
-    assert forks.wait() == 7
+    assert forks.wait(pid) == 7
     text = log.read_text()
     assert "args ['7', '--x=1'" in text  # then the kernel connection's options
     assert f"cwd {tmp_path}" in text
@@ -62,8 +64,8 @@ def test_a_run_gets_its_arguments_folder_environment_limit_and_log(forks, tmp_pa
 
 def test_what_a_run_makes_in_temporary_folders_goes_with_it(forks, tmp_path):
     log = tmp_path / "run.log"
-    forks.start(["0"], cwd=tmp_path, env={}, log=log)
-    assert forks.wait() == 0
+    pid = forks.start(["0"], cwd=tmp_path, env={}, log=log)
+    assert forks.wait(pid) == 0
     (sockets,) = [a.partition("=")[2] for a in log.read_text().split("'") if ".ip=" in a]
     assert "/kernel-" in sockets  # kernel_connection's private folder, made in the run
     assert not Path(sockets).parent.exists()
@@ -71,11 +73,25 @@ def test_what_a_run_makes_in_temporary_folders_goes_with_it(forks, tmp_path):
 
 def test_runs_follow_one_another_and_failures_are_reported(forks, tmp_path):
     for n in range(3):
-        forks.start([str(n)], cwd=tmp_path, env={}, log=tmp_path / f"{n}.log")
-        assert forks.wait() == n
-    forks.start(["raise"], cwd=tmp_path, env={}, log=tmp_path / "raise.log")
-    assert forks.wait() == 1
+        pid = forks.start([str(n)], cwd=tmp_path, env={}, log=tmp_path / f"{n}.log")
+        assert forks.wait(pid) == n
+    pid = forks.start(["raise"], cwd=tmp_path, env={}, log=tmp_path / "raise.log")
+    assert forks.wait(pid) == 1
     assert "ValueError: a failing run" in (tmp_path / "raise.log").read_text()
+
+
+def test_runs_side_by_side_each_get_their_own_status(forks, tmp_path):
+    """Threads share one zygote: runs started together end in any order, and each wait gets the
+    status of its own run."""
+    sleeper = forks.start(["sleep"], cwd=tmp_path, env={}, log=tmp_path / "sleep.log")
+    quick = {
+        n: forks.start([str(n)], cwd=tmp_path, env={}, log=tmp_path / f"{n}.log") for n in (3, 4)
+    }
+    with ThreadPoolExecutor(2) as threads:
+        codes = dict(zip(quick, threads.map(forks.wait, quick.values()), strict=True))
+    assert codes == {3: 3, 4: 4}
+    os.kill(sleeper, signal.SIGKILL)
+    assert forks.wait(sleeper) == -signal.SIGKILL
 
 
 def test_the_sandbox_kills_a_forked_run_past_its_time(forks, tmp_path):
@@ -91,19 +107,31 @@ def test_the_sandbox_kills_a_forked_run_past_its_memory(forks, tmp_path):
         ["hog"], log=tmp_path / "log", timeout=60, memory_limit=300 << 20, zygote=forks
     )
     assert done.killed == "memory"
-    forks.start(["0"], cwd=tmp_path, env={}, log=tmp_path / "after.log")
-    assert forks.wait() == 0  # the zygote goes on
+    pid = forks.start(["0"], cwd=tmp_path, env={}, log=tmp_path / "after.log")
+    assert forks.wait(pid) == 0  # the zygote goes on
 
 
-def test_a_pool_lends_each_zygote_to_one_run_and_restarts_a_dead_one(tmp_path):
+def test_a_pool_lends_one_zygote_to_every_run_and_restarts_a_dead_one(tmp_path):
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}
-    with zygote.pool(1, env, build.ROOT) as zygotes:
+    with zygote.pool(env, build.ROOT) as zygotes:
         assert zygotes.started == []  # none until lent
-        with zygotes.lease() as first:
-            pass
+        with zygotes.lease() as first, zygotes.lease() as beside:
+            assert beside is first  # two runs at once share it
         first.process.kill()
         first.process.wait()
         with zygotes.lease() as second:
             assert second is not first and second.process.poll() is None
         assert len(zygotes.started) == 2
     assert second.process.returncode == 0
+
+
+def test_a_zygote_that_dies_fails_the_runs_it_held(tmp_path):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}
+    forks = zygote.Zygote(env, build.ROOT, main=MAIN)
+    pid = forks.start(["sleep"], cwd=tmp_path, env={}, log=tmp_path / "sleep.log")
+    forks.process.kill()
+    forks.process.wait()
+    with pytest.raises(zygote.ZygoteError, match="before run"):
+        forks.wait(pid)
+    os.kill(pid, signal.SIGKILL)  # orphaned by the zygote's death
+    forks.close()

@@ -114,7 +114,7 @@ class Batch:
     kernel_cache: bool = True  # on a GPU, compile the course's kernels once (grading.kernel_cache)
     kernels: Path | None = None  # those compiled kernels, while `kernel_cache.seeded` holds them
     gpus: list[devices.Gpu] = field(default_factory=list)  # in GPU mode; none: all visible
-    # forking nbgraders for the batch's runs while `forking` holds them (grader.grading.zygote)
+    # the forking nbgrader of the batch's runs while `forking` holds it (grader.grading.zygote)
     zygotes: zygote.Pool | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -195,11 +195,11 @@ def nbgrader_args(batch: Batch, *args: str) -> list[str]:
 @contextmanager
 def forking(batch: Batch) -> Iterator[None]:
     """`batch.zygotes` while the block runs, where the batch has none yet: the nbgrader runs of
-    its students and feedback are forked from them (grader.grading.zygote)."""
+    its students and feedback are forked from its zygote (grader.grading.zygote)."""
     if batch.zygotes is not None:
         yield
         return
-    with zygote.pool(batch.jobs, environment(batch), batch.root) as zygotes:
+    with zygote.pool(environment(batch), batch.root) as zygotes:
         batch.zygotes = zygotes
         try:
             yield
@@ -211,7 +211,7 @@ def run_sandboxed(
     batch: Batch, args: list[str], *, log: Path, env: dict[str, str], data_limit: int | None = None
 ) -> sandbox.Finished:
     """`nbgrader ARGS` within the batch's limits (grader.grading.sandbox), its output in `log`:
-    forked from one of `batch.zygotes` where it has them, else started afresh."""
+    forked from the batch's zygote where it has one, else started afresh."""
     with batch.zygotes.lease() if batch.zygotes else nullcontext() as forks:
         return sandbox.run(
             args if forks else nbgrader_main.command(*args),

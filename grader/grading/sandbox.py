@@ -13,6 +13,7 @@ the machine and the other submissions carry on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
 import signal
@@ -91,7 +92,7 @@ def run(
     else:
         env = os.environ if env is None else env
         pid = zygote.start(command, cwd=cwd or Path.cwd(), env=env, log=log, data_limit=data_limit)
-        wait = zygote.wait  # the child stays the zygote's until then, so it can be watched
+        wait = functools.partial(zygote.wait, pid)  # the zygote's child until then: watched here
     seen = {pid: psutil.Process(pid)}  # every process of the tree seen so far
     killed: str | None = None
     peak = 0

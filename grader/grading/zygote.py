@@ -6,13 +6,15 @@ A `Zygote` is a process of the trusted side that has made those imports and noth
 database, no kernel, no thread but an idle one of torch's; nothing of a student's reaches it. For
 each run it forks a child that takes the run's working directory, environment, data limit and
 log and runs nbgrader's `main`, as `python -m grader.authoring.nbgrader_main ARGS` would; its
-kernel is started, and sandboxed, as before.
+kernel is started, and sandboxed, as before. One zygote serves a whole batch, its runs side by
+side: a zygote costs seconds of CPU (torch's import above all) and hundreds of MB, once.
 
 The protocol, one JSON object a line on stdin and stdout: {"run": {...}} is answered with
-{"pid": N} once the child is forked; {"wait": true} with {"returncode": N} once it has ended
-(negative: the signal that ended it). Until then the child is the zygote's, so that the caller can
-watch it (grader.grading.sandbox) and kill it and what it starts. One run at a time: a grading
-slot owns its zygote (`Pool`).
+{"pid": N} once the child is forked; whenever a child ends, {"ended": N, "returncode": M} follows
+(negative M: the signal that ended it). Until then the child is the zygote's, so that the caller
+can watch it (grader.grading.sandbox) and kill it and what it starts. The zygote stays
+single-threaded: it waits on stdin and reaps its children in one loop, so that no lock another
+thread holds is copied into a child half-taken.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import json
 import os
 import queue
 import resource
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
@@ -34,11 +38,12 @@ from pathlib import Path
 
 # What a run needs that is worth importing once: nbgrader's apps (with nbconvert and
 # SQLAlchemy), the preprocessors and the course's own, which the configuration names; and the
-# judge's shell and torch, which the release's cells import there (about 1.8 s a student;
-# importing torch starts no CUDA context, so each child starts its own, as torch's DataLoader
-# workers do). Then, where the batch's environment names the mode, Triton and the runtime the
-# release's setup cell imports, Triton's environment set first as device.setup sets it (a run
-# whose environment asks another mode fails in setup, as a notebook that imported Triton first).
+# judge's shell and torch, which the release's cells import there (about 1.8 s, once a batch
+# instead of once a student; importing torch starts no CUDA context, so each child starts its
+# own, as torch's DataLoader workers do). Then, where the batch's environment names the mode,
+# Triton and the runtime the release's setup cell imports, Triton's environment set first as
+# device.setup sets it (a run whose environment asks another mode fails in setup, as a notebook
+# that imported Triton first).
 PRELOAD = (
     "nbgrader.apps.nbgraderapp",
     "nbgrader.preprocessors",
@@ -57,6 +62,7 @@ PRELOAD_RUNTIME = (
 )
 READY = "ready"
 NBGRADER_MAIN = "nbgrader.apps.nbgraderapp:main"  # what a run runs: "module:function"
+REAP_SECONDS = 0.05  # how often the zygote looks for ended children while stdin is quiet
 
 
 class ZygoteError(RuntimeError):
@@ -65,7 +71,8 @@ class ZygoteError(RuntimeError):
 
 class Zygote:
     """A forking nbgrader, started with `env` in `cwd` (the batch's); `close` ends it. `main`
-    names the function a run calls, with the run's arguments in sys.argv[1:]."""
+    names the function a run calls, with the run's arguments in sys.argv[1:]. Threads may share
+    it: each `start` gets its own child's pid, each `wait(pid)` that child's status."""
 
     def __init__(self, env: Mapping[str, str], cwd: Path, main: str = NBGRADER_MAIN):
         self.process = subprocess.Popen(
@@ -76,18 +83,47 @@ class Zygote:
             env=dict(env),
             text=True,
         )
+        self._asking = threading.Lock()  # one "run" request at a time: its pid answers it
+        self._pids: queue.Queue[int | str] = queue.Queue()
+        self._ended: dict[int, int] = {}
+        self._changed = threading.Condition()
+        self._gone: str | None = None  # why no more answers will come
         self._read(READY)
+        self._reader = threading.Thread(target=self._answers, daemon=True)
+        self._reader.start()
 
     def _read(self, key: str):
         line = self.process.stdout.readline()
         try:
             return json.loads(line)[key]
         except (ValueError, KeyError, TypeError):
-            code = self.process.poll()
-            raise ZygoteError(
-                f"the nbgrader zygote answered {line!r} where {key!r} belongs"
-                + (f" and ended with {code}" if code is not None else "")
-            ) from None
+            raise self._broken(f"answered {line!r} where {key!r} belongs") from None
+
+    def _broken(self, what: str) -> ZygoteError:
+        code = self.process.poll()
+        ended = f" and ended with {code}" if code is not None else ""
+        return ZygoteError(f"the nbgrader zygote {what}{ended}")
+
+    def _answers(self) -> None:
+        """The reader of the zygote's stdout: pids to `start`, ends to `wait`."""
+        why = "closed its output"
+        for line in self.process.stdout:
+            try:
+                answer = json.loads(line)
+                if "pid" in answer:
+                    self._pids.put(int(answer["pid"]))
+                    continue
+                pid, code = int(answer["ended"]), int(answer["returncode"])
+            except (ValueError, KeyError, TypeError):
+                why = f"answered {line!r}"
+                break
+            with self._changed:
+                self._ended[pid] = code
+                self._changed.notify_all()
+        with self._changed:
+            self._gone = why
+            self._changed.notify_all()
+        self._pids.put(why)
 
     def _ask(self, request: dict) -> None:
         try:
@@ -107,13 +143,26 @@ class Zygote:
     ) -> int:
         """Fork `nbgrader ARGS`, its output going to `log`: the child's pid."""
         run = {"args": list(args), "cwd": str(cwd), "env": dict(env), "log": str(log)}
-        self._ask({"run": {**run, "data_limit": data_limit}})
-        return int(self._read("pid"))
+        with self._asking:
+            self._ask({"run": {**run, "data_limit": data_limit}})
+            pid = self._pids.get()
+        if isinstance(pid, str):
+            self._pids.put(pid)  # for the next caller too
+            raise self._broken(pid)
+        return pid
 
-    def wait(self) -> int:
-        """The exit status of the child `start` forked, once it has ended (-N: signal N)."""
-        self._ask({"wait": True})
-        return int(self._read("returncode"))
+    def wait(self, pid: int) -> int:
+        """The exit status of the child `start` forked as `pid`, once it has ended (-N: signal
+        N)."""
+        with self._changed:
+            while pid not in self._ended:
+                if self._gone is not None:
+                    raise self._broken(f"{self._gone} before run {pid} ended")
+                self._changed.wait()
+            return self._ended.pop(pid)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None and self._gone is None
 
     def close(self) -> None:
         self.process.stdin.close()
@@ -122,39 +171,37 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self._reader.join(timeout=10)
         self.process.stdout.close()
 
 
 class Pool:
-    """Zygotes for `size` grading slots, each started when first needed; `lease` lends one to
-    one run at a time."""
+    """The batch's zygote, started when first needed and restarted if it died; `lease` lends it
+    to a run (several at once)."""
 
-    def __init__(self, size: int, env: Mapping[str, str], cwd: Path):
+    def __init__(self, env: Mapping[str, str], cwd: Path):
         self.env, self.cwd = dict(env), cwd
-        self.free: queue.Queue[Zygote | None] = queue.Queue()
-        for _ in range(max(1, size)):
-            self.free.put(None)
+        self._starting = threading.Lock()
+        self.current: Zygote | None = None
         self.started: list[Zygote] = []
 
     @contextmanager
     def lease(self) -> Iterator[Zygote]:
-        zygote = self.free.get()
-        try:
-            if zygote is None or zygote.process.poll() is not None:
-                zygote = Zygote(self.env, self.cwd)
-                self.started.append(zygote)
-            yield zygote
-        finally:
-            self.free.put(zygote)
+        with self._starting:
+            if self.current is None or not self.current.alive():
+                self.current = Zygote(self.env, self.cwd)
+                self.started.append(self.current)
+            zygote = self.current
+        yield zygote
 
     def close(self) -> None:
         for zygote in self.started:
             zygote.close()
 
 
-def pool(size: int, env: Mapping[str, str], cwd: Path) -> closing[Pool]:
+def pool(env: Mapping[str, str], cwd: Path) -> closing[Pool]:
     """A Pool, closed as the `with` block ends."""
-    return closing(Pool(size, env, cwd))
+    return closing(Pool(env, cwd))
 
 
 # -- the zygote's side ---------------------------------------------------------------------------
@@ -208,7 +255,7 @@ def serve(main: str = NBGRADER_MAIN) -> None:
 
     nbgrader_main.lean()
     # A Ctrl-C at the terminal reaches the whole process group: the batch kills its runs and
-    # closes the zygotes (grader.grading.autograde); the zygote itself stays quiet.
+    # closes its zygote (grader.grading.autograde); the zygote itself stays quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in PRELOAD:
         importlib.import_module(name)
@@ -225,21 +272,44 @@ def serve(main: str = NBGRADER_MAIN) -> None:
     sys.stdout = sys.stderr  # whatever an import prints stays off the protocol
     replies.write(json.dumps({READY: True}) + "\n")
     replies.flush()
-    child = None
-    for line in sys.stdin:
-        request = json.loads(line)
-        if "run" in request:
-            child = os.fork()
-            if child == 0:
-                _child(request["run"], run_main)
-            replies.write(json.dumps({"pid": child}) + "\n")
-        elif "wait" in request and child is not None:
-            _, status = os.waitpid(child, 0)
-            child = None
-            replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
-        else:
-            replies.write(json.dumps({"error": f"unexpected request {request}"}) + "\n")
-        replies.flush()
+    answer = replies.fileno()
+    children: set[int] = set()
+    pending = b""
+    while True:
+        readable, _, _ = select.select([sys.stdin.fileno()], [], [], REAP_SECONDS)
+        for pid, code in _reaped(children):
+            os.write(answer, _line({"ended": pid, "returncode": code}))
+        if not readable:
+            continue
+        data = os.read(sys.stdin.fileno(), 1 << 16)
+        if not data:
+            return
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            request = json.loads(line)
+            if "run" in request:
+                child = os.fork()
+                if child == 0:
+                    _child(request["run"], run_main)
+                children.add(child)
+                os.write(answer, _line({"pid": child}))
+            else:
+                os.write(answer, _line({"error": f"unexpected request {request}"}))
+
+
+def _reaped(children: set[int]) -> list[tuple[int, int]]:
+    """(pid, exit status) of each of `children` that has ended, taken out of the set."""
+    ended = []
+    for pid in list(children):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            children.discard(pid)
+            ended.append((pid, os.waitstatus_to_exitcode(status)))
+    return ended
+
+
+def _line(answer: dict) -> bytes:
+    return (json.dumps(answer) + "\n").encode()
 
 
 if __name__ == "__main__":
