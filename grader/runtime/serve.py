@@ -161,11 +161,12 @@ class Server:
         if name not in self.namespace:
             return {"kind": "missing"}
         value = self.namespace[name]
-        from triton.runtime import KernelInterface
+        # a Triton kernel exists only where Triton is imported: a notebook that never imports it
+        # is not made to (Triton imports torch: seconds of a kernel's start)
+        runtime = sys.modules.get("triton.runtime")
+        if runtime is not None and isinstance(value, runtime.KernelInterface):
+            from grader.runtime import launches
 
-        from grader.runtime import launches
-
-        if isinstance(value, KernelInterface):
             return {"kind": "kernel", "name": launches.kernel_name(value)}
         if callable(value) and not isinstance(value, type):
             return {"kind": "function", "name": str(getattr(value, "__name__", name))[:200]}
@@ -177,8 +178,6 @@ class Server:
     def receive_storages(self, specs: list, blobs: list) -> list[int]:
         """Mirror the judge's storages, each sent or `same` (the mirror kept from an earlier
         message holds the bytes the judge has, kept here too, on the host, in `known`)."""
-        import torch
-
         for spec in specs:
             handle, mirror = spec["id"], self.mirrors.get(spec["id"])
             if spec.get("same") is True:
@@ -187,6 +186,8 @@ class Server:
                 continue
             data = blobs[spec["blob"]]
             if mirror is None or mirror.nbytes() != len(data):
+                import torch  # only where the judge sends tensors
+
                 mirror = torch.empty(len(data), dtype=torch.uint8, device=self.device)
                 self.mirrors[handle] = mirror = mirror.untyped_storage()
                 self.known[handle] = bytearray(len(data))

@@ -21,6 +21,7 @@ import json
 import math
 import socket
 import struct
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -264,8 +265,9 @@ class Codec:
     def encode(self, value, depth: int = 0):
         if depth > MAX_DEPTH:
             raise WireError("a value nested too deeply to send")
-        import torch
-
+        # torch's types exist only where torch is imported: a notebook that never imports it
+        # is not made to (seconds of a kernel's start)
+        torch = sys.modules.get("torch")
         if value is None or isinstance(value, bool | str | int):
             return value
         if isinstance(value, float):
@@ -284,15 +286,15 @@ class Codec:
                     for k, v in self._counted(value.items())
                 ]
             }
-        if isinstance(value, torch.dtype):
+        if torch is not None and isinstance(value, torch.dtype):
             return {"dtype": dtype_name(value)}
-        if isinstance(value, torch.device):
+        if torch is not None and isinstance(value, torch.device):
             return {"device": str(value)}
         if isinstance(value, slice):
             return {
                 "slice": [self.encode(p, depth + 1) for p in (value.start, value.stop, value.step)]
             }
-        if isinstance(value, torch.Tensor):
+        if torch is not None and isinstance(value, torch.Tensor):
             if self.tensor_out is None:
                 raise WireError("a tensor where none can be sent")
             return {"tensor": self.tensor_out(value)}
