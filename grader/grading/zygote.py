@@ -38,8 +38,8 @@ from pathlib import Path
 
 # What a run needs that is worth importing once: nbgrader's apps (with nbconvert and
 # SQLAlchemy), the preprocessors and the course's own, which the configuration names; and the
-# judge's shell and torch, which the release's cells import there (about 1.8 s, once a batch
-# instead of once a student; importing torch starts no CUDA context, so each child starts its
+# judge's shell and torch, which the release's cells import there (about 1.8 s that each
+# student's run would pay again; importing torch starts no CUDA context, so each child starts its
 # own, as torch's DataLoader workers do). Then, where the batch's environment names the mode,
 # Triton and the runtime the release's setup cell imports, Triton's environment set first as
 # device.setup sets it (a run whose environment asks another mode fails in setup, as a notebook
