@@ -9,6 +9,13 @@ Goals (issue of notebook 10): at least 1.0x SDPA flash's backward in every case,
 0.8x cuDNN's at D = 128, causal and not; cuDNN at D = 64 is reported. The kernels, launchers and
 tiles are the notebook's cells, read from solutions/10_flash_backward/flash_backward.py.
 
+Where cuDNN stays ahead at D = 128, by Nsight Compute on an H200
+(results/2026-11-30-h200-backward-ncu-d128.json): its backward is one persistent kernel, a
+program per SM, of three warpgroups (384 threads) issuing wgmma at 168 registers a thread, its SMs
+busy 64% of the time. The notebook's dK/dV and dQ kernels run 8 warps at 255 registers a thread,
+one program per SM (12.5% occupancy), busy 47% and 70%; dK/dV alone takes longer than cuDNN's
+whole main kernel (6.33 against 5.86 ms at base clocks).
+
 Beside them, and no goal: the one-kernel form of FlashAttention-2's CUDA backward and cuDNN's
 (bench/_backward_atomic.py), the dK/dV program also adding dS K into a float32 dQ with
 `tl.atomic_add` (five products per tile pair instead of seven), then a kernel converting dQ to
