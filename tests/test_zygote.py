@@ -38,12 +38,12 @@ def report():
 
 
 MAIN = "tests.test_zygote:report"
+ENV = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}  # a zygote's own
 
 
 @pytest.fixture
 def forks(tmp_path):
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}
-    z = zygote.Zygote(env, build.ROOT, main=MAIN)
+    z = zygote.Zygote(ENV, build.ROOT, main=MAIN)
     yield z
     z.close()
     assert z.process.returncode == 0
@@ -112,8 +112,7 @@ def test_the_sandbox_kills_a_forked_run_past_its_memory(forks, tmp_path):
 
 
 def test_a_pool_lends_one_zygote_to_every_run_and_restarts_a_dead_one(tmp_path):
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}
-    with zygote.pool(env, build.ROOT) as zygotes:
+    with zygote.pool(ENV, build.ROOT) as zygotes:
         assert zygotes.started == []  # none until lent
         with zygotes.lease() as first, zygotes.lease() as beside:
             assert beside is first  # two runs at once share it
@@ -126,8 +125,7 @@ def test_a_pool_lends_one_zygote_to_every_run_and_restarts_a_dead_one(tmp_path):
 
 
 def test_a_zygote_that_dies_fails_the_runs_it_held(tmp_path):
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(build.ROOT)}
-    forks = zygote.Zygote(env, build.ROOT, main=MAIN)
+    forks = zygote.Zygote(ENV, build.ROOT, main=MAIN)
     pid = forks.start(["sleep"], cwd=tmp_path, env={}, log=tmp_path / "sleep.log")
     forks.process.kill()
     forks.process.wait()

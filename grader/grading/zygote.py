@@ -62,7 +62,7 @@ PRELOAD_RUNTIME = (
 )
 READY = "ready"
 NBGRADER_MAIN = "nbgrader.apps.nbgraderapp:main"  # what a run runs: "module:function"
-REAP_SECONDS = 0.05  # how often the zygote looks for ended children while stdin is quiet
+REAP_SECONDS = 0.05  # how often the zygote looks for ended children (none: it sleeps on stdin)
 
 
 class ZygoteError(RuntimeError):
@@ -276,7 +276,8 @@ def serve(main: str = NBGRADER_MAIN) -> None:
     children: set[int] = set()
     pending = b""
     while True:
-        readable, _, _ = select.select([sys.stdin.fileno()], [], [], REAP_SECONDS)
+        wake = REAP_SECONDS if children else None  # an idle zygote waits for a request alone
+        readable, _, _ = select.select([sys.stdin.fileno()], [], [], wake)
         for pid, code in _reaped(children):
             os.write(answer, _line({"ended": pid, "returncode": code}))
         if not readable:
