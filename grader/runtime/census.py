@@ -91,11 +91,14 @@ class Census:
 
     @contextmanager
     def session(self) -> Iterator[None]:
-        from torch.profiler import ProfilerActivity, profile
+        # torch.autograd.profiler's class, which torch.profiler.profile wraps: the wrapper's
+        # first start imports torch._inductor (2 s of CPU on a first speed cell) for a setting
+        # of its own, and the census needs nothing it adds
+        from torch.autograd.profiler import profile
 
         try:
             with warnings.catch_warnings(action="ignore"):  # its notes on keeping events
-                running = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                running = profile(use_device="cuda", use_kineto=True)
                 running.__enter__()
         except Exception as exc:  # CUPTI missing, or taken by another profiler in this process
             raise CensusUnavailable(
