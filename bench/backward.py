@@ -14,7 +14,10 @@ Where cuDNN stays ahead at D = 128, by Nsight Compute on an H200
 program per SM, of three warpgroups (384 threads) issuing wgmma at 168 registers a thread, its SMs
 busy 64% of the time. The notebook's dK/dV and dQ kernels run 8 warps at 255 registers a thread,
 one program per SM (12.5% occupancy), busy 47% and 70%; dK/dV alone takes longer than cuDNN's
-whole main kernel (6.33 against 5.86 ms at base clocks).
+whole main kernel (6.33 against 5.86 ms at base clocks). Triton 3.6 does not close the gap by
+itself: with either kernel's loop written `tl.range(..., warp_specialize=True)`, or with
+`num_stages=2` or `flatten=True` there, each kernel took within 2% of its time without, at four
+tile configurations each (results/2026-11-30-h200-backward-loop-options.json).
 
 Beside them, and no goal: the one-kernel form of FlashAttention-2's CUDA backward and cuDNN's
 (bench/_backward_atomic.py), the dK/dV program also adding dS K into a float32 dQ with
