@@ -57,7 +57,7 @@ def windows(trace: dict) -> list[tuple[str, float, float]]:
 
 
 def attribute(trace: dict) -> list[Seen]:
-    """Every GPU activity of a Chrome trace (torch.profiler's `export_chrome_trace`) launched
+    """Every GPU activity of a Chrome trace (the profiler's `export_chrome_trace`) launched
     inside one of its census windows, in launch order. Windows follow one another (a call
     returns before the next opens), so the window of a launch is the last one opened before it."""
     events = trace.get("traceEvents", [])
