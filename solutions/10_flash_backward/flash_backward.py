@@ -1276,3 +1276,7 @@ else:
 #    differently?
 # 4. Add dropout to the forward and the backward: what must the backward know to rebuild the same
 #    mask without storing it?
+# 5. On a Hopper GPU, write the dK/dV loop as `tl.range(lo, hi, BLOCK_M, warp_specialize=True)`
+#    and time it. Then profile cuDNN's backward beside yours in Nsight Compute (threads a program,
+#    registers a thread, programs per SM). What would your kernel have to become to work as
+#    cuDNN's does?
