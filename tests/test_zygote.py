@@ -113,13 +113,13 @@ def test_the_sandbox_kills_a_forked_run_past_its_memory(forks, tmp_path):
 
 def test_a_pool_lends_one_zygote_to_every_run_and_restarts_a_dead_one(tmp_path):
     with zygote.pool(ENV, build.ROOT) as zygotes:
-        assert zygotes.started == []  # none until lent
-        with zygotes.lease() as first, zygotes.lease() as beside:
-            assert beside is first  # two runs at once share it
+        assert zygotes.started == []  # none until a run asks
+        first = zygotes.get()
+        assert zygotes.get() is first  # runs side by side share it
         first.process.kill()
         first.process.wait()
-        with zygotes.lease() as second:
-            assert second is not first and second.process.poll() is None
+        second = zygotes.get()
+        assert second is not first and second.process.poll() is None
         assert len(zygotes.started) == 2
     assert second.process.returncode == 0
 

@@ -34,7 +34,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -212,17 +212,17 @@ def run_sandboxed(
 ) -> sandbox.Finished:
     """`nbgrader ARGS` within the batch's limits (grader.grading.sandbox), its output in `log`:
     forked from the batch's zygote where it has one, else started afresh."""
-    with batch.zygotes.lease() if batch.zygotes else nullcontext() as forks:
-        return sandbox.run(
-            args if forks else nbgrader_main.command(*args),
-            log=log,
-            timeout=batch.timeout,
-            memory_limit=batch.memory_limit,
-            data_limit=data_limit,
-            cwd=batch.root,
-            env=env,
-            zygote=forks,
-        )
+    forks = batch.zygotes.get() if batch.zygotes else None
+    return sandbox.run(
+        args if forks else nbgrader_main.command(*args),
+        log=log,
+        timeout=batch.timeout,
+        memory_limit=batch.memory_limit,
+        data_limit=data_limit,
+        cwd=batch.root,
+        env=env,
+        zygote=forks,
+    )
 
 
 def run_nbgrader(batch: Batch, *args: str) -> None:

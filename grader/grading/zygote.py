@@ -32,8 +32,8 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing, suppress
 from pathlib import Path
 
 # What a run needs that is worth importing once: nbgrader's apps (with nbconvert and
@@ -176,8 +176,8 @@ class Zygote:
 
 
 class Pool:
-    """The batch's zygote, started when first needed and restarted if it died; `lease` lends it
-    to a run (several at once)."""
+    """The batch's zygote, started when first needed and restarted if it died; `get` gives it to
+    a run (several at once)."""
 
     def __init__(self, env: Mapping[str, str], cwd: Path):
         self.env, self.cwd = dict(env), cwd
@@ -185,14 +185,12 @@ class Pool:
         self.current: Zygote | None = None
         self.started: list[Zygote] = []
 
-    @contextmanager
-    def lease(self) -> Iterator[Zygote]:
+    def get(self) -> Zygote:
         with self._starting:
             if self.current is None or not self.current.alive():
                 self.current = Zygote(self.env, self.cwd)
                 self.started.append(self.current)
-            zygote = self.current
-        yield zygote
+            return self.current
 
     def close(self) -> None:
         for zygote in self.started:
