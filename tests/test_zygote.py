@@ -3,9 +3,11 @@ limit and log; its exit status comes back; grader.grading.sandbox watches, limit
 as it does a process it started itself; and a class graded through zygotes gets the scores of
 fresh processes (tests/test_autograde.py grades its class so)."""
 
+import json
 import os
 import resource
 import signal
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -111,17 +113,39 @@ def test_the_sandbox_kills_a_forked_run_past_its_memory(forks, tmp_path):
     assert forks.wait(pid) == 0  # the zygote goes on
 
 
-def test_a_pool_lends_one_zygote_to_every_run_and_restarts_a_dead_one(tmp_path):
-    with zygote.pool(ENV, build.ROOT) as zygotes:
-        assert zygotes.started == []  # none until a run asks
-        first = zygotes.get()
-        assert zygotes.get() is first  # runs side by side share it
+def test_batches_of_one_environment_share_a_zygote_restarted_when_it_dies():
+    """Environments that differ only in variables a run reads get one Pool of the process;
+    another environment gets its own."""
+    mine = zygote.shared({**ENV, "BATCH_ONLY": "a"}, ignored={"BATCH_ONLY"})
+    assert zygote.shared({**ENV, "BATCH_ONLY": "b"}, ignored={"BATCH_ONLY"}) is mine
+    assert zygote.shared({**ENV, "OTHER": "1"}, ignored={"BATCH_ONLY"}) is not mine
+    try:
+        assert mine.started == []  # none until a run asks
+        first = mine.get()
+        assert mine.get() is first  # runs side by side share it
         first.process.kill()
         first.process.wait()
-        second = zygotes.get()
+        second = mine.get()
         assert second is not first and second.process.poll() is None
-        assert len(zygotes.started) == 2
+        assert len(mine.started) == 2
+    finally:
+        mine.close()
     assert second.process.returncode == 0
+
+
+def test_a_shared_zygote_ends_with_its_process(tmp_path):
+    """No zygote outlives the process that started it (grader.grading.zygote.shared)."""
+    code = (
+        "import json, sys; from grader.grading import zygote; "
+        "print(zygote.shared(json.loads(sys.argv[1])).get().process.pid)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(ENV)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[-1])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_a_zygote_that_dies_fails_the_runs_it_held(tmp_path):

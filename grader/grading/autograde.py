@@ -192,19 +192,29 @@ def nbgrader_args(batch: Batch, *args: str) -> list[str]:
     return [*args, f"--CourseDirectory.root={batch.root}", f"--CourseDirectory.db_url={batch.url}"]
 
 
+# What `environment` sets for one batch that only its runs read, at run time: batches differing in
+# these alone share a zygote (grader.grading.zygote.shared).
+PER_BATCH = (
+    nbgrader_policy.CELL_TIMEOUT_VARIABLE,
+    nbgrader_policy.SPEED_CELL_TIMEOUT_VARIABLE,
+    activity.LIBRARY,
+    activity.UNBUILT,
+)
+
+
 @contextmanager
 def forking(batch: Batch) -> Iterator[None]:
     """`batch.zygotes` while the block runs, where the batch has none yet: the nbgrader runs of
-    its students and feedback are forked from its zygote (grader.grading.zygote)."""
+    its students and feedback are forked from a zygote this process keeps for every batch of the
+    same environment (grader.grading.zygote.shared)."""
     if batch.zygotes is not None:
         yield
         return
-    with zygote.pool(environment(batch), batch.root) as zygotes:
-        batch.zygotes = zygotes
-        try:
-            yield
-        finally:
-            batch.zygotes = None
+    batch.zygotes = zygote.shared(environment(batch), ignored=PER_BATCH)
+    try:
+        yield
+    finally:
+        batch.zygotes = None
 
 
 def run_sandboxed(

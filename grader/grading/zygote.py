@@ -7,7 +7,8 @@ database, no kernel, no thread but an idle one of torch's; nothing of a student'
 each run it forks a child that takes the run's working directory, environment, data limit and
 log and runs nbgrader's `main`, as `python -m grader.authoring.nbgrader_main ARGS` would; its
 kernel is started, and sandboxed, as before. One zygote serves a whole batch, its runs side by
-side: a zygote costs seconds of CPU (torch's import above all) and hundreds of MB, once.
+side, and every later batch of the same process and environment (`shared`): a zygote costs
+seconds of CPU (torch's import above all) and hundreds of MB, once.
 
 The protocol, one JSON object a line on stdin and stdout: {"run": {...}} is answered with
 {"pid": N} once the child is forked; whenever a child ends, {"ended": N, "returncode": M} follows
@@ -19,6 +20,7 @@ thread holds is copied into a child half-taken.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
@@ -32,8 +34,8 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import closing, suppress
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 
 # What a run needs that is worth importing once: nbgrader's apps (with nbconvert and
@@ -197,9 +199,28 @@ class Pool:
             zygote.close()
 
 
-def pool(env: Mapping[str, str], cwd: Path) -> closing[Pool]:
-    """A Pool, closed as the `with` block ends."""
-    return closing(Pool(env, cwd))
+_SHARED: dict[tuple[tuple[str, str], ...], Pool] = {}
+_SHARING = threading.Lock()
+
+
+def shared(env: Mapping[str, str], ignored: Collection[str] = ()) -> Pool:
+    """This process's Pool for `env`: batches whose environments differ only in `ignored`
+    (variables that their runs read, never the zygote's imports) share one zygote, started in
+    the folder that holds the grader package rather than in any batch's; each such Pool is closed
+    as the process exits."""
+    key = tuple(sorted((k, v) for k, v in env.items() if k not in ignored))
+    with _SHARING:
+        if not _SHARED:
+            atexit.register(_close_shared, os.getpid())
+        if key not in _SHARED:
+            _SHARED[key] = Pool(env, Path(__file__).resolve().parents[2])
+        return _SHARED[key]
+
+
+def _close_shared(owner: int) -> None:
+    if os.getpid() == owner:  # not in a forked copy of the process that started them
+        for shared_pool in _SHARED.values():
+            shared_pool.close()
 
 
 # -- the zygote's side ---------------------------------------------------------------------------
@@ -252,8 +273,9 @@ def serve(main: str = NBGRADER_MAIN) -> None:
     from grader.authoring import nbgrader_main
 
     nbgrader_main.lean()
-    # A Ctrl-C at the terminal reaches the whole process group: the batch kills its runs and
-    # closes its zygote (grader.grading.autograde); the zygote itself stays quiet.
+    # A Ctrl-C at the terminal reaches the whole process group: the batch kills its runs
+    # (grader.grading.autograde) and its process closes the zygote as it exits (`shared`); the
+    # zygote itself stays quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in PRELOAD:
         importlib.import_module(name)
