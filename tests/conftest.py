@@ -8,10 +8,10 @@ from pathlib import Path
 
 # One thread per process for torch's, OpenMP's and the BLAS libraries' pools, in the test
 # processes and every kernel and nbgrader run they start (which inherit it), unless set already.
-# The suite runs a process per core (pytest-xdist) and each starts kernels; with a pool per core
-# in each, the pools' threads spin waiting for each other on cores that are busy elsewhere: a
-# 64x64 torch.matmul took 50 times as long beside other work, and a notebook that runs in 6 s
-# took 614 s. Must come before torch or numpy is imported.
+# The suite runs a process per core and one more (pytest-xdist), each starting kernels; with a
+# pool per core in each, the pools' threads spin waiting for each other on cores that are busy
+# elsewhere: a 64x64 torch.matmul took 50 times as long beside other work, and a notebook that
+# runs in 6 s took 614 s. Must come before torch or numpy is imported.
 for _pool in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_pool, "1")
 
