@@ -192,13 +192,15 @@ def nbgrader_args(batch: Batch, *args: str) -> list[str]:
     return [*args, f"--CourseDirectory.root={batch.root}", f"--CourseDirectory.db_url={batch.url}"]
 
 
-# What `environment` sets for one batch that only its runs read, at run time: batches differing in
-# these alone share a zygote (grader.grading.zygote.shared).
+# What differs from one batch to the next that only its runs read, at run time: what `environment`
+# sets for the batch, and pytest's name of the test running (the test suite grades dozens of
+# batches). Batches differing in these alone share a zygote (grader.grading.zygote.shared).
 PER_BATCH = (
     nbgrader_policy.CELL_TIMEOUT_VARIABLE,
     nbgrader_policy.SPEED_CELL_TIMEOUT_VARIABLE,
     activity.LIBRARY,
     activity.UNBUILT,
+    "PYTEST_CURRENT_TEST",
 )
 
 
