@@ -89,7 +89,7 @@ lab: release
 # Test files run side by side (pytest-xdist), the longest first (tests/conftest.py); GPU tests never
 # do, as they time kernels. One worker more than the cores: some tests mostly wait (Slurm's
 # one-minute limit, hung students' timeouts, a browser's page), and the extra worker uses the core
-# meanwhile. On two cores, alone, the pytest step took 11:32 with three workers, 14:18 with two.
+# meanwhile (results/2026-11-30-fourteenth-session.md).
 XDIST := -n $(shell echo $$(( $$(nproc) + 1 ))) --dist loadfile --no-loadscope-reorder
 test: setup
 	$(PY) -m pytest -m "not gpu and not container and not extended" $(XDIST) $(PYTEST_ARGS)
