@@ -87,10 +87,13 @@ lab: release
 	$(PY) -m grader lab
 
 # Test files run side by side (pytest-xdist), the longest first (tests/conftest.py); GPU tests never
-# do, as they time kernels. One worker more than the cores: some tests mostly wait (Slurm's
-# one-minute limit, hung students' timeouts, a browser's page), and the extra worker uses the core
-# meanwhile (results/2026-11-30-fourteenth-session.md).
-XDIST := -n $(shell echo $$(( $$(nproc) + 1 ))) --dist loadfile --no-loadscope-reorder
+# do, as they time kernels. One worker more than the cores this process may use (counted in
+# Python: macOS has no nproc): some tests mostly wait (Slurm's one-minute limit, hung students'
+# timeouts, a browser's page), and the extra worker uses the core meanwhile
+# (results/2026-11-30-fourteenth-session.md).
+WORKERS := $(shell $(PYTHON) -c "import os; cores = os.sched_getaffinity(0) \
+  if hasattr(os, 'sched_getaffinity') else range(os.cpu_count() or 1); print(len(cores) + 1)")
+XDIST := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
 	$(PY) -m pytest -m "not gpu and not container and not extended" $(XDIST) $(PYTEST_ARGS)
 
