@@ -191,7 +191,9 @@ class Server:
                 mirror = torch.empty(len(data), dtype=torch.uint8, device=self.device)
                 self.mirrors[handle] = mirror = mirror.untyped_storage()
                 self.known[handle] = bytearray(len(data))
-            self.known[handle][:] = data  # kept: the next message is read into the blob's slot
+            # kept: the next message is read into the blob's slot. Copied through a memoryview:
+            # a bytearray's slice assignment first copies any other buffer into new memory
+            memoryview(self.known[handle])[:] = data
             wire.fill_storage(mirror, self.known[handle])
         return [spec["id"] for spec in specs]
 
@@ -206,7 +208,7 @@ class Server:
             now = wire.storage_bytes(self.mirrors[handle], self.landing(0, len(known)))
             if known == now:  # a bytearray's comparison: one memcmp
                 continue
-            known[:] = now  # in place: memory written before
+            memoryview(known)[:] = now  # in place, memory written before (as in receive_storages)
             back.append({"id": handle, "blob": len(out)})
             out.append(known)
         return back
