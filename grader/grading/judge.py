@@ -390,7 +390,8 @@ class Judge:
         self.listener.listen(1)
         self.sources: dict[str, tuple[str, int]] = {}  # grader.grading.roles.sources
         self.launchable: frozenset[str] = frozenset()  # grader.grading.roles.launchable
-        self.prefix: Callable[[], list[str]] = list  # the notebook's code before this cell
+        # the code before this cell that a call of the notebook's function needs (roles.replay)
+        self.prefix: Callable[[str], list[str]] = lambda reached: []
         self.profiled: Callable | None = None  # runs ncu in the student's sandbox (profile.Runner)
         self.shell = Shell()
         self._session: Session | None = None
@@ -695,8 +696,10 @@ class Speed:
             return measured
         # the DRAM bytes, counted by ncu run as root in the student's sandbox, its report in a
         # folder only root enters; the profiled child, as the sandbox's user, replays the
-        # notebook's given and answer cells before this one, then makes the call
-        found = perf.counted(case.traffic, case.kernels, sources=self.judge.prefix(),
+        # notebook's answer cells before this one and the given cells the call needs, then makes
+        # the call
+        sources = self.judge.prefix(case.traffic.factory.__name__)
+        found = perf.counted(case.traffic, case.kernels, sources=sources,
                              runner=self.judge.profiled)  # fmt: skip
         return dataclasses.replace(measured, **found)
 

@@ -85,7 +85,7 @@ class JudgedExecute(Execute):
                            self._plan.settings)  # fmt: skip
         self.judge.sources = roles.sources(nb)
         self.judge.launchable = roles.launchable(nb)
-        self.judge.prefix = lambda: roles.replay(nb, self._plan, self._index)
+        self.judge.prefix = lambda reached: roles.replay(nb, self._plan, self._index, reached)
         spec = where.parent / "spec.json"  # the jail's: ncu runs in the student's sandbox too
         self.judge.profiled = jail.ncu_runner(spec, str(folder)) if spec.is_file() else None
         log, why, self._kernel_env = None, None, {}

@@ -212,14 +212,27 @@ def sources(nb) -> dict[str, tuple[str, int]]:
     return found
 
 
-def replay(nb, plan: Plan, before: int) -> list[str]:
-    """The notebook's given and answer cells before cell `before` as the source of a Nsight
-    Compute child (grader.runtime.profile): each in a `try` of its own, so that one that fails
-    leaves the rest to run, as in the kernel."""
+def replay(nb, plan: Plan, before: int, reached: str) -> list[str]:
+    """The source of a Nsight Compute child (grader.runtime.profile) that calls `reached`, a
+    function the notebook binds before cell `before`: every answer cell before it, and of the
+    given cells before it those binding a name that `reached` or a kept cell reads, with the first
+    code cell (the imports, which choose the device); a demonstration nothing reads is left out.
+    Each in a `try` of its own, so that one that fails leaves the rest to run, as in the kernel."""
+    first = next((i for i, c in enumerate(nb.cells) if kind(c) != "markdown"), -1)
+    cells = {
+        i: names(nb.cells[i].source)
+        for i in range(min(before, len(nb.cells)))
+        if plan.where[i] in (STUDENT, BOTH)
+    }
+    kept = {i for i in cells if kind(nb.cells[i]) == "answer" or i == first}
+    while True:  # a function reads the globals of cells before or after its own
+        needed = {reached}.union(*(cells[i].reads for i in kept))
+        more = {i for i, found in cells.items() if found.binds & needed} - kept
+        if not more:
+            break
+        kept |= more
     found = []
-    for cell, where in zip(nb.cells[:before], plan.where[:before], strict=True):
-        if where not in (STUDENT, BOTH):
-            continue
-        code = textwrap.indent(python(cell.source), "    ") or "    pass"
+    for i in sorted(kept):
+        code = textwrap.indent(python(nb.cells[i].source), "    ") or "    pass"
         found.append(f"try:\n{code}\n    pass\nexcept Exception:\n    pass\n")
     return found
