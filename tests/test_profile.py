@@ -605,6 +605,16 @@ def test_each_runs_ncu_as_the_module_says(fake_ncu, monkeypatch):
     assert json.loads(seen()["spec"]) == {"problems": PROBLEMS, "sources": sources}
 
 
+def test_a_count_of_traffic_asks_ncu_for_its_metrics_alone(fake_ncu, monkeypatch):
+    monkeypatch.setattr(profile, "_gpu", lambda: H200)
+    seen = fake_ncu(log=marked(("profile_canary_add",)))
+    call = profile.Call(profile.canary_problem, ["profile_canary_add"], {"n": 1024})
+    found = profile.each({"": call}, metrics=profile.TRAFFIC)[""]
+    argv = seen()["argv"]
+    assert argv[argv.index("--metrics") + 1].split(",") == list(profile.TRAFFIC)
+    assert profile.total(found, "dram_bytes_read") and found.kernels[0].duration_ns
+
+
 def test_the_metrics_asked_for_follow_the_gpu():
     ampere, hopper = profile.metric_names(8), profile.metric_names(9)
     assert [n for n in hopper if "gmma" in n] == [profile.STALL_METRIC.format("gmma")]

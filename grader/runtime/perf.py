@@ -456,7 +456,7 @@ def counted(traffic: Traffic, kernels: Sequence[str], **options) -> dict:
     `options` go to profile.each (the judge's sources and runner)."""
     call = profile.Call(traffic.factory, list(kernels), dict(traffic.params))
     try:
-        found = profile.each({"": call}, **options)[""]
+        found = profile.each({"": call}, metrics=profile.TRAFFIC, **options)[""]
     except profile.ProfileError as failed:
         return {"uncounted": str(failed), "countable": failed.reason not in profile.HOST_CANNOT}
     read = profile.total(found, "dram_bytes_read")

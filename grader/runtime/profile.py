@@ -164,6 +164,11 @@ STALL_REASONS = tuple(
 UNITS = {m.name: m.unit for m in METRICS} | {STALL_METRIC.format(r): "" for r in STALL_REASONS}
 
 
+# what a count of DRAM traffic reads (grader.runtime.perf.Traffic): its bytes, and the duration
+# every profiled launch must have; a pass or two of replays, where every metric takes several
+TRAFFIC = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
+
+
 def metric_names(major: int | None) -> list[str]:
     """The names ncu is asked for on a GPU of compute capability `major` (8 Ampere, 9 Hopper)."""
     stalls = [r for r in STALL_REASONS if r != "gmma" or major == 9]
@@ -558,15 +563,16 @@ def collect(
     sources: Sequence[str] = (),
     timeout: float = 600,
     runner: Runner | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> list[KernelProfile]:
     """Run ncu on the child that makes the `problems` ({"problem": "module:factory", "params":
     params} each), a MARKER launched before each, and read every launch `kernels` matches (every
     launch where none is named), refusing any failure ncu reports (`each` checks the device).
     `sources`: code the child loads as the module SOURCES_MODULE. `runner` starts ncu and the
     child (the judge's, in the student's sandbox); ncu's report lies where the child's user cannot
-    go."""
+    go. `metrics`: those asked for (TRAFFIC, say), where not every one of `metric_names`."""
     tool = find_ncu()
-    asked = metric_names(major)
+    asked = list(metrics) if metrics else metric_names(major)
     env = dict(os.environ)
     # the parent's imports, its working folder ("" in sys.path) included: the child runs elsewhere
     paths = dict.fromkeys(os.path.abspath(p or ".") for p in sys.path)
@@ -933,10 +939,12 @@ def each(
     *,
     sources: Sequence[str] | None = None,
     runner: Runner | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> dict[str, Profile]:
     """Profile several calls, {label: Call}, in one child process under one ncu: {label: Profile}.
     The child gets what each factory reaches (`sources_for`), or `sources`, defining them by name;
-    a MARKER launched before each call tells where its launches begin. `runner`: see `collect`."""
+    a MARKER launched before each call tells where its launches begin. `runner`, `metrics`: see
+    `collect` (a profile of fewer metrics has the others' fields None)."""
     if not calls:
         raise ValueError("name at least one call to profile")
     gpu = _gpu()
@@ -948,7 +956,9 @@ def each(
         {"problem": f"{SOURCES_MODULE}:{c.factory.__name__}", "params": dict(c.params)}
         for c in calls.values()
     ]
-    found = collect(named, major=gpu.major, sources=sources, problems=problems, runner=runner)
+    found = collect(
+        named, major=gpu.major, sources=sources, problems=problems, runner=runner, metrics=metrics
+    )
     profiles = {}
     for (label, call), own in zip(calls.items(), _split(found, len(calls)), strict=True):
         # the first launch of each kernel named
