@@ -330,3 +330,34 @@ def test_the_serving_side_runs_no_operator_but_copies_of_its_own():
     s.close()
     ops = found.get(timeout=30)
     assert ops and set(ops) <= {"copy_", "detach", "empty", "set_", "_to_copy", "lift_fresh"}, ops
+
+
+def test_a_measurement_is_kept_for_the_next_cell_alone_and_only_for_the_same_call():
+    from types import SimpleNamespace
+
+    from grader.grading.judge import Kept
+
+    x, out = torch.ones(4), torch.empty(4)
+
+    def fused():
+        pass
+
+    def verify():
+        pass
+
+    def case(candidate=fused, inputs=(x,), out=out, kernels=("fused_kernel",)):
+        return SimpleNamespace(candidate=candidate, inputs=inputs, out=out, verify=verify,
+                               kernels=[k.upper().lower() for k in kernels])  # fmt: skip
+
+    measured_in = SimpleNamespace(calls=7)
+    kept = Kept(Kept.of(case()), "timing", (), (), 4, measured_in, measured_in.calls)
+    fresh = SimpleNamespace(calls=0)
+    assert kept.holds(case(), 5, fresh)  # the kernel's name an equal string: the same call
+    assert not kept.holds(case(), 6, fresh)  # a cell ran between: the kernel's state may differ
+    assert not kept.holds(case(), 5, SimpleNamespace(calls=1))  # this cell called it first
+    assert not kept.holds(case(inputs=(x.clone(),)), 5, fresh)  # other tensors
+    assert not kept.holds(case(out=None), 5, fresh)
+    assert not kept.holds(case(candidate=verify), 5, fresh)
+    assert not kept.holds(case(kernels=("other_kernel",)), 5, fresh)
+    measured_in.calls += 1  # the cell that measured it called the kernel again afterwards
+    assert not kept.holds(case(), 5, fresh)

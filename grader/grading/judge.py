@@ -168,6 +168,7 @@ class Session:
         self._traced: list | None = None
         self.last_result = None  # what the last request returned
         self.broken: str | None = None
+        self.calls = 0  # requests that ran the student's code: all but the opening `describe`
 
     def _handle(self, storage) -> int:
         key = id(storage)
@@ -294,6 +295,7 @@ class Session:
         bytes that came back written into them, a failure raised here (`raise_failure`)."""
         if self.broken:
             raise NotServed(self.broken)
+        self.calls += header.get("op") != "describe"
         sent: list = []
         header["storages"] = [self._push(h, storage, sent) for h, storage in pushed.items()]
         header["release"], self._released = self._released, []
@@ -581,13 +583,51 @@ class Stream:
 # -- speed ---------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """The student's side of a speed cell's measurement: its call's time, what its timing
+    flagged and what the checks after it found; the code cell it ended in (Speed.cells), and the
+    session with the number of calls it had made by then."""
+
+    key: tuple
+    mine: object  # grader.runtime.timing.Timing
+    timing_flags: tuple[str, ...]
+    checked: tuple[str, ...]
+    cell: int
+    session: Session
+    calls: int
+
+    @staticmethod
+    def of(case) -> tuple:
+        """What makes two cases one call: the function, its tensors, its kernels, its check."""
+        return (case.candidate, case.out, *case.inputs, case.verify, *case.kernels)
+
+    def holds(self, case, cell: int, session: Session) -> bool:
+        """Whether `case`, asked in code cell `cell` before `session` sent anything, is the call
+        kept in the code cell before, whose session sent nothing after the measurement."""
+        same = len(self.key) == len(key := Kept.of(case)) and all(
+            a is b or (isinstance(a, str) and a == b) for a, b in zip(self.key, key, strict=True)
+        )
+        return (
+            same
+            and cell == self.cell + 1
+            and session.calls == 0
+            and self.session.calls == self.calls
+        )
+
+
 class Speed:
     """The judge's measurement of a speed cell whose graded call runs in the student's kernel
     (perf asks it first, through watches.elsewhere). The call is made once to compile and tune,
     once more kept (Session.tracing); for each timed call the student's kernel draws the inputs
     from the judge's seed, flushes the L2 cache and makes the kept call again. Its time: its
     kernels' GPU time in the activity log (grader.grading.activity), which shows all the process
-    ran. Calls picked after they ran are checked on inputs drawn here; baselines are timed here."""
+    ran. Calls picked after they ran are checked on inputs drawn here; baselines are timed here.
+
+    A speed cell right after one that measured the same call (the same function on the same
+    tensors, checked the same way), nothing having been asked of the student's kernel since,
+    times its own baselines against that measurement (`Kept`): 02's two thresholds on one
+    kernel measure it once."""
 
     PASSES = 2
     CALLS = 15  # timed calls a pass
@@ -597,6 +637,13 @@ class Speed:
         self.judge = judge
         self.log = log  # grader.grading.activity.Log, or None (then `why` says why)
         self.why = why
+        self.cells = 0  # code cells begun (`next_cell`)
+        self._kept: Kept | None = None
+        self._student: tuple | None = None  # what _measured found of the student's call
+
+    def next_cell(self) -> None:
+        """A code cell begins, in the judge or in the student's kernel."""
+        self.cells += 1
 
     def measure(self, case):
         """perf.Measured for `case`, or None where its call asks nothing of the student's kernel
@@ -606,6 +653,9 @@ class Speed:
         session = self.judge._session
         if session is None or session.broken:
             return None
+        kept, self._kept = self._kept, None
+        if kept is not None and kept.holds(case, self.cells, session):
+            return self._timed_against(case, kept)
         checks.call_graded(case.candidate, what="the timed code")  # compiles, tunes
         with session.tracing() as traced:
             checks.call_graded(case.candidate, what="the timed code")
@@ -620,10 +670,14 @@ class Speed:
             return perf.Measured(label, unavailable=f"speed cannot be measured here: {why}")
         from grader.runtime import census
 
+        self._student = None
         try:
-            return self._measured(case, session, label)
+            measured = self._measured(case, session, label)
         except (activity.ActivityError, census.CensusUnavailable) as exc:
             return perf.Measured(label, unavailable=f"speed cannot be measured here: {exc}")
+        if self._student is not None:  # after the checks: nothing asked of the kernel since
+            self._kept = Kept(Kept.of(case), *self._student, self.cells, session, session.calls)
+        return measured
 
     def _measured(self, case, session: Session, label: str):
         import random
@@ -632,7 +686,7 @@ class Speed:
         import torch
 
         from grader.grading import activity
-        from grader.runtime import census, perf, timing
+        from grader.runtime import perf, timing
 
         if case.out is None and not isinstance(session.last_result, torch.Tensor):
             return perf.Measured(label, flags=("the timed code returned no tensor",))
@@ -648,11 +702,7 @@ class Speed:
         marker = timing.FLUSH_BYTES + 2 * secrets.randbelow(1 << 16) + 1  # a size no one fills
         before = len(self.log.flush())
         fetched: dict[int, int] = {}  # timed call -> bytes of its output copied here
-        redraw = perf.Redraw(case.inputs)
-        flush = torch.empty(timing.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-        seen = census.Census()  # the baselines' GPU time, in one profiler session
-        for b in case.baselines:
-            b.fn()  # a first call: workspaces, handles
+        redraw, flush, seen = self._baselines_first(case)
         with seen.session():
             for p in range(self.PASSES):
                 picked = {self.CALLS - 1, *random.sample(range(self.CALLS - 1), self.CHECKED - 1)}
@@ -664,17 +714,9 @@ class Speed:
                         wrong = self._output_of(case, inputs, moments, seed)
                         if wrong:
                             return perf.Measured(label, flags=(wrong,))
-                for b in case.baselines:  # timed as the student's call: fresh inputs, L2 flushed
-                    for _ in range(self.CALLS):
-                        redraw()
-                        flush.zero_()
-                        with seen.window(b.name):
-                            b.fn()
+                self._baselines_once(case, seen, redraw, flush)
             torch.cuda.synchronize()
-        baselines = {}  # each one's GPU time: torch's profiler reads the CUPTI records the log does
-        for b in case.baselines:
-            times = tuple(us / 1e3 for us in seen.durations(b.name) if us) or (float("nan"),)
-            baselines[b.name] = timing.Timing(times, self.PASSES, True)
+        baselines = self._baseline_times(case, seen)
         records = self.log.flush()[before:]
         calls = self.PASSES * self.CALLS
         found = activity.timed_calls(records, calls=calls, marker=marker, fills=fills,
@@ -684,9 +726,62 @@ class Speed:
         if not times:
             return perf.Measured(label, flags=tuple(flags or ["no timed call ran a kernel"]))
         mine = timing.Timing(times, self.PASSES, True)
-        results = [perf.Comparison("yours", mine, n, t, tuple(flags)) for n, t in baselines.items()]
-        if not flags:
-            flags += self._checked(case)
+        checked = [] if flags else self._checked(case)
+        self._student = (mine, tuple(flags), tuple(checked))
+        return self._verdict(case, mine, tuple(flags), tuple(checked), baselines)
+
+    def _timed_against(self, case, kept: Kept):
+        """`case`'s verdict from the student's call as `kept` measured it, its own baselines
+        timed now, as the student's call was: fresh inputs, the L2 cache flushed."""
+        import torch
+
+        redraw, flush, seen = self._baselines_first(case)
+        with seen.session():
+            for _ in range(self.PASSES):
+                self._baselines_once(case, seen, redraw, flush)
+            torch.cuda.synchronize()
+        baselines = self._baseline_times(case, seen)
+        return self._verdict(case, kept.mine, kept.timing_flags, kept.checked, baselines)
+
+    def _baselines_first(self, case):
+        """What timing `case`'s baselines uses (a redraw of its inputs, a buffer whose fill
+        flushes the L2 cache, a census of their GPU time), after a first call of each."""
+        import torch
+
+        from grader.runtime import census, perf, timing
+
+        for b in case.baselines:
+            b.fn()  # a first call: workspaces, handles
+        flush = torch.empty(timing.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        return perf.Redraw(case.inputs), flush, census.Census()
+
+    def _baselines_once(self, case, seen, redraw, flush) -> None:
+        """One pass of `case`'s baselines, timed as the student's call: fresh inputs, L2 flushed."""
+        for b in case.baselines:
+            for _ in range(self.CALLS):
+                redraw()
+                flush.zero_()
+                with seen.window(b.name):
+                    b.fn()
+
+    def _baseline_times(self, case, seen) -> dict:
+        """Each baseline's GPU time: torch's profiler reads the CUPTI records the log does."""
+        from grader.runtime import timing
+
+        baselines = {}
+        for b in case.baselines:
+            times = tuple(us / 1e3 for us in seen.durations(b.name) if us) or (float("nan"),)
+            baselines[b.name] = timing.Timing(times, self.PASSES, True)
+        return baselines
+
+    def _verdict(self, case, mine, timing_flags: tuple, checked: tuple, baselines: dict):
+        """perf.Measured of the student's call timed at `mine` against `baselines`: what the
+        timing flagged, then the checks after it (`checked`), a baseline's output reproduced,
+        a ceiling passed; where none, the DRAM bytes where the case counts them."""
+        from grader.runtime import perf
+
+        results = [perf.Comparison("yours", mine, n, t, timing_flags) for n, t in baselines.items()]
+        flags = [*timing_flags, *checked]
         if not flags:
             flags += perf.identity_flags(case)
         if not flags:

@@ -95,8 +95,9 @@ class JudgedExecute(Execute):
             self._kernel_env = {"CUDA_INJECTION64_PATH": library, activity.SOCKET: str(log.path)}
         elif gpu:
             why = os.environ.get(activity.UNBUILT) or "the GPU activity library was not built"
+        self._speed = Speed(self.judge, log, why)
         try:
-            with watches.measured_elsewhere(Speed(self.judge, log, why)):
+            with watches.measured_elsewhere(self._speed):
                 yield
         finally:
             self.judge.close()
@@ -127,6 +128,8 @@ class JudgedExecute(Execute):
     def preprocess_cell(self, cell, resources, index):
         where = self._plan.where[index]
         self._index = index
+        if cell.cell_type == "code":  # the judge's speed cells know which cells follow which
+            self._speed.next_cell()
         started = time.perf_counter()
         if where == roles.JUDGE:
             done = self._judged(cell, resources, index)
