@@ -346,6 +346,10 @@ class Session:
             if not self.broken:
                 wire.send(self.sock, {"op": "end"})
         self.sock.close()
+        # its copies of what the mirrors held, and the memory messages landed in, go with it
+        # (a measurement kept for the next cell keeps the session, for its count of calls)
+        self._synced.clear()
+        self._received, self._sending, self.last_result = wire.Landing(), wire.Landing(), None
 
 
 class Context:
