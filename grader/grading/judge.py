@@ -652,30 +652,25 @@ class Speed:
     def measure(self, case):
         """perf.Measured for `case`, or None where its call asks nothing of the student's kernel
         (perf then measures it here)."""
-        from grader.runtime import checks
+        from grader.grading import activity
+        from grader.runtime import census, checks, perf
 
         session = self.judge._session
         if session is None or session.broken:
             return None
-        kept, self._kept = self._kept, None
-        if kept is not None and kept.holds(case, self.cells, session):
-            return self._timed_against(case, kept)
-        checks.call_graded(case.candidate, what="the timed code")  # compiles, tunes
-        with session.tracing() as traced:
-            checks.call_graded(case.candidate, what="the timed code")
-        if not traced:
-            return None
-        from grader.grading import activity
-        from grader.runtime import perf
-
         label = case.name or "this problem"
-        if self.log is None or not self.log.connected:
-            why = self.why or (self.log.broken if self.log else None) or "no GPU activity log"
-            return perf.Measured(label, unavailable=f"speed cannot be measured here: {why}")
-        from grader.runtime import census
-
-        self._student = None
+        kept, self._kept, self._student = self._kept, None, None
         try:
+            if kept is not None and kept.holds(case, self.cells, session):
+                return self._timed_against(case, kept)
+            checks.call_graded(case.candidate, what="the timed code")  # compiles, tunes
+            with session.tracing() as traced:
+                checks.call_graded(case.candidate, what="the timed code")
+            if not traced:
+                return None
+            if self.log is None or not self.log.connected:
+                why = self.why or (self.log.broken if self.log else None) or "no GPU activity log"
+                return perf.Measured(label, unavailable=f"speed cannot be measured here: {why}")
             measured = self._measured(case, session, label)
         except (activity.ActivityError, census.CensusUnavailable) as exc:
             return perf.Measured(label, unavailable=f"speed cannot be measured here: {exc}")
