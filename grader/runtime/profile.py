@@ -165,7 +165,7 @@ UNITS = {m.name: m.unit for m in METRICS} | {STALL_METRIC.format(r): "" for r in
 
 
 # what a count of DRAM traffic reads (grader.runtime.perf.Traffic): its bytes, and the duration
-# every profiled launch must have; a pass or two of replays, where every metric takes several
+# every profiled launch must have
 TRAFFIC = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
 
 
