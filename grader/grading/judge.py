@@ -642,8 +642,7 @@ class Speed:
         self.log = log  # grader.grading.activity.Log, or None (then `why` says why)
         self.why = why
         self.cells = 0  # code cells begun (`next_cell`)
-        self._kept: Kept | None = None
-        self._student: tuple | None = None  # what _measured found of the student's call
+        self._kept: Kept | None = None  # the last measurement, for the next cell
 
     def next_cell(self) -> None:
         """A code cell begins, in the judge or in the student's kernel."""
@@ -659,7 +658,7 @@ class Speed:
         if session is None or session.broken:
             return None
         label = case.name or "this problem"
-        kept, self._kept, self._student = self._kept, None, None
+        kept, self._kept = self._kept, None
         try:
             if kept is not None and kept.holds(case, self.cells, session):
                 return self._timed_against(case, kept)
@@ -671,12 +670,9 @@ class Speed:
             if self.log is None or not self.log.connected:
                 why = self.why or (self.log.broken if self.log else None) or "no GPU activity log"
                 return perf.Measured(label, unavailable=f"speed cannot be measured here: {why}")
-            measured = self._measured(case, session, label)
+            return self._measured(case, session, label)
         except (activity.ActivityError, census.CensusUnavailable) as exc:
             return perf.Measured(label, unavailable=f"speed cannot be measured here: {exc}")
-        if self._student is not None:  # after the checks: nothing asked of the kernel since
-            self._kept = Kept(Kept.of(case), *self._student, self.cells, session, session.calls)
-        return measured
 
     def _measured(self, case, session: Session, label: str):
         import random
@@ -725,9 +721,11 @@ class Speed:
         if not times:
             return perf.Measured(label, flags=tuple(flags or ["no timed call ran a kernel"]))
         mine = timing.Timing(times, self.PASSES, True)
-        checked = [] if flags else self._checked(case)
-        self._student = (mine, tuple(flags), tuple(checked))
-        return self._verdict(case, mine, tuple(flags), tuple(checked), baselines)
+        flags, checked = tuple(flags), () if flags else tuple(self._checked(case))
+        measured = self._verdict(case, mine, flags, checked, baselines)
+        # kept once the checks after it are made: the next cell may ask nothing more of the kernel
+        self._kept = Kept(Kept.of(case), mine, flags, checked, self.cells, session, session.calls)
+        return measured
 
     def _timed_against(self, case, kept: Kept):
         """`case`'s verdict from the student's call as `kept` measured it, its own baselines
