@@ -361,3 +361,30 @@ def test_a_measurement_is_kept_for_the_next_cell_alone_and_only_for_the_same_cal
     assert not kept.holds(case(kernels=("other_kernel",)), 5, fresh)
     measured_in.calls += 1  # the cell that measured it called the kernel again afterwards
     assert not kept.holds(case(), 5, fresh)
+
+
+def test_a_case_built_again_by_the_same_function_is_the_same_call():
+    """03's speed cells each build their case by one function whose lambda reads globals: two
+    lambdas of one code over the same objects are one call; over other objects, not."""
+    from types import SimpleNamespace
+
+    from grader.grading.judge import Kept
+
+    x, out = torch.ones(4), torch.empty(4)
+
+    def build(tensor, scale=1.0):
+        return SimpleNamespace(candidate=lambda: (tensor, scale, out), inputs=(x,), out=out,
+                               verify=None, kernels=["softmax_kernel"])  # fmt: skip
+
+    def other(tensor, scale=1.0):
+        return SimpleNamespace(candidate=lambda: (tensor, scale, out), inputs=(x,), out=out,
+                               verify=None, kernels=["softmax_kernel"])  # fmt: skip
+
+    session = SimpleNamespace(calls=0)
+    kept = Kept(Kept.of(build(x)), "timing", (), (), 4, session, 0)
+    assert build(x).candidate is not build(x).candidate
+    assert kept.holds(build(x), 5, SimpleNamespace(calls=0))
+    assert not kept.holds(build(x.clone()), 5, SimpleNamespace(calls=0))  # another tensor
+    # an equal number, another object: identity is what is compared
+    assert not kept.holds(build(x, scale=float("1.0")), 5, SimpleNamespace(calls=0))
+    assert not kept.holds(other(x), 5, SimpleNamespace(calls=0))  # other code

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import types
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -610,7 +611,7 @@ class Kept:
         """Whether `case`, asked in code cell `cell` before `session` sent anything, is the call
         kept in the code cell before, whose session sent nothing after the measurement."""
         same = len(self.key) == len(key := Kept.of(case)) and all(
-            a is b or (isinstance(a, str) and a == b) for a, b in zip(self.key, key, strict=True)
+            _same(a, b) for a, b in zip(self.key, key, strict=True)
         )
         return (
             same
@@ -618,6 +619,42 @@ class Kept:
             and session.calls == 0
             and self.session.calls == self.calls
         )
+
+
+def _same(a, b) -> bool:
+    """Whether two parts of a case are one: the same object, equal strings, or two functions the
+    same code made from the same objects in the same namespace (03's cells each build their case
+    by one function of the release, whose lambda reads the notebook's globals). The cells
+    compared are the release's own, adjacent, with nothing asked of the student's kernel between:
+    only the release's code could rebind a global the lambda reads."""
+    if a is b or (isinstance(a, str) and a == b):
+        return True
+    if not (isinstance(a, types.FunctionType) and isinstance(b, types.FunctionType)):
+        return False
+    return (
+        a.__code__ is b.__code__
+        and a.__globals__ is b.__globals__
+        and _bound(a.__defaults__) == _bound(b.__defaults__)
+        and _bound(a.__kwdefaults__) == _bound(b.__kwdefaults__)
+        and _bound(a.__closure__) == _bound(b.__closure__)
+    )
+
+
+def _bound(values) -> tuple[int, ...] | None:
+    """The identities of a function's defaults, keyword defaults or closure cells' contents."""
+    if values is None:
+        return None
+    if isinstance(values, dict):
+        return tuple(sorted((k, id(v)) for k, v in values.items()))
+    found = []
+    for v in values:
+        if isinstance(v, types.CellType):
+            try:
+                v = v.cell_contents
+            except ValueError:  # a cell not yet filled
+                return (id(v),)
+        found.append(id(v))
+    return tuple(found)
 
 
 class Speed:
