@@ -75,31 +75,32 @@ def fp8_ws(a8, bt8, sa, sb, out, **kw):
     return out
 
 
-for n in (4096, 8192):
-    a8, bt8, sa, sb = rg.fp8_inputs(n, n, n)(checks.generator(2))
-    exact = rg.fp8_reference(a8.double(), bt8.double(), sa.double(), sb.double())
-    fast = torch.empty(n, n, dtype=torch.bfloat16, device=a8.device)
-    base = {"fast": lambda: rg.scaled_mm(a8, bt8, sa, sb, fast_accum=True, out=fast)}
-    for name, fn in [
-        ("notebook", lambda o: rg.matmul_fp8(a8, bt8, sa, sb, o)),
-        ("flatten, subtile", lambda o: fp8_ws(a8, bt8, sa, sb, o, WS=False, FLATTEN=True,
-                                               SUBTILE=True)),
-        ("ws", lambda o: fp8_ws(a8, bt8, sa, sb, o)),
-        ("ws, subtile", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True)),
-        ("ws, subtile, 4 stages K64", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True,
-                                                        BLOCK_K=64, num_stages=4)),
-        ("ws, subtile, w4", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True, num_warps=4)),
-        ("ws, subtile, G16", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True, GROUP_M=16)),
-    ]:
-        mine = torch.empty(n, n, dtype=torch.bfloat16, device=a8.device)
-        try:
-            fn(mine)
-            err = rg.relative(mine, exact)
-            c, = perf.compare_all(lambda: fn(mine), base, name=name)
-            row = dict(n=n, variant=name, err=err, ratio=round(c.speedup, 4), flags=c.flags)
-        except Exception as e:  # noqa: BLE001
-            row = dict(n=n, variant=name, error=str(e).splitlines()[0][:200])
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-with open(f"{OUT}/sweep9b.json", "w") as f:
-    json.dump(rows, f, indent=1)
+if __name__ == "__main__":
+    for n in (4096, 8192):
+        a8, bt8, sa, sb = rg.fp8_inputs(n, n, n)(checks.generator(2))
+        exact = rg.fp8_reference(a8.double(), bt8.double(), sa.double(), sb.double())
+        fast = torch.empty(n, n, dtype=torch.bfloat16, device=a8.device)
+        base = {"fast": lambda: rg.scaled_mm(a8, bt8, sa, sb, fast_accum=True, out=fast)}
+        for name, fn in [
+            ("notebook", lambda o: rg.matmul_fp8(a8, bt8, sa, sb, o)),
+            ("flatten, subtile", lambda o: fp8_ws(a8, bt8, sa, sb, o, WS=False, FLATTEN=True,
+                                                   SUBTILE=True)),
+            ("ws", lambda o: fp8_ws(a8, bt8, sa, sb, o)),
+            ("ws, subtile", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True)),
+            ("ws, subtile, 4 stages K64", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True,
+                                                            BLOCK_K=64, num_stages=4)),
+            ("ws, subtile, w4", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True, num_warps=4)),
+            ("ws, subtile, G16", lambda o: fp8_ws(a8, bt8, sa, sb, o, SUBTILE=True, GROUP_M=16)),
+        ]:
+            mine = torch.empty(n, n, dtype=torch.bfloat16, device=a8.device)
+            try:
+                fn(mine)
+                err = rg.relative(mine, exact)
+                c, = perf.compare_all(lambda: fn(mine), base, name=name)
+                row = dict(n=n, variant=name, err=err, ratio=round(c.speedup, 4), flags=c.flags)
+            except Exception as e:  # noqa: BLE001
+                row = dict(n=n, variant=name, error=str(e).splitlines()[0][:200])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    with open(f"{OUT}/sweep9b.json", "w") as f:
+        json.dump(rows, f, indent=1)
