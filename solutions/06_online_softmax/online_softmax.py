@@ -353,7 +353,7 @@ def check_long_softmax(rows, cols, dtype=torch.float32, launcher=None, **kind):
                   **kind)
 
 
-x_err = torch.randn(8, max(ROW_LENGTHS) * 8)
+x_err = torch.randn(8, max(ROW_LENGTHS) * 8, generator=torch.Generator().manual_seed(3))
 err = ((torch.softmax(x_err, 1).double() - torch.softmax(x_err.double(), 1)).abs()
        / torch.softmax(x_err.double(), 1)).max()
 print(f"torch.softmax in float32 on rows of {x_err.shape[1]}: max relative error {err:.1e}")
