@@ -7,7 +7,9 @@ from pathlib import Path
 from jupyter_client.manager import KernelManager
 
 from grader.authoring import build, kernel_connection
+from grader.grading import roles
 from grader.runtime import perf
+from grader.runtime.handin import names
 
 
 def segments(source):
@@ -24,16 +26,34 @@ def segments(source):
     return [(h, "".join(lines)) for h, lines in pieces if "".join(lines).strip()]
 
 
+def unneeded(cells) -> frozenset[str]:
+    """The ids of the given code cells that no answer or test cell needs, by grader.grading.roles's
+    reading of what each cell binds and reads: the notebook's demonstrations. The first code
+    cell, which chooses the device, is needed."""
+    code = {i: c for i, c in enumerate(cells) if c.cell_type == "code"}
+    kept = {i for i, c in code.items() if roles.kind(c) in ("answer", "test")} | {min(code)}
+    kept = roles.closure({i: names(c.source) for i, c in code.items()}, kept)
+    return frozenset(c.id for i, c in code.items() if i not in kept)
+
+
 class Session:
     """A kernel that has run one solution notebook, and the notebook's cells."""
 
-    def __init__(self, notebook: str, env: dict[str, str] | None = None, hidden_tests: bool = True):
+    def __init__(
+        self,
+        notebook: str,
+        env: dict[str, str] | None = None,
+        hidden_tests: bool = True,
+        needed_only: bool = False,
+    ):
         """Start a kernel (with `env` for its environment where given, the tests' otherwise)
         and run the solution notebook in it; without `hidden_tests`, as a student's copy runs
         (the hidden tests' regions left out: the state the cells build is the same, as the
-        released notebook runs without them)."""
+        released notebook runs without them). With `needed_only`, the demonstrations
+        (`unneeded`) are left out, here and from `code_cells`."""
         assignment = next(a for a in build.assignments() if a.name == notebook)
         self.cells = build.to_notebook(assignment.source).cells
+        self.left_out = unneeded(self.cells) if needed_only else frozenset()
         self.sockets = tempfile.TemporaryDirectory(prefix="kernel-")
         self.km = KernelManager(
             kernel_name="python3", **kernel_connection.sockets(Path(self.sockets.name))
@@ -54,7 +74,9 @@ class Session:
             raise
 
     def code_cells(self, start, stop):
-        return [c for c in self.cells[start:stop] if c.cell_type == "code"]
+        return [
+            c for c in self.cells[start:stop] if c.cell_type == "code" and c.id not in self.left_out
+        ]
 
     def run(self, code, results=None):
         """Execute code; returns (status, error text). Results, displayed and printed text go to

@@ -1,7 +1,8 @@
 """The notebooks' own graded tests reject every known-wrong solution and accept the reference.
 
 For each notebook with a module in tests/known_wrong/, one kernel runs the solution notebook top
-to bottom; then, for each wrong source of an exercise (WRONG), the exercise cell is replaced by
+to bottom, but for the demonstrations no answer or test cell needs (notebook_session.unneeded);
+then, for each wrong source of an exercise (WRONG), the exercise cell is replaced by
 it (and the given cells a `WithGiven` rewrites, by theirs) and the cells up to that exercise's
 last test cell are run again: a test cell must fail. Where the module states the hint a failure
 must carry (HINTS: a pattern of grader.runtime.hints, None for a bug that fits none, or a tuple
@@ -150,7 +151,10 @@ def _sessions(**env):
         if name not in opened:
             # the reference's hidden tests are tests/test_nbgrader.py's to run
             opened[name] = Session(
-                name, env={**os.environ, **env} if env else None, hidden_tests=False
+                name,
+                env={**os.environ, **env} if env else None,
+                hidden_tests=False,
+                needed_only=True,
             )
             printed = []
             status, detail = opened[name].run(COMPILED, printed)

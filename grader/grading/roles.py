@@ -212,6 +212,21 @@ def sources(nb) -> dict[str, tuple[str, int]]:
     return found
 
 
+def closure(
+    cells: dict[int, Names], kept: set[int], reads: frozenset[str] = frozenset()
+) -> set[int]:
+    """`kept` (positions in `cells`, each cell's names) and, to a fixed point, every cell binding
+    a name that `reads` holds or a kept cell reads: a function reads the globals of cells before
+    or after its own."""
+    kept = set(kept)
+    while True:
+        needed = set(reads).union(*(cells[i].reads for i in kept))
+        more = {i for i, found in cells.items() if found.binds & needed} - kept
+        if not more:
+            return kept
+        kept |= more
+
+
 def replay(nb, plan: Plan, before: int, reached: str) -> list[str]:
     """The source of a Nsight Compute child (grader.runtime.profile) that calls `reached`, a
     function the notebook binds before cell `before`: every answer cell before it, and of the
@@ -225,12 +240,7 @@ def replay(nb, plan: Plan, before: int, reached: str) -> list[str]:
         if plan.where[i] in (STUDENT, BOTH)
     }
     kept = {i for i in cells if kind(nb.cells[i]) == "answer" or i == first}
-    while True:  # a function reads the globals of cells before or after its own
-        needed = {reached}.union(*(cells[i].reads for i in kept))
-        more = {i for i, found in cells.items() if found.binds & needed} - kept
-        if not more:
-            break
-        kept |= more
+    kept = closure(cells, kept, frozenset({reached}))
     found = []
     for i in sorted(kept):
         code = textwrap.indent(python(nb.cells[i].source), "    ") or "    pass"
