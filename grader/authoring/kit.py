@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.authoring import build
+from grader.runtime import syntax
 
 KIT_NAME = "gpu-kernels-course"
 OUT = build.BUILD / "student-kit"
@@ -274,7 +275,7 @@ def answers_held(folder: Path, graded: Iterable[Answer], notebooks: Iterable[str
 
 def triton_kernels(source: str) -> list[str]:
     """The source of every function decorated with a `triton.jit` in a Python file."""
-    tree = ast.parse(source)
+    tree = syntax.parse(source)
     lines = source.splitlines()
     return [
         "\n".join(lines[node.lineno - 1 : node.end_lineno])
@@ -430,7 +431,7 @@ def imported(source: str, path: str) -> tuple[str, ...]:
         "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
     )
     names = []
-    for node in ast.walk(ast.parse(source, path)):
+    for node in ast.walk(syntax.parse(source, path)):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level:

@@ -27,13 +27,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import re
-import threading
 from dataclasses import dataclass
 
 import kernelguard
 
 from grader.grading import roles
 from grader.grading.nbgrader_policy import grade_id_of
+from grader.runtime import syntax
 from grader.runtime.handin import names, python
 
 WATCHED = ("grader", "torch", "triton")  # what the student's process reports its evidence with
@@ -68,9 +68,9 @@ FRAMES = {
 RAW_OS = ("write", "dup", "dup2", "fdopen")  # os.*: raw file descriptors
 RAW = re.compile(r"/proc/|/dev/fd/")  # a string naming a process's memory or descriptors
 MAGICS = frozenset({"time", "timeit", "matplotlib", "capture"})  # run nothing of their own
-# CPython 3.11 can fail ast.parse run on two threads at once (python/cpython#106905), and
-# kernelguard keeps its settings in module globals: one at a time.
-_PARSING = threading.Lock()
+# kernelguard keeps its settings in module globals, and parses: one thread at a time, holding
+# the lock every parse takes (grader.runtime.syntax)
+_PARSING = syntax.LOCK
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,10 @@ class Route:
 def parse(source: str) -> ast.Module:
     """ast.parse, one thread at a time. Source nested too deeply to parse raises SyntaxError:
     Python cannot compile it either, so it fails when it runs and costs its own cell."""
-    with _PARSING:
-        try:
-            return ast.parse(source)
-        except (RecursionError, MemoryError) as exc:
-            raise SyntaxError(f"nested too deeply to parse ({type(exc).__name__})") from None
+    try:
+        return syntax.parse(source)
+    except (RecursionError, MemoryError) as exc:
+        raise SyntaxError(f"nested too deeply to parse ({type(exc).__name__})") from None
 
 
 def _dotted(node, imported: dict[str, str]) -> str | None:

@@ -24,6 +24,7 @@ import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from grader.runtime import syntax
 from grader.runtime.handin import Names, jit, names, python
 
 STUDENT, JUDGE, BOTH, NONE = "student", "judge", "both", "none"
@@ -174,7 +175,7 @@ def kernels(sources: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
     made, other = {}, set()
     for source in sources:
         try:
-            found, rest = bindings(ast.parse(python(source)))
+            found, rest = bindings(syntax.parse(python(source)))
         except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         for name, roots in found.items():
@@ -200,7 +201,7 @@ def sources(nb) -> dict[str, tuple[str, int]]:
             continue
         code = python(cell.source)
         try:
-            tree = ast.parse(code)
+            tree = syntax.parse(code)
         except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         lines = code.splitlines()

@@ -30,6 +30,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime import cache
 
+from grader.runtime import syntax
+
 
 class _Done(Exception):
     """Raised by the stage after TTGIR, with the TTGIR: the front end is through."""
@@ -94,7 +96,7 @@ def _define(fid: str, spec: dict, scope: dict):
     padded = ["\n"] * (spec["first"] - 1) + spec["source"].splitlines(keepends=True)
     filename = f"<{fid}: {spec['name']}>"
     linecache.cache[filename] = (sum(map(len, padded)), None, padded, filename)
-    tree = ast.parse(spec["source"])
+    tree = syntax.parse(spec["source"])
     (node,) = tree.body
     node.decorator_list = []
     ast.increment_lineno(tree, spec["first"] - 1)

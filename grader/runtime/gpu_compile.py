@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from grader.runtime import device, hints, stubs
+from grader.runtime import device, hints, stubs, syntax
 
 TARGETS = (80, 90)  # the compute capabilities of the GPUs the course supports
 # Per kernel name, the capabilities of the only targets it is compiled for (`needs`).
@@ -153,7 +153,7 @@ def _source(fn) -> tuple[str, int, list[str]]:
     lines, first = inspect.getsourcelines(fn)
     text = textwrap.dedent("".join(lines))
     names = set()
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(syntax.parse(text)):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.Attribute):

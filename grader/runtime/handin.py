@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.runtime import syntax
+
 JIT_DECORATORS = ("jit", "autotune", "heuristics")
 
 
@@ -114,7 +116,7 @@ def names(source: str) -> Names:
     code = python(source)
     try:
         table = symtable.symtable(code, "<cell>", "exec")
-        tree = ast.parse(code)
+        tree = syntax.parse(code)
     except (SyntaxError, RecursionError, MemoryError, ValueError):
         return Names(frozenset(), frozenset(), {})
     binds = {

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.runtime import bounds, gpu_compile, precision, watches
+from grader.runtime import bounds, gpu_compile, precision, syntax, watches
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -91,7 +91,7 @@ class BlockPointerError(AssertionError):
 @functools.cache
 def _names(fn) -> frozenset[str]:
     """The names and attribute names in the source of `fn`."""
-    nodes = ast.walk(ast.parse(precision.source(fn)))
+    nodes = ast.walk(syntax.parse(precision.source(fn)))
     return frozenset(getattr(n, "id", None) or getattr(n, "attr", "") for n in nodes)
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grader.runtime import syntax
+
 _UNKNOWN = object()
 _DOT_ARGUMENTS = ("input", "other", "acc", "input_precision", "allow_tf32")  # tl.dot's first
 
@@ -85,7 +87,7 @@ def _parse(fn) -> tuple[tuple, tuple[str, ...]] | None:
     where given), and the names of the functions it calls by name."""
     try:
         lines, first = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree = syntax.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):
         return None
     func = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)

@@ -25,7 +25,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from grader.runtime import checks, handin, integrity, precision
+from grader.runtime import checks, handin, integrity, precision, syntax
 
 INT32_MAX = 2**31 - 1
 
@@ -545,7 +545,7 @@ def offset_review(kernel, shapes: Iterable[Sequence[int]] = (), *, limit: int = 
     """
     source = precision.source(kernel)
     lines = source.splitlines()
-    func = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
+    func = next(n for n in syntax.parse(source).body if isinstance(n, ast.FunctionDef))
     params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
     constexpr = {
         a.arg
