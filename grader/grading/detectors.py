@@ -68,9 +68,6 @@ FRAMES = {
 RAW_OS = ("write", "dup", "dup2", "fdopen")  # os.*: raw file descriptors
 RAW = re.compile(r"/proc/|/dev/fd/")  # a string naming a process's memory or descriptors
 MAGICS = frozenset({"time", "timeit", "matplotlib", "capture"})  # run nothing of their own
-# kernelguard keeps its settings in module globals, and parses: one thread at a time, holding
-# the lock every parse takes (grader.runtime.syntax)
-_PARSING = syntax.LOCK
 
 
 @dataclass(frozen=True)
@@ -210,8 +207,7 @@ def entry_points(released) -> set[str]:
     """The names the release's cells outside its answer cells read: among them, the student's
     functions that the tests and the speed cells call."""
     given = [c.source for c in released.cells if roles.kind(c) in ("given", "test")]
-    with _PARSING:
-        return set().union(*(names(source).reads for source in given))
+    return set().union(*(names(source).reads for source in given))
 
 
 def _bound(trees: list[ast.Module]) -> list[str]:
@@ -228,7 +224,7 @@ def _bound(trees: list[ast.Module]) -> list[str]:
 
 def _strong(code: str, entry_points: list[str]) -> set[str]:
     """kernelguard's strong rules that `code` matches."""
-    with _PARSING:
+    with syntax.LOCK:  # kernelguard keeps its settings in module globals, and parses
         kernelguard.configure_runtime(config_data={"entrypoints": {"names": entry_points}})
         matched = kernelguard.analyze_code(code, compute_structural_hash=False)
     return {
